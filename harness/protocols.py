@@ -1,0 +1,260 @@
+"""The typed extension points of tokxfer and the small value types they exchange.
+
+Methods, encodings, tasks, trackers and executors implement these protocols; nobody has to
+inherit from a base class. Only this module, :mod:`harness.registry`, :mod:`harness.seeding` and
+the pure helpers in ``methods/_*.py`` may be imported by ``methods`` and ``tasks``.
+
+An initialization method does not write embedding rows itself: it returns a :class:`TokenMapping`,
+a sparse row-stochastic-or-not map from target token ids to source token ids plus, per target
+token, its provenance. The harness then *materializes* that mapping identically for the input
+embeddings, untied output embeddings and the MLM-head bias (see :func:`harness.surgery.materialize`),
+which is how every method handles the output side the same way (METHODS.md, "Output side").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+# Per-token provenance codes (stored as int8).
+SPECIAL = 0
+"""A special token (``<s>``, ``[CLS]`` …) matched by role and copied."""
+COPIED = 1
+"""A target token whose row is copied from exactly one source row (overlap, identity)."""
+COMBINED = 2
+"""A target token whose row is a weighted combination of several source rows."""
+FALLBACK = 3
+"""A target token that receives a random row (N(mean, std) of the source matrix)."""
+
+PROVENANCE_NAMES = {SPECIAL: "special", COPIED: "copied", COMBINED: "combined", FALLBACK: "fallback"}
+
+
+@dataclass
+class TokenMapping:
+    """Sparse map from target token ids to source token ids, in CSR layout.
+
+    Row ``t`` of the new matrix is ``sum_j weights[j] * E_source[indices[j]]`` for
+    ``j in range(indptr[t], indptr[t+1])``. Rows with provenance :data:`FALLBACK` have no
+    entries and are drawn at random by the harness from the trial's generator.
+
+    Attributes:
+        n_target: number of target tokens (rows of the new matrix).
+        n_source: number of source tokens (rows of the source matrix).
+        indptr: int64 array of length ``n_target + 1``.
+        indices: int64 source ids, length ``nnz``.
+        weights: float32 weights, length ``nnz``.
+        provenance: int8 array of length ``n_target`` with codes SPECIAL/COPIED/COMBINED/FALLBACK.
+
+    Example:
+        >>> m = TokenMapping.from_coo(3, 5, [0, 1, 1], [4, 0, 2], [1.0, 0.5, 0.5],
+        ...                           provenance=[COPIED, COMBINED, FALLBACK])
+        >>> m.row(1)
+        (array([0, 2]), array([0.5, 0.5], dtype=float32))
+    """
+
+    n_target: int
+    n_source: int
+    indptr: np.ndarray
+    indices: np.ndarray
+    weights: np.ndarray
+    provenance: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.indptr = np.asarray(self.indptr, dtype=np.int64)
+        self.indices = np.asarray(self.indices, dtype=np.int64)
+        self.weights = np.asarray(self.weights, dtype=np.float32)
+        self.provenance = np.asarray(self.provenance, dtype=np.int8)
+        if self.indptr.shape != (self.n_target + 1,):
+            raise ValueError(f"TokenMapping.indptr must have length n_target+1={self.n_target + 1}, got {self.indptr.shape}")
+        if self.indices.shape != self.weights.shape or self.indices.shape[0] != self.indptr[-1]:
+            raise ValueError("TokenMapping.indices/weights must both have length indptr[-1]")
+        if self.provenance.shape != (self.n_target,):
+            raise ValueError(f"TokenMapping.provenance must have length n_target={self.n_target}")
+        if self.indices.size and (self.indices.min() < 0 or self.indices.max() >= self.n_source):
+            raise ValueError(f"TokenMapping.indices out of range [0, {self.n_source})")
+        if not np.all(np.isfinite(self.weights)):
+            raise ValueError("TokenMapping.weights contain non-finite values")
+        counts = np.diff(self.indptr)
+        fb = self.provenance == FALLBACK
+        if np.any(counts[fb] != 0):
+            raise ValueError("TokenMapping: FALLBACK rows must have no entries")
+        if np.any(counts[~fb] == 0):
+            bad = int(np.flatnonzero((counts == 0) & ~fb)[0])
+            raise ValueError(f"TokenMapping: target row {bad} has no entries but is not FALLBACK")
+
+    @classmethod
+    def from_coo(cls, n_target: int, n_source: int, rows, cols, weights, provenance) -> "TokenMapping":
+        """Build from (target row, source col, weight) triples in any order."""
+        rows = np.asarray(rows, dtype=np.int64)
+        cols = np.asarray(cols, dtype=np.int64)
+        weights = np.asarray(weights, dtype=np.float32)
+        order = np.lexsort((cols, rows))
+        rows, cols, weights = rows[order], cols[order], weights[order]
+        indptr = np.zeros(n_target + 1, dtype=np.int64)
+        np.add.at(indptr, rows + 1, 1)
+        return cls(n_target, n_source, np.cumsum(indptr), cols, weights, provenance)
+
+    def row(self, t: int) -> tuple[np.ndarray, np.ndarray]:
+        """Source ids and weights of target row ``t``."""
+        a, b = self.indptr[t], self.indptr[t + 1]
+        return self.indices[a:b], self.weights[a:b]
+
+    def counts(self) -> dict[str, int]:
+        """Number of target tokens per provenance, by name."""
+        return {name: int(np.sum(self.provenance == code)) for code, name in PROVENANCE_NAMES.items()}
+
+
+@dataclass
+class TransferInputs:
+    """Everything a method may read. Paths are plain files; nothing here is downloaded.
+
+    Attributes:
+        source_tokenizer: the source model's tokenizer (a ``PreTrainedTokenizerBase``).
+        target_tokenizer: the new tokenizer whose rows are to be initialized.
+        source_embeddings: float32 CPU tensor ``|Vs| x d`` (input embeddings of the source).
+        source_language / target_language: language codes (world names or ISO codes).
+        target_corpus: target-language text, one sentence/document per line (UTF-8).
+        source_corpus: source-language text, same format (WECHSEL word vectors, TFR).
+        parallel_corpus: JSON lines ``{"source": ..., "target": ...}`` sentence pairs.
+        dictionary: bilingual dictionary, TSV ``target_word<TAB>source_word`` per line.
+        source_word_vectors / target_word_vectors: fastText ``.bin`` files (optional; a method
+            that needs them and finds ``None`` trains them from the corpora and says so).
+        cache_dir: directory for content-hashed intermediate artifacts (aux embeddings …).
+    """
+
+    source_tokenizer: Any
+    target_tokenizer: Any
+    source_embeddings: Any
+    source_language: str = "src"
+    target_language: str = "tgt"
+    target_corpus: Path | None = None
+    source_corpus: Path | None = None
+    parallel_corpus: Path | None = None
+    dictionary: Path | None = None
+    source_word_vectors: Path | None = None
+    target_word_vectors: Path | None = None
+    cache_dir: Path | None = None
+
+
+@dataclass
+class InitResult:
+    """What a method returns.
+
+    Attributes:
+        mapping: the target → source map (see :class:`TokenMapping`).
+        tokenizer: the tokenizer the new model uses (normally ``inputs.target_tokenizer``; the
+            extended source tokenizer in extension mode; the source tokenizer for ``original``).
+        info: JSON-serializable facts for ``init_info.json`` and the trial record (overlap
+            sizes, logged fallbacks with their reasons, timings of sub-steps …).
+        directives: instructions for later stages, e.g. ``{"reinitialize_body": True}``
+            (from-scratch) or ``{"embeddings_only_fraction": 0.1}`` (TransInner).
+    """
+
+    mapping: TokenMapping
+    tokenizer: Any
+    info: dict = field(default_factory=dict)
+    directives: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class EmbeddingInitializer(Protocol):
+    """An embedding-initialization method. Registered with ``@register_method(name, config=…)``.
+
+    The registry constructs it as ``cls(config)``; ``initialize`` must draw every random number
+    from ``rng`` (never the global RNGs).
+    """
+
+    def __init__(self, config: Any) -> None: ...
+
+    def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult: ...
+
+
+@runtime_checkable
+class LanguageEncoding(Protocol):
+    """A way of telling the model which language a sequence is in (none, additive, attached, XLP).
+
+    ``wrap`` returns a model whose forward accepts the usual HF batch plus ``language_ids``
+    (a LongTensor of language indices, one per sequence); ``prepare`` turns a tokenized batch
+    and its language codes into that input (adding tokens for ``attached``).
+    """
+
+    def __init__(self, config: Any) -> None: ...
+
+    def wrap(self, model: Any, languages: list[str]) -> Any: ...
+
+    def prepare(self, batch: dict, languages: list[str]) -> dict: ...
+
+
+@dataclass
+class TaskResult:
+    """Metrics of one task run.
+
+    Attributes:
+        metrics: ``{language: {metric_name: value}}``.
+        counts: ``{language: {"train": n, "dev": n, "test": n}}`` examples used.
+        curves: named series of ``(step, value)`` pairs (loss curves) for the record and MLflow.
+        info: other JSON-serializable facts (metric signatures, seqeval mode …).
+    """
+
+    metrics: dict
+    counts: dict = field(default_factory=dict)
+    curves: dict = field(default_factory=dict)
+    info: dict = field(default_factory=dict)
+
+
+@dataclass
+class TaskContext:
+    """What a task receives besides the model.
+
+    Attributes:
+        model: the initialized (and possibly adapted) HF model, on ``device``.
+        tokenizer: its tokenizer.
+        languages: languages to evaluate (e.g. ``["near"]``).
+        seed: the trial seed; derive generators with :func:`harness.seeding.derive`.
+        device: torch device string.
+        data_root: root of local data (the built-in world's directory), or ``None`` for hub data.
+        encoding: the language encoding in use (``None`` for plain models).
+        source_language: language of the source model (cross-lingual transfer settings).
+        progress: whether to show progress bars.
+        work_dir: a scratch directory owned by this trial.
+    """
+
+    model: Any
+    tokenizer: Any
+    languages: list[str]
+    seed: int
+    device: str = "cpu"
+    data_root: Path | None = None
+    encoding: Any = None
+    source_language: str | None = None
+    progress: bool = True
+    work_dir: Path | None = None
+
+
+@runtime_checkable
+class Task(Protocol):
+    """A task adapter (mlm-at-init, xnli, qa, ner, perplexity, iwslt-bleu …)."""
+
+    model_kind: ClassVar[str]
+    """Which source model the task needs: ``"mlm"`` (encoder), ``"clm"`` (decoder) or ``"seq2seq"``."""
+
+    def __init__(self, config: Any) -> None: ...
+
+    def run(self, ctx: TaskContext) -> TaskResult: ...
+
+
+@runtime_checkable
+class Tracker(Protocol):
+    """Mirror of trial records to an experiment tracker (MLflow, or nothing)."""
+
+    def log_trial(self, experiment: str, record: dict, artifacts: list[Path] | None = None) -> None: ...
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Places trials on resources and runs them; failures are isolated and recorded."""
+
+    def map(self, fn: Any, specs: list[Any]) -> list[Any]: ...

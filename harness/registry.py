@@ -1,0 +1,212 @@
+"""One registry for methods, encodings and tasks.
+
+Built-ins are registered by importing the ``methods``, ``methods.encodings`` and ``tasks``
+packages, whose ``__init__`` imports every module explicitly; the registry does that itself on
+first lookup, so nothing depends on who imported what first. Third-party plugins come from the
+entry-point groups ``tokxfer.methods``, ``tokxfer.encodings`` and ``tokxfer.tasks``, or from a
+Python file passed with ``--plugin``.
+
+Example:
+    >>> from dataclasses import dataclass
+    >>> @dataclass(frozen=True)
+    ... class MyConfig:
+    ...     scale: float = 1.0
+    >>> @register_method("doc-example", config=MyConfig, description="an example")
+    ... class MyMethod:
+    ...     def __init__(self, config): self.config = config
+    ...     def initialize(self, inputs, rng): ...
+    >>> get("method", "doc-example").config_cls is MyConfig
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+import importlib.metadata
+import importlib.util
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+KINDS = ("method", "encoding", "task")
+ENTRY_POINT_GROUPS = {"method": "tokxfer.methods", "encoding": "tokxfer.encodings", "task": "tokxfer.tasks"}
+_BUILTIN_PACKAGES = {"method": "methods", "encoding": "methods.encodings", "task": "tasks"}
+
+
+class RegistryError(KeyError):
+    """Unknown or duplicate registry name."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; we want it plain
+        return str(self.args[0])
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered object: its name, class, config dataclass and one-line description."""
+
+    kind: str
+    name: str
+    cls: type
+    config_cls: type
+    description: str
+    origin: str
+
+    def make(self, config: Any = None) -> Any:
+        """Instantiate with a config (a config-dataclass instance, a dict of overrides, or None)."""
+        if config is None:
+            config = self.config_cls()
+        elif isinstance(config, dict):
+            config = build_config(self.config_cls, config, where=f"{self.kind} '{self.name}'")
+        return self.cls(config)
+
+
+_REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
+_loaded = {"builtins": False, "entry_points": False}
+
+
+def _register(kind: str, name: str, config: type, description: str | None) -> Callable[[type], type]:
+    if not dataclasses.is_dataclass(config):
+        raise TypeError(f"register_{kind}('{name}'): config must be a dataclass, got {config!r}")
+
+    def deco(cls: type) -> type:
+        if name in _REGISTRY[kind]:
+            prev = _REGISTRY[kind][name]
+            raise RegistryError(
+                f"{kind} '{name}' is already registered by {prev.origin}; refusing to replace it with {cls.__module__}.{cls.__qualname__}"
+            )
+        doc = description or ((cls.__doc__ or "").strip().splitlines() or [""])[0]
+        _REGISTRY[kind][name] = Entry(kind, name, cls, config, doc, f"{cls.__module__}.{cls.__qualname__}")
+        cls.registry_name = name
+        cls.config_cls = config
+        return cls
+
+    return deco
+
+
+def register_method(name: str, *, config: type, description: str | None = None) -> Callable[[type], type]:
+    """Register an :class:`~harness.protocols.EmbeddingInitializer` under ``name``."""
+    return _register("method", name, config, description)
+
+
+def register_encoding(name: str, *, config: type, description: str | None = None) -> Callable[[type], type]:
+    """Register a :class:`~harness.protocols.LanguageEncoding` under ``name``."""
+    return _register("encoding", name, config, description)
+
+
+def register_task(name: str, *, config: type, description: str | None = None) -> Callable[[type], type]:
+    """Register a :class:`~harness.protocols.Task` under ``name``."""
+    return _register("task", name, config, description)
+
+
+def load_builtins() -> None:
+    """Import the built-in packages (idempotent) and the entry-point plugins."""
+    if not _loaded["builtins"]:
+        _loaded["builtins"] = True
+        for pkg in _BUILTIN_PACKAGES.values():
+            importlib.import_module(pkg)
+    if not _loaded["entry_points"]:
+        _loaded["entry_points"] = True
+        for kind, group in ENTRY_POINT_GROUPS.items():
+            for ep in importlib.metadata.entry_points(group=group):
+                ep.load()  # the module registers itself with the decorators
+
+
+def load_plugin(path: str | Path) -> None:
+    """Load a Python file that registers methods/encodings/tasks (``--plugin FILE``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"plugin file not found: {path}")
+    mod_name = f"tokxfer_plugin_{path.stem}"
+    if mod_name in sys.modules:
+        return
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    spec.loader.exec_module(module)
+
+
+def names(kind: str) -> list[str]:
+    """Sorted registered names of a kind."""
+    load_builtins()
+    return sorted(_REGISTRY[kind])
+
+
+def entries(kind: str) -> list[Entry]:
+    """Registered entries of a kind, sorted by name."""
+    load_builtins()
+    return [_REGISTRY[kind][n] for n in sorted(_REGISTRY[kind])]
+
+
+def get(kind: str, name: str) -> Entry:
+    """Look up a registered entry; an unknown name raises with close matches."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown registry kind {kind!r}; expected one of {KINDS}")
+    load_builtins()
+    try:
+        return _REGISTRY[kind][name]
+    except KeyError:
+        close = difflib.get_close_matches(name, list(_REGISTRY[kind]), n=3, cutoff=0.5)
+        hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        raise RegistryError(
+            f"unknown {kind} {name!r}{hint} (registered: {', '.join(sorted(_REGISTRY[kind])) or 'none'})"
+        ) from None
+
+
+def build_config(config_cls: type, values: dict, *, where: str = "config") -> Any:
+    """Build a config dataclass from a dict; unknown keys are errors naming the key and place.
+
+    Nested dataclass fields accept dicts. Type coercion: ints are accepted for float fields,
+    lists for tuple fields.
+    """
+    if not isinstance(values, dict):
+        raise TypeError(f"{where}: expected a mapping of config values, got {type(values).__name__}")
+    fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    unknown = [k for k in values if k not in fields]
+    if unknown:
+        k = unknown[0]
+        close = difflib.get_close_matches(k, list(fields), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ValueError(
+            f"{where}: unknown key {k!r}{hint} (known keys: {', '.join(sorted(fields)) or 'none'})"
+        )
+    kwargs = {}
+    hints = _type_hints(config_cls)
+    for k, v in values.items():
+        kwargs[k] = _coerce(hints.get(k), v, f"{where}.{k}")
+    try:
+        return config_cls(**kwargs)
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{where}: {e}") from None
+
+
+def _type_hints(cls: type) -> dict:
+    import typing
+
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # unresolved forward refs: no coercion
+        return {}
+
+
+def _coerce(tp: Any, v: Any, where: str) -> Any:
+    import typing
+
+    if tp is None:
+        return v
+    if dataclasses.is_dataclass(tp) and isinstance(v, dict):
+        return build_config(tp, v, where=where)
+    origin = typing.get_origin(tp)
+    if tp is float and isinstance(v, int) and not isinstance(v, bool):
+        return float(v)
+    if origin is tuple and isinstance(v, list):
+        return tuple(v)
+    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if v is None:
+            return None
+        if len(args) == 1:
+            return _coerce(args[0], v, where)
+    return v
