@@ -247,6 +247,20 @@ class Task(Protocol):
 
 
 @runtime_checkable
+class Stage(Protocol):
+    """An adaptation stage between initialization and the task (LAPT).
+
+    ``apply`` trains ``ctx.model`` in place or returns a new model; ``directives`` are the
+    method's instructions (e.g. ``embeddings_only_fraction`` for TransInner). The returned
+    :class:`TaskResult` carries its loss curves and facts for the record.
+    """
+
+    def __init__(self, config: Any) -> None: ...
+
+    def apply(self, ctx: TaskContext, directives: dict) -> tuple[Any, TaskResult]: ...
+
+
+@runtime_checkable
 class Tracker(Protocol):
     """Mirror of trial records to an experiment tracker (MLflow, or nothing)."""
 
@@ -255,6 +269,10 @@ class Tracker(Protocol):
 
 @runtime_checkable
 class Executor(Protocol):
-    """Places trials on resources and runs them; failures are isolated and recorded."""
+    """Places trials on resources and runs them; failures are isolated and recorded.
 
-    def map(self, fn: Any, specs: list[Any]) -> list[Any]: ...
+    ``run`` executes every spec with :func:`harness.runner.execute` (which writes the record),
+    calls ``on_record(record)`` in the calling process as each one finishes, and returns the records.
+    """
+
+    def run(self, specs: list[Any], runs_dir: str, on_record: Any) -> list[dict]: ...

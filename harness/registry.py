@@ -31,9 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-KINDS = ("method", "encoding", "task")
-ENTRY_POINT_GROUPS = {"method": "tokxfer.methods", "encoding": "tokxfer.encodings", "task": "tokxfer.tasks"}
-_BUILTIN_PACKAGES = {"method": "methods", "encoding": "methods.encodings", "task": "tasks"}
+KINDS = ("method", "encoding", "task", "stage")
+ENTRY_POINT_GROUPS = {
+    "method": "tokxfer.methods",
+    "encoding": "tokxfer.encodings",
+    "task": "tokxfer.tasks",
+    "stage": "tokxfer.stages",
+}
+_BUILTIN_PACKAGES = {"method": "methods", "encoding": "methods.encodings", "task": "tasks", "stage": "tasks"}
 
 
 class RegistryError(KeyError):
@@ -101,11 +106,16 @@ def register_task(name: str, *, config: type, description: str | None = None) ->
     return _register("task", name, config, description)
 
 
+def register_stage(name: str, *, config: type, description: str | None = None) -> Callable[[type], type]:
+    """Register an adaptation stage (e.g. ``lapt``) that runs between initialization and the task."""
+    return _register("stage", name, config, description)
+
+
 def load_builtins() -> None:
     """Import the built-in packages (idempotent) and the entry-point plugins."""
     if not _loaded["builtins"]:
         _loaded["builtins"] = True
-        for pkg in _BUILTIN_PACKAGES.values():
+        for pkg in dict.fromkeys(_BUILTIN_PACKAGES.values()):
             importlib.import_module(pkg)
     if not _loaded["entry_points"]:
         _loaded["entry_points"] = True

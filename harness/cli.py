@@ -1,0 +1,379 @@
+"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | overlap | world | quickstart | sync."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+CONFIG_DIR = PACKAGE_DIR / "configs"
+
+
+def _quiet_libraries() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except Exception:
+        pass
+    try:
+        import datasets
+
+        datasets.utils.logging.set_verbosity_error()
+        datasets.disable_progress_bars()
+    except Exception:
+        pass
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=False)
+
+
+def _load_plugins(args) -> None:
+    from harness import registry
+
+    for p in getattr(args, "plugin", None) or []:
+        registry.load_plugin(p)
+
+
+def _tracker(args, runs_dir: Path):
+    if getattr(args, "no_tracking", False):
+        return None
+    from harness.tracking import make_tracker
+
+    return make_tracker(args.tracking_uri, runs_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# commands
+
+
+def cmd_ls(args) -> int:
+    from rich.table import Table
+
+    from harness import registry
+
+    kinds = {"methods": "method", "encodings": "encoding", "tasks": "task", "stages": "stage"}
+    want = [args.kind] if args.kind else list(kinds)
+    con = _console()
+    for k in want:
+        t = Table(title=k, show_lines=False)
+        t.add_column("name", style="bold")
+        t.add_column("description")
+        if kinds[k] == "task":
+            t.add_column("model")
+        for e in registry.entries(kinds[k]):
+            row = [e.name, e.description]
+            if kinds[k] == "task":
+                row.append(getattr(e.cls, "model_kind", "?"))
+            t.add_row(*row)
+        con.print(t)
+    return 0
+
+
+def cmd_validate(args) -> int:
+    from harness.config import load_experiment
+
+    cfg = load_experiment(args.experiment, args.overrides)
+    trials = cfg.trials()
+    print(f"{args.experiment}: ok — experiment {cfg.name!r}, {len(cfg.methods)} method(s) × "
+          f"{len(cfg.encodings) or 1} encoding(s) × {len(cfg.targets)} target(s) × {len(cfg.tasks)} task(s) × "
+          f"{len(cfg.seeds)} seed(s) = {len(trials)} trials")
+    return 0
+
+
+def cmd_run(args) -> int:
+    from harness.config import load_experiment
+    from harness.executors import make_executor
+    from harness.runner import run_experiment
+
+    cfg = load_experiment(args.experiment, args.overrides)
+    runs_dir = Path(args.runs_dir)
+    tracker = _tracker(args, runs_dir)
+    t0 = time.perf_counter()
+    summary = run_experiment(cfg, runs_dir, executor=make_executor(args.executor, progress=not args.quiet),
+                             tracker=tracker, force=args.force, progress=not args.quiet)
+    print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded), failed {summary.failed} "
+          f"in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")
+    for e in summary.tracking_errors:
+        print(f"tracking error (records are safe): {e}", file=sys.stderr)
+    return 1 if summary.failed else 0
+
+
+def cmd_leaderboard(args) -> int:
+    from leaderboards.cli import leaderboard_command
+
+    return leaderboard_command(args)
+
+
+def cmd_check_regression(args) -> int:
+    from leaderboards.cli import check_regression_command
+
+    return check_regression_command(args)
+
+
+def cmd_golden(args) -> int:
+    from leaderboards.cli import golden_update_command
+
+    return golden_update_command(args)
+
+
+def cmd_compare(args) -> int:
+    from leaderboards.cli import compare_command
+
+    return compare_command(args)
+
+
+def cmd_sync(args) -> int:
+    from harness.records import iter_records
+    from harness.tracking import make_tracker
+
+    exp_dir = Path(args.experiment_dir)
+    tracker = make_tracker(args.tracking_uri, exp_dir.parent)
+    n = 0
+    for rec in iter_records(exp_dir, strict=False):
+        arts = [exp_dir / "records" / f"{rec['trial_id']}.json"]
+        info = exp_dir / "artifacts" / rec["trial_id"] / "init_info.json"
+        if info.is_file():
+            arts.append(info)
+        tracker.log_trial(rec.get("experiment") or exp_dir.name, rec, arts)
+        n += 1
+    print(f"synced {n} records from {exp_dir} to {args.tracking_uri or 'the default store'}")
+    return 0
+
+
+def cmd_init(args) -> int:
+    from harness import registry, resources
+    from harness.registry import build_config
+    from harness.runner import initialize_model, write_init_info
+
+    entry = registry.get("method", args.method)
+    cfg_values = {}
+    for item in args.config or []:
+        import yaml
+
+        k, _, v = item.partition("=")
+        cfg_values[k] = yaml.safe_load(v)
+    cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
+    tgt = resources.load_tokenizer(args.target_tokenizer)
+    paths = {
+        "target_corpus": resources.check_corpus(Path(args.target_corpus)) if args.target_corpus else None,
+        "source_corpus": Path(args.source_corpus) if args.source_corpus else None,
+        "parallel_corpus": Path(args.parallel_corpus) if args.parallel_corpus else None,
+        "dictionary": Path(args.dictionary) if args.dictionary else None,
+        "source_word_vectors": None, "target_word_vectors": None,
+    }
+    for k, v in paths.items():
+        if v is not None and not v.is_file():
+            raise resources.ResourceError(f"--{k.replace('_', '-')}: file not found: {v}")
+    init = initialize_model(
+        source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
+        method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=paths, mode=args.mode,
+        extend_top_n=args.extend_top_n, bias=args.bias,
+    )
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    init.model.save_pretrained(out)
+    init.tokenizer.save_pretrained(out)
+    import dataclasses
+
+    write_init_info(out / "init_info.json", init, {"method": args.method, "config": dataclasses.asdict(cfg),
+                                                   "seed": args.seed, "source": args.source})
+    c = init.result.mapping.counts()
+    print(f"wrote {out}: {init.result.mapping.n_target} tokens — " + ", ".join(f"{k} {v}" for k, v in c.items()))
+    return 0
+
+
+def cmd_overlap(args) -> int:
+    from harness import resources
+    from methods._canon import compute_overlap
+
+    rep = compute_overlap(resources.load_tokenizer(args.source), resources.load_tokenizer(args.target)).report()
+    print(json.dumps(rep, indent=2))
+    return 0
+
+
+def cmd_world(args) -> int:
+    from harness.world import build_world
+
+    t0 = time.perf_counter()
+    path = build_world(size=args.size, seed=args.seed)
+    print(f"world ({args.size}, seed {args.seed}) at {path} [{time.perf_counter() - t0:.1f}s]")
+    if args.action == "pretrain":
+        from harness.world.pretrain import PretrainConfig, pretrained_source
+
+        for kind in args.kind:
+            t0 = time.perf_counter()
+            p = pretrained_source(path, kind=kind, config=PretrainConfig(kind=kind), progress=True)
+            print(f"{kind} source model at {p} [{time.perf_counter() - t0:.1f}s]")
+    return 0
+
+
+def cmd_quickstart(args) -> int:
+    from harness.config import load_experiment
+    from harness.runner import run_experiment
+    from harness.tracking import ui_command
+
+    con = _console()
+    t0 = time.perf_counter()
+    overrides = [f"world.size={args.size}", f"seeds=[{args.seeds}]", *args.overrides]
+    cfg = load_experiment(CONFIG_DIR / "quickstart.yaml", overrides)
+    runs_dir = Path(args.runs_dir)
+    con.print(f"[bold]tokxfer quickstart[/]: {len(cfg.trials())} trials — every method on mlm-at-init, "
+              f"targets {', '.join(t.language for t in cfg.targets)}, seeds {list(cfg.seeds)}")
+    con.print("1/3 building the world and pretraining (or reusing) the source model …")
+    from harness import resources
+
+    resources.source_model_dir(cfg.source, cfg.world, progress=True)
+    con.print("2/3 running the trials …")
+    tracker = _tracker(args, runs_dir)
+    summary = run_experiment(cfg, runs_dir, tracker=tracker, progress=True)
+    con.print("3/3 the leaderboard")
+    from leaderboards.cli import render_spec_file
+
+    out_dir = runs_dir / cfg.name
+    md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir)
+    con.print(md)
+    con.print(f"\nran {summary.ran} trials, skipped {summary.skipped}, failed {summary.failed} in "
+              f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/leaderboard.md (also .csv, .tex, .html)")
+    if tracker is not None:
+        con.print(f"Open the MLflow UI on these runs with:\n  [bold]{ui_command(runs_dir)}[/]")
+    for e in summary.tracking_errors:
+        con.print(f"[yellow]tracking error (records are safe): {e}[/]")
+    return 1 if summary.failed else 0
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tokxfer", description=__doc__)
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def common_run(sp):
+        sp.add_argument("--runs-dir", default="runs", help="where records go (default: ./runs)")
+        sp.add_argument("--tracking-uri", default=None, help="MLflow URI (default: sqlite:///RUNS_DIR/mlflow.db)")
+        sp.add_argument("--no-tracking", action="store_true", help="do not mirror records to MLflow")
+        sp.add_argument("--plugin", action="append", help="Python file registering extra methods/tasks")
+        sp.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    sp = sub.add_parser("run", help="run an experiment YAML (resumes: trials with records are skipped)")
+    sp.add_argument("experiment")
+    sp.add_argument("overrides", nargs="*", help="key=value overrides, e.g. seeds=[1] world.size=tiny")
+    common_run(sp)
+    sp.add_argument("--executor", default="local", choices=["local", "gpus", "slurm"])
+    sp.add_argument("--force", action="store_true", help="re-run trials that already have records")
+    sp.set_defaults(fn=cmd_run)
+
+    sp = sub.add_parser("ls", help="list registered methods, encodings, tasks and stages")
+    sp.add_argument("kind", nargs="?", choices=["methods", "encodings", "tasks", "stages"])
+    sp.add_argument("--plugin", action="append")
+    sp.set_defaults(fn=cmd_ls)
+
+    sp = sub.add_parser("validate", help="validate an experiment YAML without running anything")
+    sp.add_argument("experiment")
+    sp.add_argument("overrides", nargs="*")
+    sp.add_argument("--plugin", action="append")
+    sp.set_defaults(fn=cmd_validate)
+
+    sp = sub.add_parser("leaderboard", help="render leaderboard tables from records")
+    sp.add_argument("spec", nargs="?", help="leaderboard spec YAML")
+    sp.add_argument("--all", action="store_true", help="every spec in leaderboards/specs/")
+    sp.add_argument("--runs-dir", default="runs")
+    sp.add_argument("--out", default=None, help="output directory (default: next to the records)")
+    sp.set_defaults(fn=cmd_leaderboard)
+
+    sp = sub.add_parser("check-regression", help="compare records against golden values; non-zero exit on regression")
+    sp.add_argument("--records", required=True, nargs="+")
+    sp.add_argument("--golden", required=True)
+    sp.set_defaults(fn=cmd_check_regression)
+
+    sp = sub.add_parser("golden", help="golden files")
+    sp.add_argument("action", choices=["update"])
+    sp.add_argument("--records", required=True, nargs="+")
+    sp.add_argument("--spec", required=True)
+    sp.add_argument("--golden", required=True)
+    sp.set_defaults(fn=cmd_golden)
+
+    sp = sub.add_parser("compare", help="a method against baselines, with significance tests over seeds")
+    sp.add_argument("experiment_dir")
+    sp.add_argument("--method", required=True)
+    sp.add_argument("--against", nargs="+", required=True)
+    sp.add_argument("--alpha", type=float, default=0.05)
+    sp.set_defaults(fn=cmd_compare)
+
+    sp = sub.add_parser("sync", help="re-mirror an experiment's records to MLflow")
+    sp.add_argument("experiment_dir")
+    sp.add_argument("--tracking-uri", default=None)
+    sp.set_defaults(fn=cmd_sync)
+
+    sp = sub.add_parser("init", help="initialize a model for a new tokenizer and save it (HF directory)")
+    sp.add_argument("--method", required=True)
+    sp.add_argument("--source", required=True, help="source model directory or hub id")
+    sp.add_argument("--source-tokenizer", default=None)
+    sp.add_argument("--target-tokenizer", required=True)
+    sp.add_argument("--target-corpus", default=None)
+    sp.add_argument("--source-corpus", default=None)
+    sp.add_argument("--parallel-corpus", default=None)
+    sp.add_argument("--dictionary", default=None)
+    sp.add_argument("--seed", type=int, default=1)
+    sp.add_argument("--kind", default="mlm", choices=["mlm", "clm"])
+    sp.add_argument("--mode", default="replace", choices=["replace", "extend"])
+    sp.add_argument("--extend-top-n", type=int, default=30000)
+    sp.add_argument("--bias", default="map", choices=["map", "zero", "keep"])
+    sp.add_argument("--config", nargs="*", help="method config key=value")
+    sp.add_argument("--plugin", action="append")
+    sp.add_argument("--out", required=True)
+    sp.set_defaults(fn=cmd_init)
+
+    sp = sub.add_parser("overlap", help="overlap report (exact and fuzzy) of two tokenizers")
+    sp.add_argument("source")
+    sp.add_argument("target")
+    sp.set_defaults(fn=cmd_overlap)
+
+    sp = sub.add_parser("world", help="build the built-in world / pretrain its source models")
+    sp.add_argument("action", choices=["build", "pretrain"])
+    sp.add_argument("--size", default="small", choices=["tiny", "small"])
+    sp.add_argument("--seed", type=int, default=0)
+    sp.add_argument("--kind", nargs="+", default=["mlm"], choices=["mlm", "clm"])
+    sp.set_defaults(fn=cmd_world)
+
+    sp = sub.add_parser("quickstart", help="world + source + every method on mlm-at-init + leaderboard")
+    sp.add_argument("--size", default="small", choices=["tiny", "small"])
+    sp.add_argument("--seeds", default="1,2,3")
+    sp.add_argument("overrides", nargs="*", help="extra key=value overrides of harness/configs/quickstart.yaml")
+    common_run(sp)
+    sp.set_defaults(fn=cmd_quickstart)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_libraries()
+    _load_plugins(args)
+    from harness.config import ConfigError
+    from harness.records import RecordError
+    from harness.registry import RegistryError
+    from harness.resources import ResourceError
+    from harness.surgery import SurgeryError
+
+    try:
+        return args.fn(args)
+    except (ConfigError, RegistryError, ResourceError, SurgeryError, RecordError, FileNotFoundError) as e:
+        print(f"tokxfer: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,361 @@
+"""Experiment configuration: YAML values → frozen dataclasses → ``key=value`` overrides → trial specs.
+
+An experiment YAML holds values only (no includes, no code, no templating)::
+
+    # tokxfer run harness/configs/quickstart.yaml
+    name: quickstart
+    world: {size: small, seed: 0}            # the built-in world that "world:" resources live in
+    source: {model: "world:mlm"}             # or a local model directory, or a hub id
+    targets:
+      - language: near
+        tokenizer: {algorithm: unigram, vocab_size: 4000}   # trained on the target's text
+    methods: [random, overlap, {id: focus-cbow, name: focus, config: {aux_model: cbow}}]
+    tasks: [mlm-at-init]
+    seeds: [1, 2, 3]
+
+Overrides use dotted paths into that structure, values parsed as YAML:
+``seeds=[1]``, ``world.size=tiny``, ``tasks.0.config.max_eval_examples=50``.
+
+Every method/encoding/stage/task section is validated against its registered config dataclass
+(unknown keys fail, naming the key and the file); the *resolved* config (all defaults filled in)
+is what identifies a trial.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness import registry
+
+TOP_LEVEL_KEYS = (
+    "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
+    "seeds", "mode", "extend_top_n", "languages",
+)
+
+
+class ConfigError(ValueError):
+    """An experiment configuration is invalid; the message names the file and the field."""
+
+
+@dataclass(frozen=True)
+class WorldSpec:
+    """Which built-in world ``world:`` resources refer to."""
+
+    size: str = "small"
+    """``tiny`` (tests) or ``small`` (quickstart)."""
+    seed: int = 0
+    """Generator seed of the world (independent of trial seeds: the world is the data, not the trial)."""
+
+    def __post_init__(self) -> None:
+        if self.size not in ("tiny", "small"):
+            raise ConfigError(f"world.size: expected 'tiny' or 'small', got {self.size!r}")
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """The source model."""
+
+    model: str = "world:mlm"
+    """``world:mlm`` / ``world:clm`` (built-in, pretrained and cached by the harness), a local
+    model directory, or a hub id such as ``xlm-roberta-base``."""
+    tokenizer: str | None = None
+    """Tokenizer path or hub id when it differs from ``model``."""
+    pretrain: dict = field(default_factory=dict)
+    """Overrides of :class:`harness.world.pretrain.PretrainConfig` for ``world:`` models."""
+
+
+@dataclass(frozen=True)
+class TokenizerSpec:
+    """The target tokenizer: a path/hub id, or trained by the harness from the target corpus."""
+
+    path: str | None = None
+    algorithm: str = "unigram"
+    vocab_size: int = 8000
+    lowercase: bool = False
+
+    def __post_init__(self) -> None:
+        if self.path is None and self.algorithm not in ("unigram", "bpe", "bytelevel-bpe", "wordpiece"):
+            raise ConfigError(
+                f"tokenizer.algorithm: expected unigram|bpe|bytelevel-bpe|wordpiece, got {self.algorithm!r}"
+            )
+        if self.vocab_size < 50:
+            raise ConfigError(f"tokenizer.vocab_size: expected >= 50, got {self.vocab_size}")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """One target language with its tokenizer and (optional) resources.
+
+    Corpora and dictionaries default to the built-in world's files when a world is configured;
+    explicit paths override them.
+    """
+
+    language: str
+    tokenizer: TokenizerSpec = field(default_factory=TokenizerSpec)
+    corpus: str | None = None
+    source_corpus: str | None = None
+    parallel_corpus: str | None = None
+    dictionary: str | None = None
+    source_word_vectors: str | None = None
+    target_word_vectors: str | None = None
+
+
+@dataclass(frozen=True)
+class ComponentSpec:
+    """A registered component with its resolved config: a method, encoding, stage or task."""
+
+    id: str
+    name: str
+    config: dict
+
+    def as_dict(self) -> dict:
+        return {"id": self.id, "name": self.name, "config": self.config}
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    """A validated, frozen experiment."""
+
+    name: str
+    source: SourceSpec
+    targets: tuple[TargetSpec, ...]
+    methods: tuple[ComponentSpec, ...]
+    tasks: tuple[ComponentSpec, ...]
+    encodings: tuple[ComponentSpec, ...] = ()
+    stages: tuple[ComponentSpec, ...] = ()
+    seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
+    world: WorldSpec | None = None
+    mode: str = "replace"
+    extend_top_n: int = 30000
+    description: str = ""
+    path: str | None = None
+
+    def trials(self) -> list[TrialSpec]:
+        """Expand the grid: method × encoding × target × task × seed (stages apply to all)."""
+        out = []
+        encodings = self.encodings or (ComponentSpec("none", "none", {}),)
+        for target in self.targets:
+            for method in self.methods:
+                for enc in encodings:
+                    for task in self.tasks:
+                        for seed in self.seeds:
+                            out.append(
+                                TrialSpec(
+                                    experiment=self.name, world=self.world, source=self.source, target=target,
+                                    method=method, encoding=enc, stages=self.stages, task=task, seed=seed,
+                                    mode=self.mode, extend_top_n=self.extend_top_n,
+                                )
+                            )
+        return out
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    """One trial: everything that determines its record."""
+
+    experiment: str
+    world: WorldSpec | None
+    source: SourceSpec
+    target: TargetSpec
+    method: ComponentSpec
+    encoding: ComponentSpec
+    stages: tuple[ComponentSpec, ...]
+    task: ComponentSpec
+    seed: int
+    mode: str = "replace"
+    extend_top_n: int = 30000
+
+    def resolved(self) -> dict:
+        """The canonical resolved config (JSON-able), stored in the record."""
+        return {
+            "world": dataclasses.asdict(self.world) if self.world else None,
+            "source": dataclasses.asdict(self.source),
+            "target": dataclasses.asdict(self.target),
+            "method": self.method.as_dict(),
+            "mode": self.mode,
+            "extend_top_n": self.extend_top_n if self.mode == "extend" else None,
+            "encoding": self.encoding.as_dict(),
+            "stages": [s.as_dict() for s in self.stages],
+            "task": self.task.as_dict(),
+            "seed": self.seed,
+        }
+
+    @property
+    def trial_id(self) -> str:
+        """Hash of the canonical resolved config (the experiment's name is not part of it)."""
+        return config_hash(self.resolved())
+
+    def describe(self) -> str:
+        return f"{self.method.id} → {self.target.language} / {self.task.id} / seed {self.seed}"
+
+
+def config_hash(obj: Any) -> str:
+    """sha256 over canonical JSON (sorted keys, no whitespace), first 16 hex digits."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------------------------
+# loading
+
+
+def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = ()) -> ExperimentConfig:
+    """Read an experiment YAML, apply ``key=value`` overrides and validate everything.
+
+    Raises:
+        ConfigError: naming the file and the offending key/value.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: experiment file not found")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML: {e}") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text ({e})") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
+    raw = apply_overrides(raw, overrides, where=str(path))
+    return parse_experiment(raw, where=str(path))
+
+
+def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], *, where: str = "overrides") -> dict:
+    """Apply dotted ``key=value`` overrides (values parsed as YAML) to a raw config dict."""
+    raw = copy.deepcopy(raw)
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        parts = key.strip().split(".")
+        if parts[0] not in TOP_LEVEL_KEYS:
+            raise ConfigError(f"override {item!r}: unknown key {parts[0]!r} (known: {', '.join(TOP_LEVEL_KEYS)})")
+        node: Any = raw
+        for i, p in enumerate(parts[:-1]):
+            if isinstance(node, list):
+                try:
+                    node = node[int(p)]
+                except (ValueError, IndexError):
+                    raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is not a valid list index") from None
+                if isinstance(node, str):  # shorthand "random" → {"name": "random"}
+                    raise ConfigError(f"override {item!r}: write that entry as a mapping in {where} to override its fields")
+            else:
+                node = node.setdefault(p, {})
+        last = parts[-1]
+        parsed = yaml.safe_load(value) if value != "" else ""
+        if isinstance(node, list):
+            node[int(last)] = parsed
+        else:
+            node[last] = parsed
+    return raw
+
+
+def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentConfig:
+    """Validate a raw experiment mapping into an :class:`ExperimentConfig`."""
+    unknown = [k for k in raw if k not in TOP_LEVEL_KEYS]
+    if unknown:
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], TOP_LEVEL_KEYS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{where}: unknown key {unknown[0]!r}{hint} (known keys: {', '.join(TOP_LEVEL_KEYS)})")
+    for req in ("name", "targets", "methods", "tasks"):
+        if req not in raw:
+            raise ConfigError(f"{where}: missing required key {req!r}")
+    try:
+        world = _dc(WorldSpec, raw["world"], f"{where}: world") if raw.get("world") is not None else None
+        source = _dc(SourceSpec, raw.get("source") or {}, f"{where}: source")
+        if not isinstance(raw["targets"], list) or not raw["targets"]:
+            raise ConfigError(f"{where}: targets: expected a non-empty list")
+        targets = []
+        for i, t in enumerate(raw["targets"]):
+            if isinstance(t, str):
+                t = {"language": t}
+            t = dict(t)
+            tok = t.get("tokenizer") or {}
+            if isinstance(tok, str):
+                tok = {"path": tok}
+            t["tokenizer"] = _dc(TokenizerSpec, tok, f"{where}: targets.{i}.tokenizer")
+            targets.append(_dc(TargetSpec, t, f"{where}: targets.{i}"))
+        methods = _components("method", raw["methods"], f"{where}: methods")
+        tasks = _components("task", raw["tasks"], f"{where}: tasks")
+        encodings = _components("encoding", raw.get("encodings") or [], f"{where}: encodings")
+        stages = _components("stage", raw.get("stages") or [], f"{where}: stages")
+        seeds = raw.get("seeds", [1, 2, 3, 4, 5])
+        if isinstance(seeds, int):
+            seeds = [seeds]
+        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+            raise ConfigError(f"{where}: seeds: expected a non-empty list of integers, got {seeds!r}")
+        mode = raw.get("mode", "replace")
+        if mode not in ("replace", "extend"):
+            raise ConfigError(f"{where}: mode: expected 'replace' or 'extend', got {mode!r}")
+        return ExperimentConfig(
+            name=str(raw["name"]), source=source, targets=tuple(targets), methods=tuple(methods),
+            tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
+            world=world, mode=mode, extend_top_n=int(raw.get("extend_top_n", 30000)),
+            description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
+        )
+    except ConfigError:
+        raise
+    except (ValueError, TypeError, KeyError) as e:
+        raise ConfigError(f"{where}: {e}") from None
+
+
+def _dc(cls: type, values: Any, where: str) -> Any:
+    if not isinstance(values, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(values).__name__}")
+    try:
+        return registry.build_config(cls, values, where=where)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _components(kind: str, items: Any, where: str) -> list[ComponentSpec]:
+    if not isinstance(items, list):
+        raise ConfigError(f"{where}: expected a list, got {type(items).__name__}")
+    out, seen = [], set()
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or "name" not in item:
+            raise ConfigError(f"{where}.{i}: expected a name or a mapping with 'name'")
+        extra = set(item) - {"id", "name", "config"}
+        if extra:
+            raise ConfigError(f"{where}.{i}: unknown key {sorted(extra)[0]!r} (known: id, name, config)")
+        try:
+            entry = registry.get(kind, item["name"])
+        except registry.RegistryError as e:
+            raise ConfigError(f"{where}.{i}: {e}") from None
+        cfg = registry.build_config(entry.config_cls, item.get("config") or {}, where=f"{where}.{i}.config")
+        cid = str(item.get("id") or item["name"])
+        if cid in seen:
+            raise ConfigError(f"{where}.{i}: duplicate id {cid!r}; give each entry a distinct 'id'")
+        seen.add(cid)
+        out.append(ComponentSpec(cid, entry.name, _jsonable(dataclasses.asdict(cfg))))
+    return out
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def component_config(kind: str, spec: ComponentSpec) -> Any:
+    """Rebuild the frozen config dataclass of a component from its resolved dict."""
+    entry = registry.get(kind, spec.name)
+    return registry.build_config(entry.config_cls, spec.config, where=f"{kind} {spec.id!r}")

@@ -1,0 +1,101 @@
+"""Gold diagnostics of an initialization on the built-in world (WORLD.md, "Gold diagnostics").
+
+The world knows, for every target word form, the source word form it realizes. Where both forms
+are single whole-word tokens of their tokenizers, that pair is a *gold token pair*. For each such
+pair we ask whether the initialized target row's nearest source embedding (cosine) is the gold
+source row (top-1 / top-5), and report the mean cosine to the gold row. Pairs are also reported
+separately for target tokens that are *not* trivially copied (spelled differently from their gold
+source token), which is where methods differ.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def gold_token_pairs(word_map: Path, source_tok, target_tok) -> np.ndarray:
+    """``(n, 2)`` int64 array of ``[target_id, source_id]`` gold pairs, most frequent source per target."""
+    from methods._canon import Canon, canonical_vocab
+
+    def index(tok) -> dict:
+        out = {}
+        for i, c in enumerate(canonical_vocab(tok)):
+            if c is not None and c.word_start:
+                out.setdefault(c.text, i)
+        return out
+
+    t_index, s_index = index(target_tok), index(source_tok)
+    best: dict[int, tuple[int, int]] = {}
+    with open(word_map, encoding="utf-8") as f:
+        for row in csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE):
+            if len(row) < 2:
+                continue
+            tform, sform = row[0], row[1]
+            count = int(row[2]) if len(row) > 2 and row[2].isdigit() else 1
+            t = t_index.get(Canon(tform.encode(), True).text)
+            s = s_index.get(Canon(sform.encode(), True).text)
+            if t is None or s is None:
+                continue
+            if t not in best or count > best[t][1]:
+                best[t] = (s, count)
+    if not best:
+        return np.zeros((0, 2), dtype=np.int64)
+    return np.array([[t, s] for t, (s, _) in sorted(best.items())], dtype=np.int64)
+
+
+def gold_alignment(new_emb: torch.Tensor, source_emb: torch.Tensor, pairs: np.ndarray, *, copied: np.ndarray | None = None, chunk: int = 4096) -> dict:
+    """Top-1/top-5 accuracy and mean cosine of initialized rows against their gold source rows.
+
+    Args:
+        new_emb: ``|Vt| x d`` initialized target embeddings.
+        source_emb: ``|Vs| x d`` source embeddings.
+        pairs: gold ``[target_id, source_id]`` pairs.
+        copied: optional boolean mask over ``pairs`` of pairs whose target token is spelled like
+            its gold source token; metrics over the rest are reported with the suffix ``_new``.
+    """
+    if len(pairs) == 0:
+        return {"gold_pairs": 0, "gold_top1": None, "gold_top5": None, "gold_cosine": None}
+    S = torch.nn.functional.normalize(source_emb.detach().float(), dim=1)
+    T = torch.nn.functional.normalize(new_emb.detach().float()[torch.from_numpy(pairs[:, 0])], dim=1)
+    gold = torch.from_numpy(pairs[:, 1])
+    top1, top5, cos = [], [], []
+    for a in range(0, len(pairs), chunk):
+        sims = T[a : a + chunk] @ S.T
+        g = gold[a : a + chunk]
+        top = sims.topk(min(5, S.shape[0]), dim=1).indices
+        top1.append(top[:, 0] == g)
+        top5.append((top == g[:, None]).any(1))
+        cos.append(sims.gather(1, g[:, None])[:, 0])
+    top1, top5, cos = torch.cat(top1), torch.cat(top5), torch.cat(cos)
+    out = {
+        "gold_pairs": int(len(pairs)),
+        "gold_top1": float(top1.float().mean()),
+        "gold_top5": float(top5.float().mean()),
+        "gold_cosine": float(cos.mean()),
+    }
+    if copied is not None:
+        new = torch.from_numpy(~copied)
+        n = int(new.sum())
+        out["gold_pairs_new"] = n
+        out["gold_top1_new"] = float(top1[new].float().mean()) if n else None
+        out["gold_top5_new"] = float(top5[new].float().mean()) if n else None
+        out["gold_cosine_new"] = float(cos[new].mean()) if n else None
+    return out
+
+
+def world_diagnostics(world, language: str, source_tok, target_tok, source_emb: torch.Tensor, new_emb: torch.Tensor) -> dict:
+    """Gold diagnostics for a world target language (empty dict for the source language)."""
+    if world is None or language == world.source_language or language not in world.languages:
+        return {}
+    from methods._canon import canonical_vocab
+
+    pairs = gold_token_pairs(world.word_map(language), source_tok, target_tok)
+    if len(pairs) == 0:
+        return {"gold_pairs": 0}
+    tv, sv = canonical_vocab(target_tok), canonical_vocab(source_tok)
+    copied = np.array([tv[t] == sv[s] for t, s in pairs], dtype=bool)
+    return gold_alignment(new_emb, source_emb, pairs, copied=copied)

@@ -1,0 +1,199 @@
+"""Trial records: one versioned JSON file per trial, written atomically, loaded with migrations.
+
+Records on disk are the source of truth; MLflow and the leaderboards read them.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> d = pathlib.Path(tempfile.mkdtemp())
+    >>> p = write_record(d, {"trial_id": "abc", "status": "ok", "metrics": {}})
+    >>> load_record(p)["schema_version"] == SCHEMA_VERSION
+    True
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import socket
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+SCHEMA_VERSION = 1
+REQUIRED_FIELDS = ("schema_version", "trial_id", "status")
+
+
+class RecordError(ValueError):
+    """A record file is unreadable, truncated, or from a newer schema."""
+
+
+# migrations[n] turns a record of schema n into schema n+1. Old records kept in
+# tests/fixtures/records/ must keep loading through these.
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def package_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tokxfer")
+    except Exception:
+        return "0+unknown"
+
+
+def git_info(path: Path | None = None) -> dict:
+    """``{"sha": ..., "dirty": bool}`` of the checkout tokxfer runs from (nulls outside git)."""
+    root = Path(path or Path(__file__).resolve().parent.parent)
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return {"sha": None, "dirty": None}
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5)
+        return {"sha": sha.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"sha": None, "dirty": None}
+
+
+def environment() -> dict:
+    """Library versions, device and host of this process."""
+    import numpy
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "numpy": numpy.__version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "n_gpus": torch.cuda.device_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    for lib in ("transformers", "tokenizers", "datasets", "fasttext", "entmax", "sacrebleu", "seqeval", "mlflow"):
+        try:
+            from importlib.metadata import version
+
+            name = {"fasttext": "fasttext-numpy2"}.get(lib, lib)
+            env[lib] = version(name)
+        except Exception:
+            env[lib] = None
+    return env
+
+
+def write_record(directory: Path, record: dict) -> Path:
+    """Write ``record`` to ``directory/<trial_id>.json`` atomically (temp file + fsync + rename)."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    record = dict(record)
+    record.setdefault("schema_version", SCHEMA_VERSION)
+    if "trial_id" not in record:
+        raise RecordError("record has no 'trial_id'")
+    path = directory / f"{record['trial_id']}.json"
+    blob = json.dumps(record, indent=2, sort_keys=True, default=_json_default, allow_nan=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{record['trial_id']}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(blob)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return path
+
+
+def _json_default(o: Any) -> Any:
+    import numpy as np
+
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    if isinstance(o, Path):
+        return str(o)
+    raise TypeError(f"not JSON serializable: {type(o).__name__}")
+
+
+def load_record(path: str | Path) -> dict:
+    """Load, validate and migrate one record.
+
+    Raises:
+        RecordError: naming the file, when it is truncated/corrupt, lacks required fields,
+            or was written by a newer schema than this tokxfer understands.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RecordError(f"{path}: cannot read record ({e})") from None
+    try:
+        rec = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RecordError(f"{path}: truncated or corrupt JSON record ({e.msg} at char {e.pos}); delete it to re-run the trial") from None
+    if not isinstance(rec, dict):
+        raise RecordError(f"{path}: expected a JSON object")
+    missing = [k for k in REQUIRED_FIELDS if k not in rec]
+    if missing:
+        raise RecordError(f"{path}: missing required field(s) {', '.join(missing)}")
+    v = rec["schema_version"]
+    if not isinstance(v, int) or v < 1:
+        raise RecordError(f"{path}: schema_version must be a positive integer, got {v!r}")
+    if v > SCHEMA_VERSION:
+        raise RecordError(
+            f"{path}: record has schema_version {v}, newer than this tokxfer understands ({SCHEMA_VERSION}); upgrade tokxfer"
+        )
+    while rec["schema_version"] < SCHEMA_VERSION:
+        rec = MIGRATIONS[rec["schema_version"]](rec)
+    return rec
+
+
+def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict]:
+    """Yield the records of a records directory (or an experiment dir containing ``records/``).
+
+    With ``strict=False`` unreadable files are skipped with a warning instead of raising.
+    """
+    import warnings
+
+    directory = Path(directory)
+    if (directory / "records").is_dir():
+        directory = directory / "records"
+    if not directory.is_dir():
+        raise RecordError(f"{directory}: no records directory")
+    for p in sorted(directory.glob("*.json")):
+        try:
+            yield load_record(p)
+        except RecordError as e:
+            if strict:
+                raise
+            warnings.warn(str(e), stacklevel=2)
+
+
+def completed_trial_ids(directory: Path) -> set[str]:
+    """Trial ids whose record exists, validates and finished with status ``ok``."""
+    out = set()
+    directory = Path(directory)
+    if not directory.is_dir():
+        return out
+    for p in directory.glob("*.json"):
+        try:
+            rec = load_record(p)
+        except RecordError:
+            continue
+        if rec.get("status") == "ok":
+            out.add(rec["trial_id"])
+    return out

@@ -1,0 +1,166 @@
+"""Resources: models, tokenizers, corpora and auxiliary files, by local path, hub id or ``world:`` name.
+
+``world:mlm`` / ``world:clm`` name the built-in source models (pretrained and cached by the harness);
+anything else is a local path when it exists, or a hub id handed to ``from_pretrained`` /
+``datasets.load_dataset`` (which fails offline — tests set ``HF_HUB_OFFLINE=1`` so it fails fast).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+from harness.config import SourceSpec, TargetSpec, TokenizerSpec, WorldSpec
+
+
+class ResourceError(ValueError):
+    """A resource could not be found or loaded; the message names it and what was expected."""
+
+
+def cache_dir() -> Path:
+    """The user's tokxfer cache (``$TOKXFER_CACHE`` or ``~/.cache/tokxfer``)."""
+    from harness.cache import cache_root
+
+    return cache_root()
+
+
+@functools.lru_cache(maxsize=8)
+def world_dir(size: str, seed: int) -> Path:
+    """Build (or reuse) the built-in world and return its directory."""
+    from harness.world import build_world
+
+    return Path(build_world(size=size, seed=seed))
+
+
+def world_for(spec: WorldSpec | None) -> Any:
+    """The :class:`harness.world.World` of a spec, or ``None``."""
+    if spec is None:
+        return None
+    from harness.world import World
+
+    return World(world_dir(spec.size, spec.seed))
+
+
+def model_kind_of(name: str) -> str | None:
+    """``mlm``/``clm`` for world model names, ``None`` for paths and hub ids."""
+    if name.startswith("world:"):
+        kind = name.split(":", 1)[1]
+        if kind not in ("mlm", "clm"):
+            raise ResourceError(f"source.model: unknown world model {name!r}; expected world:mlm or world:clm")
+        return kind
+    return None
+
+
+def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: bool = True) -> str:
+    """Resolve ``source.model`` to a local directory (pretraining world models) or a hub id."""
+    kind = model_kind_of(source.model)
+    if kind is None:
+        if not Path(source.model).exists() and "/" not in source.model and os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise ResourceError(f"source.model: {source.model!r} is neither a local path nor reachable on the hub (HF_HUB_OFFLINE=1)")
+        return source.model
+    if world is None:
+        raise ResourceError(f"source.model: {source.model!r} needs a 'world:' section in the experiment")
+    from harness.registry import build_config
+    from harness.world.pretrain import PretrainConfig, pretrained_source
+
+    cfg = build_config(PretrainConfig, {"kind": kind, **source.pretrain}, where="source.pretrain")
+    return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress))
+
+
+def load_source_model(path: str, kind: str):
+    """Load a source model of ``kind`` (mlm | clm | seq2seq) from a directory or hub id."""
+    import transformers
+
+    cls = {"mlm": transformers.AutoModelForMaskedLM, "clm": transformers.AutoModelForCausalLM,
+           "seq2seq": transformers.AutoModelForSeq2SeqLM}[kind]
+    p = Path(path)
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise ResourceError(f"{p}: not a model directory (no config.json)")
+        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
+            raise ResourceError(f"{p}: model directory has no weights (*.safetensors or *.bin), so no embeddings to transfer")
+    try:
+        return cls.from_pretrained(path)
+    except OSError as e:
+        raise ResourceError(f"source model {path!r}: cannot load as a {kind} model ({e})") from None
+
+
+def load_tokenizer(name: str):
+    """Load a tokenizer from a directory or hub id (fast tokenizers only)."""
+    from harness.tokenizers import load_tokenizer as _load
+
+    return _load(name)
+
+
+def target_tokenizer(target: TargetSpec, world: Any, *, progress: bool = True):
+    """The target tokenizer: loaded from ``tokenizer.path`` or trained on the target corpus."""
+    tok: TokenizerSpec = target.tokenizer
+    if tok.path:
+        return load_tokenizer(tok.path)
+    from harness.tokenizers import train_tokenizer
+
+    corpus = target_corpus(target, world)
+    if corpus is None:
+        raise ResourceError(
+            f"targets[{target.language}].tokenizer: no 'path' and no corpus to train on (set targets.corpus or a world)"
+        )
+    return train_tokenizer([corpus], algorithm=tok.algorithm, vocab_size=tok.vocab_size, lowercase=tok.lowercase,
+                           cache_dir=cache_dir(), progress=progress)
+
+
+def _file(value: str | None, field: str) -> Path | None:
+    if value is None:
+        return None
+    p = Path(value)
+    if not p.is_file():
+        raise ResourceError(f"{field}: file not found: {p}")
+    return p
+
+
+def target_corpus(target: TargetSpec, world: Any) -> Path | None:
+    if target.corpus:
+        return check_corpus(_file(target.corpus, f"targets[{target.language}].corpus"))
+    if world is not None and target.language in world.languages:
+        return world.text(target.language, "train")
+    return None
+
+
+def check_corpus(path: Path) -> Path:
+    """Raise when a corpus file is empty or not UTF-8 (naming the file and the byte offset)."""
+    if path.stat().st_size == 0:
+        raise ResourceError(f"{path}: corpus is empty")
+    with open(path, "rb") as f:
+        offset = 0
+        while chunk := f.read(1 << 20):
+            try:
+                chunk.decode("utf-8")
+            except UnicodeDecodeError as e:
+                if e.start < len(chunk) - 4:  # not just a multibyte char cut by the chunk boundary
+                    raise ResourceError(f"{path}: not UTF-8 (invalid byte at offset {offset + e.start})") from None
+            offset += len(chunk)
+    return path
+
+
+def transfer_paths(target: TargetSpec, world: Any) -> dict:
+    """Corpora/dictionary/vector paths for :class:`harness.protocols.TransferInputs`."""
+    lang = target.language
+    out = {
+        "target_corpus": target_corpus(target, world),
+        "source_corpus": _file(target.source_corpus, f"targets[{lang}].source_corpus"),
+        "parallel_corpus": _file(target.parallel_corpus, f"targets[{lang}].parallel_corpus"),
+        "dictionary": _file(target.dictionary, f"targets[{lang}].dictionary"),
+        "source_word_vectors": _file(target.source_word_vectors, f"targets[{lang}].source_word_vectors"),
+        "target_word_vectors": _file(target.target_word_vectors, f"targets[{lang}].target_word_vectors"),
+    }
+    if world is not None and lang in world.languages and lang != world.source_language:
+        out["source_corpus"] = out["source_corpus"] or world.text(world.source_language, "train")
+        out["parallel_corpus"] = out["parallel_corpus"] or world.parallel(lang)
+        out["dictionary"] = out["dictionary"] or world.dictionary(lang)
+    return out
+
+
+def describe(obj: Any) -> dict:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)

@@ -1,0 +1,329 @@
+"""The trial runner: one trial = init → (encoding) → (stages) → task → record.
+
+``run_experiment`` expands the grid, skips trials whose record exists and validates (resume),
+runs the rest through an executor, writes every record atomically the moment its trial ends, and
+mirrors it to the tracker. A failed trial is recorded with its traceback and the grid goes on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from harness import records, registry, resources, seeding
+from harness.config import ExperimentConfig, TrialSpec, component_config, config_hash
+from harness.protocols import PROVENANCE_NAMES, InitResult, TaskContext, TokenMapping, TransferInputs
+
+log = logging.getLogger("tokxfer")
+
+
+@dataclasses.dataclass
+class Initialized:
+    """A model with its new vocabulary, plus what the record needs to know about the init."""
+
+    model: Any
+    tokenizer: Any
+    result: InitResult
+    source_tokenizer: Any
+    source_embeddings: torch.Tensor
+    diagnostics: dict
+    timings: dict
+
+
+def device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+# --------------------------------------------------------------------------------------------
+# initialization (shared by trials and `tokxfer init`)
+
+
+def initialize_model(
+    *, source_model: str, source_tokenizer: str | None, target_tok, method_name: str, method_config: Any,
+    seed: int, model_kind: str, transfer_paths: dict, source_language: str = "src", target_language: str = "tgt",
+    mode: str = "replace", extend_top_n: int = 30000, bias: str = "map", world=None, cache_key: dict | None = None,
+) -> Initialized:
+    """Load the source, run the method, install the result. All randomness from ``seed``."""
+    from harness import surgery
+    from harness.diagnostics import world_diagnostics
+
+    t0 = time.perf_counter()
+    model = resources.load_source_model(source_model, model_kind)
+    src_tok = resources.load_tokenizer(source_tokenizer or source_model)
+    src_emb = model.get_input_embeddings().weight.detach().float().cpu().clone()
+    if src_emb.shape[0] != len(src_tok):
+        if src_emb.shape[0] < len(src_tok):
+            raise surgery.SurgeryError(
+                f"source tokenizer has {len(src_tok)} tokens but the model has only {src_emb.shape[0]} embedding rows"
+            )
+    t_load = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    tgt = target_tok
+    if mode == "extend":
+        from methods._extension import extend_tokenizer
+
+        if transfer_paths.get("target_corpus") is None:
+            raise resources.ResourceError("mode=extend needs a target corpus to rank the new tokens")
+        tgt, _ = extend_tokenizer(src_tok, target_tok, transfer_paths["target_corpus"], extend_top_n)
+    surgery.check_special_tokens(tgt, model_kind, where="target tokenizer")
+    entry = registry.get("method", method_name)
+    method = entry.make(method_config)
+    inputs = TransferInputs(
+        source_tokenizer=src_tok, target_tokenizer=tgt, source_embeddings=src_emb,
+        source_language=source_language, target_language=target_language, cache_dir=resources.cache_dir(),
+        **transfer_paths,
+    )
+    result = _cached_init(cache_key, lambda: method.initialize(inputs, seeding.numpy_rng(seed, "init", method_name)), tgt)
+    t_method = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    gen = seeding.torch_generator(seed, "init", "materialize")
+    surgery.install(model, result, gen, bias=bias)
+    if result.directives.get("reinitialize_body"):
+        surgery.reinitialize_body(model, seeding.seeded_globals(seed, "init", "from-scratch"))
+    new_emb = model.get_input_embeddings().weight.detach().float().cpu()
+    diag = world_diagnostics(world, target_language, src_tok, result.tokenizer, src_emb, new_emb) if world is not None else {}
+    return Initialized(
+        model=model, tokenizer=result.tokenizer, result=result, source_tokenizer=src_tok, source_embeddings=src_emb,
+        diagnostics=diag, timings={"load_s": t_load, "method_s": t_method, "install_s": time.perf_counter() - t0},
+    )
+
+
+def _cached_init(key: dict | None, compute, tokenizer) -> InitResult:
+    """Content-hashed cache of method outputs (mapping + info), so re-runs do not recompute them."""
+    if key is None:
+        return compute()
+    d = resources.cache_dir() / "inits" / config_hash(key)
+    if (d / "mapping.npz").is_file() and (d / "init.json").is_file():
+        z = np.load(d / "mapping.npz")
+        meta = json.loads((d / "init.json").read_text())
+        mapping = TokenMapping(int(z["shape"][0]), int(z["shape"][1]), z["indptr"], z["indices"], z["weights"], z["provenance"])
+        # only results whose tokenizer is the given one are cached, so it is the right one here
+        return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"])
+    res = compute()
+    if res.tokenizer is not tokenizer:
+        return res  # method chose another tokenizer (original); do not cache the mapping alone
+    import os
+    import tempfile
+
+    d.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=d.parent, prefix=".tmp-"))
+    m = res.mapping
+    np.savez(tmp / "mapping.npz", shape=np.array([m.n_target, m.n_source]), indptr=m.indptr, indices=m.indices,
+             weights=m.weights, provenance=m.provenance)
+    (tmp / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives}, default=str))
+    try:
+        os.replace(tmp, d)
+    except OSError:  # another process filled it first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
+
+
+def init_summary(init: Initialized) -> dict:
+    """The ``init`` section of a record."""
+    info = json.loads(json.dumps(init.result.info, default=str))
+    return {
+        "counts": init.result.mapping.counts(),
+        "n_target": init.result.mapping.n_target,
+        "n_source": init.result.mapping.n_source,
+        "info": info,
+        "directives": init.result.directives,
+        "diagnostics": init.diagnostics,
+    }
+
+
+def provenance_string(mapping: TokenMapping) -> str:
+    """Per-token provenance, one digit per target id (0 special, 1 copied, 2 combined, 3 fallback)."""
+    return "".join(map(str, mapping.provenance.tolist()))
+
+
+def write_init_info(path: Path, init: Initialized, extra: dict | None = None) -> None:
+    info = init_summary(init)
+    info["provenance_codes"] = {str(k): v for k, v in PROVENANCE_NAMES.items()}
+    info["provenance"] = provenance_string(init.result.mapping)
+    info.update(extra or {})
+    path.write_text(json.dumps(info, indent=2, default=str))
+
+
+# --------------------------------------------------------------------------------------------
+# trials
+
+
+def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | None = None) -> dict:
+    """Run one trial and return its record (status ``ok``); exceptions propagate to the caller."""
+    started = records.now_iso()
+    t_start = time.perf_counter()
+    task_entry = registry.get("task", spec.task.name)
+    task = task_entry.make(component_config("task", spec.task))
+    kind = task_entry.cls.model_kind
+    world = resources.world_for(spec.world)
+    src_kind = resources.model_kind_of(spec.source.model)
+    if src_kind is not None and src_kind != kind:
+        raise ValueError(
+            f"task {spec.task.name!r} needs a {kind} source model but source.model is {spec.source.model!r}"
+        )
+    t0 = time.perf_counter()
+    src_path = resources.source_model_dir(spec.source, spec.world, progress=progress)
+    tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
+    paths = resources.transfer_paths(spec.target, world)
+    t_resources = time.perf_counter() - t0
+    cache_key = {
+        "source": str(src_path), "source_tokenizer": spec.source.tokenizer, "target": dataclasses.asdict(spec.target),
+        "world": dataclasses.asdict(spec.world) if spec.world else None, "method": spec.method.as_dict(),
+        "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.seed, "kind": kind,
+        "version": records.package_version(),
+    }
+    init = initialize_model(
+        source_model=src_path, source_tokenizer=spec.source.tokenizer, target_tok=tgt_tok,
+        method_name=spec.method.name, method_config=component_config("method", spec.method), seed=spec.seed,
+        model_kind=kind, transfer_paths=paths, source_language=world.source_language if world else "src",
+        target_language=spec.target.language, mode=spec.mode, extend_top_n=spec.extend_top_n, world=world,
+        cache_key=cache_key,
+    )
+    dev = device()
+    model = init.model.to(dev)
+    ctx = TaskContext(
+        model=model, tokenizer=init.tokenizer, languages=[spec.target.language], seed=spec.seed, device=dev,
+        data_root=Path(resources.world_dir(spec.world.size, spec.world.seed)) if spec.world else None,
+        source_language=world.source_language if world else None, progress=progress, work_dir=artifacts_dir,
+    )
+    enc_entry = registry.get("encoding", spec.encoding.name)
+    encoding = enc_entry.make(component_config("encoding", spec.encoding))
+    ctx.encoding = encoding
+    ctx.model = encoding.wrap(ctx.model, [spec.target.language])
+    curves: dict = {}
+    stage_info: dict = {}
+    t0 = time.perf_counter()
+    for st in spec.stages:
+        stage = registry.get("stage", st.name).make(component_config("stage", st))
+        ctx.model, res = stage.apply(ctx, init.result.directives)
+        curves.update({f"{st.id}.{k}": v for k, v in res.curves.items()})
+        stage_info[st.id] = {"metrics": res.metrics, "info": res.info, "counts": res.counts}
+    t_stages = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    result = task.run(ctx)
+    t_task = time.perf_counter() - t0
+    curves.update(result.curves)
+    if artifacts_dir is not None:
+        artifacts_dir.mkdir(parents=True, exist_ok=True)
+        write_init_info(artifacts_dir / "init_info.json", init)
+    return {
+        "schema_version": records.SCHEMA_VERSION,
+        "tokxfer_version": records.package_version(),
+        "git": records.git_info(),
+        "experiment": spec.experiment,
+        "trial_id": spec.trial_id,
+        "status": "ok",
+        "error": None,
+        "config": spec.resolved(),
+        "seed": spec.seed,
+        "seeds": {"init": seeding.derive(spec.seed, "init", spec.method.name), "task": seeding.derive(spec.seed, "task")},
+        "metrics": result.metrics,
+        "init": init_summary(init),
+        "stages": stage_info,
+        "counts": result.counts,
+        "curves": curves,
+        "task_info": result.info,
+        "timings": {
+            "resources_s": t_resources, **{f"init_{k}": v for k, v in init.timings.items()}, "stages_s": t_stages,
+            "task_s": t_task, "total_s": time.perf_counter() - t_start,
+        },
+        "revisions": {"source_model": str(src_path), "world": dataclasses.asdict(spec.world) if spec.world else None},
+        "environment": records.environment(),
+        "started_at": started,
+        "finished_at": records.now_iso(),
+    }
+
+
+def failed_record(spec: TrialSpec, exc: BaseException, started: str) -> dict:
+    return {
+        "schema_version": records.SCHEMA_VERSION,
+        "tokxfer_version": records.package_version(),
+        "git": records.git_info(),
+        "experiment": spec.experiment,
+        "trial_id": spec.trial_id,
+        "status": "failed",
+        "error": {"type": type(exc).__name__, "message": str(exc), "traceback": traceback.format_exc()},
+        "config": spec.resolved(),
+        "seed": spec.seed,
+        "metrics": {},
+        "environment": records.environment(),
+        "started_at": started,
+        "finished_at": records.now_iso(),
+    }
+
+
+def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> dict:
+    """Run one trial and write its record (ok or failed). Picklable entry point for executors."""
+    exp_dir = Path(runs_dir) / spec.experiment
+    started = records.now_iso()
+    try:
+        rec = run_trial(spec, progress=progress, artifacts_dir=exp_dir / "artifacts" / spec.trial_id)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:  # isolated: recorded, the grid goes on
+        log.error("trial %s (%s) failed: %s", spec.trial_id, spec.describe(), e)
+        rec = failed_record(spec, e, started)
+    records.write_record(exp_dir / "records", rec)
+    return rec
+
+
+@dataclasses.dataclass
+class ExperimentSummary:
+    ran: int
+    skipped: int
+    failed: int
+    records_dir: Path
+    tracking_errors: list[str]
+
+
+def run_experiment(
+    cfg: ExperimentConfig, runs_dir: str | Path = "runs", *, executor=None, tracker=None, force: bool = False,
+    progress: bool = True,
+) -> ExperimentSummary:
+    """Run every trial of an experiment whose record is missing (or failed); mirror to the tracker."""
+    from harness.executors import LocalExecutor
+
+    runs_dir = Path(runs_dir)
+    exp_dir = runs_dir / cfg.name
+    rec_dir = exp_dir / "records"
+    rec_dir.mkdir(parents=True, exist_ok=True)
+    (exp_dir / "experiment.json").write_text(json.dumps({"name": cfg.name, "path": cfg.path, "description": cfg.description}, indent=2))
+    specs = cfg.trials()
+    done = set() if force else records.completed_trial_ids(rec_dir)
+    todo = [s for s in specs if s.trial_id not in done]
+    skipped = len(specs) - len(todo)
+    if progress and skipped:
+        log.info("%d of %d trials already have records; running %d", skipped, len(specs), len(todo))
+    executor = executor or LocalExecutor(progress=progress)
+    tracking_errors: list[str] = []
+
+    def on_record(rec: dict) -> None:
+        if tracker is None:
+            return
+        try:
+            arts = [rec_dir / f"{rec['trial_id']}.json"]
+            info = exp_dir / "artifacts" / rec["trial_id"] / "init_info.json"
+            if info.is_file():
+                arts.append(info)
+            tracker.log_trial(cfg.name, rec, arts)
+        except Exception as e:  # the record is already on disk
+            msg = str(e)
+            if msg not in tracking_errors:
+                tracking_errors.append(msg)
+                log.warning("tracking failed (records are safe on disk): %s", msg)
+
+    results = executor.run(todo, str(runs_dir), on_record)
+    failed = sum(1 for r in results if r.get("status") != "ok")
+    return ExperimentSummary(len(todo), skipped, failed, rec_dir, tracking_errors)

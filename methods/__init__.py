@@ -1,0 +1,12 @@
+"""Embedding-initialization methods. Every module is imported here so built-ins register eagerly
+(never by whether someone imported a module first)."""
+
+from methods import (  # noqa: F401
+    from_scratch,
+    mean_of_pieces,
+    original,
+    overlap,
+    random_mapping,
+    random_normal,
+    transinner,
+)

@@ -1,0 +1,731 @@
+"""Canonical token forms, special-token roles and vocabulary overlap (shared by every method).
+
+Tokens from different tokenizer families spell the same string differently (METHODS.md,
+"Canonicalization"): SentencePiece marks a word start with ``▁`` and may fall back to byte pieces
+``<0x41>``; byte-level BPE marks it with ``Ġ`` and spells every byte with a printable stand-in
+(GPT-2's ``bytes_to_unicode``); WordPiece marks a *continuation* with ``##``. Every token is mapped
+to one :class:`Canon` — its real bytes plus a word-start flag — and overlap is exact on that form.
+
+Supported are *fast* tokenizers (``PreTrainedTokenizerFast`` / transformers 5 ``TokenizersBackend``)
+of three families, detected from the ``tokenizers`` backend:
+
+* ``"sentencepiece"``: Unigram or BPE model with a ``Metaspace`` pre-tokenizer/decoder, or the
+  Llama-style normalizer/decoder that replaces ``" "`` with ``▁``; byte fallback honoured.
+* ``"bytelevel"``: a ``ByteLevel`` pre-tokenizer or decoder (GPT-2, RoBERTa, Llama 3 …).
+* ``"wordpiece"``: a WordPiece model (BERT), or a BPE model with a ``continuing_subword_prefix``
+  and no other marker.
+
+Special tokens are never canonicalized: they are matched by *role* (bos, eos, unk, pad, mask, cls,
+sep), with RoBERTa's ``<s>``/``</s>`` standing in for ``[CLS]``/``[SEP]`` and vice versa.
+
+Example:
+    >>> from tokenizers import Tokenizer, models, pre_tokenizers
+    >>> from transformers import PreTrainedTokenizerFast
+    >>> bk = Tokenizer(models.WordPiece({"[UNK]": 0, "foo": 1, "##foo": 2}, unk_token="[UNK]"))
+    >>> bk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    >>> tok = PreTrainedTokenizerFast(tokenizer_object=bk, unk_token="[UNK]")
+    >>> tokenizer_family(tok)
+    'wordpiece'
+    >>> canonical_vocab(tok)
+    [None, Canon(text=b'foo', word_start=True), Canon(text=b'foo', word_start=False)]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import unicodedata
+import weakref
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
+
+FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
+"""The tokenizer families this module understands."""
+
+ROLES = ("bos", "eos", "unk", "pad", "mask", "cls", "sep")
+"""Special-token roles, in the order they are tried when matching."""
+
+# RoBERTa/XLM-R use <s> both as bos and cls and </s> both as eos and sep; BERT has only cls/sep.
+# A role that a tokenizer leaves unset is filled from its counterpart so the two styles match.
+_ROLE_ALIASES = {"cls": "bos", "bos": "cls", "sep": "eos", "eos": "sep"}
+
+_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+@dataclass(frozen=True)
+class Canon:
+    """Canonical form of one token.
+
+    Attributes:
+        text: the token's bytes with the word-start/continuation marker removed.
+        word_start: whether the token begins a word (SentencePiece ``▁``, byte-level ``Ġ``,
+            WordPiece: no ``##``).
+    """
+
+    text: bytes
+    word_start: bool
+
+
+@functools.lru_cache(maxsize=1)
+def bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's reversible map from the 256 byte values to printable unicode characters.
+
+    Example:
+        >>> bytes_to_unicode()[ord(" ")]
+        'Ġ'
+    """
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs)}
+
+
+@functools.lru_cache(maxsize=1)
+def unicode_to_bytes() -> dict[str, int]:
+    """Inverse of :func:`bytes_to_unicode` (printable stand-in character -> byte value)."""
+    return {c: b for b, c in bytes_to_unicode().items()}
+
+
+# ----------------------------------------------------------------------------------------------
+# Family detection
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """What :func:`canonical_vocab` needs to know about a tokenizer's spelling conventions.
+
+    Attributes:
+        family: one of :data:`FAMILIES`.
+        model_type: the backend model type (``"Unigram"``, ``"BPE"``, ``"WordPiece"``).
+        marker: the word-start marker (``"▁"`` for SentencePiece, ``"Ġ"`` for byte-level) or the
+            continuation prefix (``"##"`` for WordPiece).
+        byte_fallback: whether ``<0xNN>`` pieces are byte-fallback pieces.
+        metaspace_split: SentencePiece only: whether the pre-tokenizer splits at ``▁``.
+    """
+
+    family: str
+    model_type: str
+    marker: str
+    byte_fallback: bool = False
+    metaspace_split: bool = True
+
+
+def _backend(tok: Any) -> Any:
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        raise ValueError(
+            f"unsupported tokenizer type {type(tok).__name__}: only fast tokenizers (a `tokenizers` backend, "
+            f"PreTrainedTokenizerFast / TokenizersBackend) of the families {', '.join(FAMILIES)} are supported; "
+            "load it with use_fast=True or build it with the `tokenizers` library"
+        )
+    return backend
+
+
+def _components(node: Any) -> list[dict]:
+    """Flatten a (possibly ``Sequence``) normalizer/pre-tokenizer/decoder JSON node."""
+    if not node:
+        return []
+    if node.get("type") == "Sequence":
+        out = []
+        for key in ("pretokenizers", "normalizers", "decoders"):
+            for child in node.get(key) or []:
+                out.extend(_components(child))
+        return out
+    return [node]
+
+
+_SPEC_CACHE: weakref.WeakKeyDictionary[Any, tuple[int, int, FamilySpec]] = weakref.WeakKeyDictionary()
+
+
+def family_spec(tok: Any) -> FamilySpec:
+    """Detect a fast tokenizer's family and spelling conventions from its backend.
+
+    The result is cached per tokenizer object (keyed on its backend and length), because parsing
+    the backend JSON of a 250k vocabulary takes tens of milliseconds.
+
+    Raises:
+        ValueError: for slow tokenizers and for model/pre-tokenizer combinations outside
+            :data:`FAMILIES`, naming the type found and what is supported.
+    """
+    backend = _backend(tok)
+    key = (id(backend), len(tok))
+    try:
+        hit = _SPEC_CACHE.get(tok)
+    except TypeError:  # not weak-referenceable
+        hit = None
+    if hit is not None and hit[:2] == key:
+        return hit[2]
+    spec = _family_spec_from_json(json.loads(backend.to_str()), type(tok).__name__)
+    try:
+        _SPEC_CACHE[tok] = (*key, spec)
+    except TypeError:
+        pass
+    return spec
+
+
+def _family_spec_from_json(cfg: dict, type_name: str) -> FamilySpec:
+    model = cfg.get("model") or {}
+    mtype = model.get("type", "?")
+    pre = _components(cfg.get("pre_tokenizer"))
+    dec = _components(cfg.get("decoder"))
+    norm = _components(cfg.get("normalizer"))
+    types = {c.get("type") for c in pre + dec}
+    byte_fallback = bool(model.get("byte_fallback")) or "ByteFallback" in {c.get("type") for c in dec}
+    if mtype == "WordPiece":
+        return FamilySpec("wordpiece", mtype, model.get("continuing_subword_prefix") or "##")
+    if mtype not in ("BPE", "Unigram", "WordLevel"):
+        raise ValueError(_unsupported(type_name, mtype, pre, dec))
+    if "ByteLevel" in types:
+        return FamilySpec("bytelevel", mtype, "Ġ", byte_fallback=False)
+    meta = [c for c in pre + dec if c.get("type") == "Metaspace"]
+    if meta:
+        split = all(c.get("split", True) for c in pre if c.get("type") == "Metaspace")
+        return FamilySpec("sentencepiece", mtype, meta[0].get("replacement", "▁"), byte_fallback, split)
+    # Llama/Gemma style: no pre-tokenizer; the normalizer replaces " " with "▁" and the decoder undoes it.
+    for c in norm + dec:
+        if c.get("type") == "Replace":
+            pattern = (c.get("pattern") or {}).get("String")
+            content = c.get("content")
+            if (pattern == " " and content and len(content) == 1 and content != " ") or (
+                content == " " and pattern and len(pattern) == 1
+            ):
+                marker = content if pattern == " " else pattern
+                return FamilySpec("sentencepiece", mtype, marker, byte_fallback, metaspace_split=False)
+    if mtype == "BPE" and model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix"):
+        return FamilySpec("wordpiece", mtype, model["continuing_subword_prefix"])
+    raise ValueError(_unsupported(type_name, mtype, pre, dec))
+
+
+def _unsupported(type_name: str, mtype: str, pre: list[dict], dec: list[dict]) -> str:
+    pre_t = "+".join(str(c.get("type")) for c in pre) or "none"
+    dec_t = "+".join(str(c.get("type")) for c in dec) or "none"
+    return (
+        f"unsupported tokenizer {type_name} (model {mtype}, pre-tokenizer {pre_t}, decoder {dec_t}); supported families: "
+        "sentencepiece (Unigram/BPE with Metaspace or a '▁' Replace normalizer), bytelevel (ByteLevel pre-tokenizer or "
+        "decoder), wordpiece (WordPiece model, or BPE with a continuing_subword_prefix)"
+    )
+
+
+def tokenizer_family(tok: Any) -> str:
+    """``"sentencepiece"``, ``"bytelevel"`` or ``"wordpiece"``.
+
+    Raises:
+        ValueError: naming the tokenizer/model/pre-tokenizer type when it is none of these.
+
+    Example:
+        >>> tokenizer_family(object())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ValueError: unsupported tokenizer type object: only fast tokenizers ...
+    """
+    return family_spec(tok).family
+
+
+# ----------------------------------------------------------------------------------------------
+# Vocabulary
+# ----------------------------------------------------------------------------------------------
+
+
+def vocab_size(tok: Any, vocab: dict[str, int] | None = None) -> int:
+    """Number of rows a tokenizer's embedding matrix needs: ``max(len(tok), max id + 1)``.
+
+    ``vocab`` may pass ``tok.get_vocab()`` when the caller already has it.
+    """
+    vocab = tok.get_vocab() if vocab is None else vocab
+    return max(len(tok), (max(vocab.values()) + 1) if vocab else 0)
+
+
+def special_ids(tok: Any) -> set[int]:
+    """Ids of special tokens: ``all_special_ids`` plus added tokens flagged ``special``."""
+    ids = {int(i) for i in (tok.all_special_ids or []) if i is not None}
+    for i, added in (getattr(tok, "added_tokens_decoder", None) or {}).items():
+        if getattr(added, "special", False):
+            ids.add(int(i))
+    return ids
+
+
+def _canon_one(piece: str, spec: FamilySpec, u2b: dict[str, int]) -> tuple[Canon, bool]:
+    """Canonical form of a model piece, and whether it is a byte-fallback piece."""
+    fam = spec.family
+    if fam == "sentencepiece":
+        if spec.byte_fallback and piece.startswith("<0x"):
+            m = _BYTE_PIECE.match(piece)
+            if m:
+                return Canon(bytes([int(m.group(1), 16)]), False), True
+        ws = piece.startswith(spec.marker)
+        body = piece[len(spec.marker) :] if ws else piece
+        return Canon(body.replace(spec.marker, " ").encode("utf-8"), ws), False
+    if fam == "bytelevel":
+        try:
+            raw = bytes(u2b[c] for c in piece)
+        except KeyError:  # not byte-level encoded (e.g. a literal added token): take its UTF-8
+            raw = piece.encode("utf-8")
+        if raw.startswith(b" "):
+            return Canon(raw[1:], True), False
+        return Canon(raw, False), False
+    # wordpiece
+    if piece.startswith(spec.marker) and len(piece) > len(spec.marker):
+        return Canon(piece[len(spec.marker) :].encode("utf-8"), False), False
+    return Canon(piece.encode("utf-8"), True), False
+
+
+def _added_canon(content: str) -> Canon:
+    """A non-special added token: its literal text; word start if it begins with a space/marker."""
+    for marker in (" ", "▁", "Ġ"):
+        if content.startswith(marker) and len(content) > len(marker):
+            return Canon(content[len(marker) :].encode("utf-8"), True)
+    return Canon(content.encode("utf-8"), False)
+
+
+def _canonical_detail(tok: Any) -> tuple[list[Canon | None], np.ndarray, FamilySpec]:
+    """Canonical vocab, a byte-fallback-piece mask, and the family spec."""
+    spec = family_spec(tok)
+    vocab = tok.get_vocab()
+    n = vocab_size(tok, vocab)
+    out: list[Canon | None] = [None] * n
+    is_byte = np.zeros(n, dtype=bool)
+    specials = special_ids(tok)
+    added = {int(i): a for i, a in (getattr(tok, "added_tokens_decoder", None) or {}).items()}
+    u2b = unicode_to_bytes()
+    for piece, i in vocab.items():
+        if i in specials:
+            continue
+        if i in added:
+            out[i] = _added_canon(str(getattr(added[i], "content", piece)))
+            continue
+        out[i], is_byte[i] = _canon_one(piece, spec, u2b)
+    return out, is_byte, spec
+
+
+def canonical_vocab(tok: Any) -> list[Canon | None]:
+    """Canonical form of every token; index = token id, ``None`` for special tokens and unused ids.
+
+    One pass with dict lookups (the byte map is computed once), fine for 250k-token vocabularies.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> bk = Tokenizer(models.BPE({"Ġfoo": 0, "Ã©": 1}, []))
+        >>> bk.pre_tokenizer = pre_tokenizers.ByteLevel()
+        >>> canonical_vocab(PreTrainedTokenizerFast(tokenizer_object=bk))
+        [Canon(text=b'foo', word_start=True), Canon(text=b'\\xc3\\xa9', word_start=False)]
+    """
+    return _canonical_detail(tok)[0]
+
+
+def special_roles(tok: Any) -> dict[str, int]:
+    """Role -> id of a tokenizer's special tokens.
+
+    Roles come from the ``{role}_token_id`` attributes. A missing ``cls`` is filled from ``bos`` and
+    vice versa, likewise ``sep``/``eos``, so RoBERTa's ``<s>``/``</s>`` and BERT's ``[CLS]``/``[SEP]``
+    answer the same roles.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> bk = Tokenizer(models.WordPiece({"[UNK]": 0, "[CLS]": 1, "[SEP]": 2}, unk_token="[UNK]"))
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=bk, unk_token="[UNK]", cls_token="[CLS]", sep_token="[SEP]")
+        >>> special_roles(tok) == {"unk": 0, "cls": 1, "sep": 2, "bos": 1, "eos": 2}
+        True
+    """
+    roles: dict[str, int] = {}
+    for role in ROLES:
+        i = getattr(tok, f"{role}_token_id", None)
+        if isinstance(i, int) and i >= 0:
+            roles[role] = i
+    for role, alias in _ROLE_ALIASES.items():
+        if role not in roles and alias in roles:
+            roles[role] = roles[alias]
+    return {r: roles[r] for r in ROLES if r in roles}
+
+
+def token_string(tok: Any, token_id: int) -> str:
+    """The token's text as it appears inside words: marker removed, bytes decoded.
+
+    Returns ``''`` when the token's bytes are not valid UTF-8 on their own (a lone byte-fallback
+    piece, part of a multi-byte character). Special tokens return their literal content.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> bk = Tokenizer(models.BPE({"Ġcaf": 0, "Ã©": 1, "Ã": 2}, []))
+        >>> bk.pre_tokenizer = pre_tokenizers.ByteLevel()
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=bk)
+        >>> [token_string(tok, i) for i in range(3)]
+        ['caf', 'é', '']
+    """
+    token_id = int(token_id)
+    if token_id in special_ids(tok):
+        return str(tok.convert_ids_to_tokens(token_id))
+    piece = tok.convert_ids_to_tokens(token_id)
+    if piece is None:
+        return ""
+    added = (getattr(tok, "added_tokens_decoder", None) or {}).get(token_id)
+    canon = (
+        _added_canon(str(added.content))
+        if added is not None
+        else _canon_one(piece, family_spec(tok), unicode_to_bytes())[0]
+    )
+    return decode_canon(canon)
+
+
+def decode_canon(canon: Canon) -> str:
+    """``canon.text`` as a string, ``''`` when it is not valid UTF-8."""
+    try:
+        return canon.text.decode("utf-8")
+    except UnicodeDecodeError:
+        return ""
+
+
+def is_symbolic(canon: Canon) -> bool:
+    """Whether a token consists only of digits, punctuation/symbols and whitespace.
+
+    Punctuation includes the unicode symbol categories (``$ + < = > ^ ` | ~`` are symbols, not
+    punctuation, in unicode). Bytes that are not valid UTF-8 are not symbolic; an empty text (a
+    bare word-start marker, i.e. a space) is.
+
+    Example:
+        >>> is_symbolic(Canon(b"1,5", True)), is_symbolic(Canon(b"a1", False))
+        (True, False)
+    """
+    try:
+        s = canon.text.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return all(c.isdigit() or c.isspace() or unicodedata.category(c)[0] in "PS" for c in s)
+
+
+# ----------------------------------------------------------------------------------------------
+# Overlap
+# ----------------------------------------------------------------------------------------------
+
+
+def _pairs(rows: Iterable[tuple[int, int]]) -> np.ndarray:
+    arr = np.asarray(list(rows), dtype=np.int64)
+    return arr.reshape(-1, 2)
+
+
+@dataclass
+class Overlap:
+    """Matches between a target and a source vocabulary.
+
+    Attributes:
+        exact: ``(n, 2)`` int64 ``[target_id, source_id]``, exact canonical matches (specials excluded).
+        fuzzy: ``(m, 2)`` extra pairs from fuzzy matching (only symbolic tokens — digits,
+            punctuation, whitespace — ignoring case and word start), disjoint from ``exact``'s
+            target ids.
+        specials: ``(k, 2)`` ``[target_id, source_id]`` matched by role (or, for role-less specials,
+            by identical content).
+        n_target / n_source: vocabulary sizes (rows).
+        target_family / source_family: the families of the two tokenizers.
+        unmatched_specials: contents of target special tokens with no source counterpart.
+    """
+
+    exact: np.ndarray
+    fuzzy: np.ndarray
+    specials: np.ndarray
+    n_target: int = 0
+    n_source: int = 0
+    target_family: str = ""
+    source_family: str = ""
+    unmatched_specials: list[str] = field(default_factory=list)
+
+    def pairs(self, *, fuzzy: bool = True) -> np.ndarray:
+        """Exact (plus fuzzy) pairs as one ``(n, 2)`` array, specials excluded."""
+        return np.concatenate([self.exact, self.fuzzy]) if fuzzy else self.exact
+
+    def report(self) -> dict:
+        """JSON-serializable summary: counts and fractions of the target vocabulary."""
+        n_regular = max(self.n_target - len(self.specials) - len(self.unmatched_specials), 0)
+        return {
+            "exact": int(len(self.exact)),
+            "fuzzy": int(len(self.fuzzy)),
+            "specials": int(len(self.specials)),
+            "unmatched_specials": list(self.unmatched_specials),
+            "n_target": int(self.n_target),
+            "n_source": int(self.n_source),
+            "target_family": self.target_family,
+            "source_family": self.source_family,
+            "exact_fraction": round(len(self.exact) / n_regular, 6) if n_regular else 0.0,
+            "exact_plus_fuzzy_fraction": round((len(self.exact) + len(self.fuzzy)) / n_regular, 6)
+            if n_regular
+            else 0.0,
+        }
+
+
+def _index(canons: list[Canon | None], is_byte: np.ndarray, limit: int) -> dict[Canon, int]:
+    """Canon -> source id; on collisions a regular piece wins over a byte-fallback piece, then the lower id."""
+    index: dict[Canon, int] = {}
+    for i, c in enumerate(canons[:limit]):
+        if c is None:
+            continue
+        j = index.get(c)
+        if j is None or (is_byte[j] and not is_byte[i]):
+            index[c] = i
+    return index
+
+
+def match_specials(source_tok: Any, target_tok: Any) -> tuple[np.ndarray, list[str]]:
+    """Pairs ``[target_id, source_id]`` of special tokens matched by role, and unmatched contents.
+
+    A target special with several roles (``<s>`` is bos and cls) tries them in :data:`ROLES` order.
+    Specials without a role (``additional_special_tokens``) match a source special with identical
+    content.
+    """
+    s_roles = special_roles(source_tok)
+    t_roles = special_roles(target_tok)
+    by_id: dict[int, list[str]] = {}
+    for role, i in t_roles.items():
+        by_id.setdefault(i, []).append(role)
+    s_special = special_ids(source_tok)
+    s_content = {str(source_tok.convert_ids_to_tokens(i)): i for i in sorted(s_special)}
+    pairs, unmatched = [], []
+    for t in sorted(special_ids(target_tok)):
+        src = next((s_roles[r] for r in by_id.get(t, []) if r in s_roles), None)
+        if src is None:
+            src = s_content.get(str(target_tok.convert_ids_to_tokens(t)))
+        if src is None:
+            unmatched.append(str(target_tok.convert_ids_to_tokens(t)))
+        else:
+            pairs.append((t, src))
+    return _pairs(pairs), unmatched
+
+
+def compute_overlap(source_tok: Any, target_tok: Any, *, fuzzy: bool = True, n_source: int | None = None) -> Overlap:
+    """Exact, fuzzy and special-token matches between two tokenizers.
+
+    Args:
+        source_tok: the source tokenizer.
+        target_tok: the target tokenizer.
+        fuzzy: also match symbolic tokens ignoring case and word start (FOCUS), where exact failed.
+        n_source: only source ids below this are matched (rows of the source embedding matrix);
+            default: the source vocabulary size.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> def wp(v):
+        ...     return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece(
+        ...         {t: i for i, t in enumerate(v)}, unk_token="[UNK]")), unk_token="[UNK]")
+        >>> ov = compute_overlap(wp(["[UNK]", "a", "##1"]), wp(["[UNK]", "1", "a"]))
+        >>> ov.exact.tolist(), ov.fuzzy.tolist(), ov.specials.tolist()
+        ([[2, 1]], [[1, 2]], [[0, 0]])
+    """
+    s_canon, s_byte, s_spec = _canonical_detail(source_tok)
+    t_canon, _, t_spec = _canonical_detail(target_tok)
+    limit = len(s_canon) if n_source is None else min(int(n_source), len(s_canon))
+    index = _index(s_canon, s_byte, limit)
+    exact, missing = [], []
+    for t, c in enumerate(t_canon):
+        if c is None:
+            continue
+        s = index.get(c)
+        if s is not None:
+            exact.append((t, s))
+        elif fuzzy and is_symbolic(c):
+            missing.append((t, c))
+    fuzzy_pairs = []
+    if missing:
+        # Fuzzy key: lower-cased text, word start ignored; prefer the same word-start flag.
+        fz: dict[bytes, dict[bool, int]] = {}
+        for c, s in index.items():
+            if is_symbolic(c):
+                fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+        for t, c in missing:
+            cands = fz.get(c.text.decode("utf-8").lower().encode("utf-8"))
+            if cands:
+                fuzzy_pairs.append((t, cands.get(c.word_start, cands.get(not c.word_start))))
+    specials, unmatched = match_specials(source_tok, target_tok)
+    if len(specials):
+        specials = specials[specials[:, 1] < limit]
+    return Overlap(
+        exact=_pairs(exact),
+        fuzzy=_pairs(fuzzy_pairs),
+        specials=specials,
+        n_target=len(t_canon),
+        n_source=limit,
+        target_family=t_spec.family,
+        source_family=s_spec.family,
+        unmatched_specials=unmatched,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Tokenizing a canonical form with another tokenizer; assembling mappings
+# ----------------------------------------------------------------------------------------------
+
+
+def surface_form(tok: Any, canon: Canon) -> str | None:
+    """The model-vocabulary spelling of ``canon`` in ``tok``'s family, or ``None`` if not UTF-8.
+
+    ``Canon(b"foo", True)`` is ``"▁foo"`` (SentencePiece), ``"Ġfoo"`` (byte-level), ``"foo"``
+    (WordPiece); ``Canon(b"foo", False)`` is ``"foo"``, ``"foo"``, ``"##foo"``.
+    """
+    spec = family_spec(tok)
+    return _surface(spec, canon)
+
+
+def _surface(spec: FamilySpec, canon: Canon) -> str | None:
+    if spec.family == "bytelevel":
+        b2u = bytes_to_unicode()
+        return "".join(b2u[b] for b in ((b" " if canon.word_start else b"") + canon.text))
+    s = decode_canon(canon)
+    if not s and canon.text:
+        return None
+    if spec.family == "sentencepiece":
+        s = s.replace(" ", spec.marker)
+        return spec.marker + s if canon.word_start else s
+    return s if canon.word_start else spec.marker + s
+
+
+def encode_canon(tok: Any, canon: Canon, *, spec: FamilySpec | None = None) -> list[int]:
+    """Token ids that ``tok``'s model gives the string of ``canon``, respecting its word-start flag.
+
+    Runs the tokenizer's normalizer (for WordPiece also its pre-tokenizer) and then its *model* on
+    the marked form, so a continuation token is segmented into continuation pieces (a plain
+    ``tok.encode`` would treat it as a word start) — except where a WordPiece pre-tokenizer would
+    split it off a preceding word anyway (punctuation). Byte-level strings are split at spaces only.
+    Returns ``[]`` for text that is not valid UTF-8 (except in byte-level tokenizers) or empty.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> v = {"[UNK]": 0, "foo": 1, "##foo": 2, "##bar": 3}
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece(v, unk_token="[UNK]")))
+        >>> encode_canon(tok, Canon(b"foobar", True)), encode_canon(tok, Canon(b"foobar", False))
+        ([1, 3], [2, 3])
+    """
+    spec = spec or family_spec(tok)
+    backend = _backend(tok)
+    model, normalizer = backend.model, backend.normalizer
+    if not canon.text:
+        return []
+    if spec.family == "bytelevel":
+        raw = canon.text
+        try:
+            s = raw.decode("utf-8")
+            if normalizer is not None:
+                raw = normalizer.normalize_str(s).encode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        words = raw.split(b" ")
+        ids: list[int] = []
+        for k, w in enumerate(words):
+            if not w:
+                continue
+            ws = canon.word_start or k > 0
+            ids.extend(t.id for t in model.tokenize(_surface(spec, Canon(w, ws))))
+        return ids
+    s = decode_canon(canon)
+    if not s:
+        return []
+    if spec.family == "sentencepiece":
+        if normalizer is not None:
+            s = normalizer.normalize_str(s)
+            # Llama-style normalizers prepend the marker and replace spaces themselves.
+            s = s.replace(spec.marker, " ")
+            if s.startswith(" ") and not canon.text.startswith(b" "):
+                s = s[1:]
+        words = s.split(" ") if spec.metaspace_split else [s]
+        ids = []
+        for k, w in enumerate(words):
+            if not w:
+                continue
+            ws = canon.word_start or k > 0
+            ids.extend(t.id for t in model.tokenize(_surface(spec, Canon(w.encode("utf-8"), ws))))
+        return ids
+    # wordpiece: normalize, pre-tokenize (BERT splits punctuation), then greedy longest match
+    if normalizer is not None:
+        s = normalizer.normalize_str(s)
+    pre = backend.pre_tokenizer
+    words = [w for w, _ in pre.pre_tokenize_str(s)] if pre is not None else s.split()
+    # A continuation token stays a continuation only if the pre-tokenizer would glue it to a
+    # preceding letter; BERT isolates punctuation, so a continuation "." is a word of its own.
+    glued = not canon.word_start and (pre is None or pre.pre_tokenize_str("a" + s)[0][0] != "a")
+    ids = []
+    for k, w in enumerate(words):
+        ws = k > 0 or not glued
+        ids.extend(t.id for t in model.tokenize(_surface(spec, Canon(w.encode("utf-8"), ws))))
+    return ids
+
+
+def assemble_mapping(
+    n_target: int,
+    n_source: int,
+    *,
+    special: np.ndarray | None = None,
+    copied: np.ndarray | None = None,
+    combined: dict[int, tuple[list[int], list[float]]] | None = None,
+) -> Any:
+    """Build a :class:`~harness.protocols.TokenMapping`; every target row not named is FALLBACK.
+
+    Args:
+        n_target: number of target rows.
+        n_source: number of source rows.
+        special: ``(k, 2)`` ``[target, source]`` pairs, provenance SPECIAL.
+        copied: ``(n, 2)`` ``[target, source]`` pairs, provenance COPIED.
+        combined: ``target -> (source ids, weights)``; provenance COMBINED, or COPIED when the
+            combination has exactly one source id.
+
+    When a target id is named more than once, specials win over copied pairs, which win over
+    combinations.
+
+    Example:
+        >>> m = assemble_mapping(3, 4, special=np.array([[0, 0]]), combined={1: ([2, 3], [0.5, 0.5])})
+        >>> m.counts()
+        {'special': 1, 'copied': 0, 'combined': 1, 'fallback': 1}
+    """
+    prov = np.full(n_target, FALLBACK, dtype=np.int8)
+    entries: dict[int, tuple[list[int], list[float]]] = {}
+    for t, (ids, ws) in (combined or {}).items():
+        if len(ids):
+            entries[int(t)] = (list(ids), list(ws))
+            prov[int(t)] = COMBINED if len(ids) > 1 else COPIED
+    for code, pairs in ((COPIED, copied), (SPECIAL, special)):
+        if pairs is None or not len(pairs):
+            continue
+        for t, s in np.asarray(pairs, dtype=np.int64).reshape(-1, 2):
+            entries[int(t)] = ([int(s)], [1.0])
+            prov[int(t)] = code
+    rows, cols, weights = [], [], []
+    for t, (ids, ws) in entries.items():
+        rows.extend([t] * len(ids))
+        cols.extend(ids)
+        weights.extend(ws)
+    return TokenMapping.from_coo(n_target, n_source, rows, cols, weights, prov)
+
+
+__all__ = [
+    "Canon",
+    "FAMILIES",
+    "FamilySpec",
+    "Overlap",
+    "ROLES",
+    "assemble_mapping",
+    "bytes_to_unicode",
+    "canonical_vocab",
+    "compute_overlap",
+    "decode_canon",
+    "encode_canon",
+    "family_spec",
+    "is_symbolic",
+    "match_specials",
+    "special_ids",
+    "special_roles",
+    "surface_form",
+    "token_string",
+    "tokenizer_family",
+    "unicode_to_bytes",
+    "vocab_size",
+]

@@ -1,0 +1,61 @@
+"""Shared fixtures: an offline environment, a per-session cache, the tiny world and a tiny source model.
+
+Everything is built locally in seconds: no network, no GPU. Hub names fail fast (HF_HUB_OFFLINE=1).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+# Before transformers/datasets are imported anywhere: offline, quiet, private caches.
+_SESSION_TMP = Path(tempfile.mkdtemp(prefix="tokxfer-tests-"))
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ["HF_DATASETS_OFFLINE"] = "1"
+os.environ["TRANSFORMERS_OFFLINE"] = "1"
+os.environ["HF_HOME"] = str(_SESSION_TMP / "hf_home")
+os.environ["TOKXFER_CACHE"] = str(_SESSION_TMP / "cache")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)  # xdist runs one worker per core
+
+
+@pytest.fixture(scope="session")
+def tiny_world() -> Path:
+    """The ``tiny`` built-in world (built once per test session)."""
+    from harness.world import build_world
+
+    return Path(build_world(size="tiny", seed=0))
+
+
+@pytest.fixture(scope="session")
+def tiny_pretrain_overrides() -> dict:
+    """``source.pretrain`` overrides giving a hidden-size-16 source model in seconds."""
+    from harness.world.pretrain import PretrainConfig
+
+    import dataclasses
+
+    tiny = PretrainConfig.tiny()
+    return {k: v for k, v in dataclasses.asdict(tiny).items() if k != "kind"}
+
+
+@pytest.fixture(scope="session")
+def tiny_source(tiny_world, tiny_pretrain_overrides) -> Path:
+    """A tiny pretrained MLM source model directory (with its tokenizer) on the tiny world."""
+    from harness.registry import build_config
+    from harness.world.pretrain import PretrainConfig, pretrained_source
+
+    cfg = build_config(PretrainConfig, {"kind": "mlm", **tiny_pretrain_overrides})
+    return Path(pretrained_source(tiny_world, kind="mlm", config=cfg, progress=False))
+
+
+@pytest.fixture()
+def runs_dir(tmp_path) -> Path:
+    d = tmp_path / "runs"
+    d.mkdir()
+    return d
