@@ -8,5 +8,7 @@ from methods import (  # noqa: F401
     overlap,
     random_mapping,
     random_normal,
+    tiktotok,
     transinner,
+    vipi,
 )
