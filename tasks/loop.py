@@ -1,0 +1,553 @@
+"""The one fine-tune/evaluate loop every task uses, and the helpers around it.
+
+Every downstream task (XNLI, QA, NER, …) is trained and scored by :func:`finetune`, so that all
+methods are measured identically (STYLE.md, "avoid" 4). The protocol is FOCUS's: AdamW, linear
+warmup over the first 10% of the steps then linear decay to 0, gradient clipping at 1.0,
+evaluation on dev after every epoch, model selection on dev, and the selected checkpoint (kept in
+memory as a CPU copy of its ``state_dict``) scored once on test.
+
+Randomness: the data order of epoch ``e`` comes from an explicit generator
+``torch_generator(seed, "task", "data-order", str(e))``; dropout (drawn by torch from its global
+generator) runs under :func:`harness.seeding.seeded_globals`; task heads are created under
+``seeded_globals(seed, "task", "head")`` in :func:`build_task_model`.
+
+Distributed data parallel: :func:`finetune` and :func:`predict` run unchanged under ``torchrun``
+(or any launcher that initializes ``torch.distributed``, or sets ``WORLD_SIZE``/``RANK``/
+``MASTER_ADDR``). ``cfg.batch_size`` is the *global* batch size: each global batch of the seeded
+order is split into contiguous per-rank chunks and each rank's mean loss is weighted by its
+share of the batch, so that the averaged gradient equals the single-process gradient for
+per-example losses (for token-level losses such as NER, each rank averages over its own tokens,
+as the HF Trainer does). Evaluation shards the examples across ranks and gathers the predictions
+in order, so every rank computes the same metrics and selects the same checkpoint. Only rank 0
+prints and shows progress bars.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
+
+import torch
+
+from harness.seeding import seeded_globals, torch_generator
+
+T = TypeVar("T")
+IGNORE_INDEX = -100
+
+
+# ------------------------------------------------------------------------------ distributed
+
+
+def dist_info() -> tuple[int, int]:
+    """``(rank, world_size)`` of this process; ``(0, 1)`` outside ``torch.distributed``."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def is_main_process() -> bool:
+    """Whether this process prints and shows progress bars (rank 0)."""
+    return dist_info()[0] == 0
+
+
+def ensure_distributed(device: str = "cpu") -> tuple[int, int]:
+    """Initialize ``torch.distributed`` from the environment when launched with ``WORLD_SIZE > 1``.
+
+    Does nothing when it is already initialized or when ``WORLD_SIZE`` is unset or 1. Uses NCCL
+    for CUDA devices and gloo otherwise, with the ``env://`` rendezvous ``torchrun`` provides.
+
+    Returns:
+        ``(rank, world_size)``.
+    """
+    if (
+        torch.distributed.is_available()
+        and not torch.distributed.is_initialized()
+        and int(os.environ.get("WORLD_SIZE", "1")) > 1
+    ):
+        backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+        torch.distributed.init_process_group(backend=backend)
+    return dist_info()
+
+
+def resolve_device(device: str) -> str:
+    """Map a bare ``"cuda"`` to ``"cuda:LOCAL_RANK"`` under a multi-process launch."""
+    if device == "cuda" and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        return f"cuda:{int(os.environ.get('LOCAL_RANK', '0'))}"
+    return device
+
+
+def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
+    rank, world = dist_info()
+    if world == 1:
+        return values
+    t = torch.tensor(values, dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
+    return t.tolist()
+
+
+def _all_gather_list(items: list) -> list:
+    """Concatenate each rank's list in rank order (identity in a single process)."""
+    rank, world = dist_info()
+    if world == 1:
+        return items
+    gathered: list = [None] * world
+    torch.distributed.all_gather_object(gathered, items)
+    return [x for part in gathered for x in part]
+
+
+def shard_indices(n: int, rank: int, world: int) -> range:
+    """The contiguous slice of ``range(n)`` owned by ``rank`` (sizes differ by at most one).
+
+    Example:
+        >>> [list(shard_indices(5, r, 2)) for r in range(2)]
+        [[0, 1, 2], [3, 4]]
+    """
+    base, extra = divmod(n, world)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))
+
+
+# -------------------------------------------------------------------------------- progress
+
+
+def progress(items: Iterable[T], *, description: str, total: int | None = None, enabled: bool = True) -> Iterator[T]:
+    """Iterate with a transient rich progress bar, shown only on rank 0 and when ``enabled``.
+
+    Example:
+        >>> list(progress(range(3), description="demo", enabled=False))
+        [0, 1, 2]
+    """
+    if not enabled or not is_main_process():
+        yield from items
+        return
+    from rich.progress import track
+
+    yield from track(items, description=description, total=total, transient=True)
+
+
+def log(message: str, enabled: bool = True) -> None:
+    """Print a line on rank 0 (rich markup allowed)."""
+    if enabled and is_main_process():
+        from rich.console import Console
+
+        Console(stderr=True).print(message)
+
+
+# ----------------------------------------------------------------------------------- config
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimization settings of :func:`finetune` (defaults: FOCUS downstream protocol).
+
+    Task configs carry fields of the same names with their papers' values;
+    :meth:`from_config` picks them up.
+    """
+
+    learning_rate: float = 2e-5
+    """Peak learning rate of AdamW."""
+    batch_size: int = 32
+    """Global training batch size (summed over DDP ranks)."""
+    eval_batch_size: int = 64
+    """Evaluation batch size per process (does not change results)."""
+    epochs: int = 2
+    """Training epochs; dev evaluation and checkpoint selection after each."""
+    warmup_ratio: float = 0.1
+    """Fraction of all optimizer steps with linear warmup (FOCUS: 10%), then linear decay to 0."""
+    weight_decay: float = 0.0
+    """AdamW decoupled weight decay (HF example scripts' default 0)."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping by global norm (FOCUS: 1.0); 0 disables it."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.999
+    adam_epsilon: float = 1e-8
+    mixed_precision: bool = True
+    """bf16 autocast, used only on CUDA devices (CPU always runs in float32)."""
+    log_every: int = 10
+    """Loss-curve resolution: one point per this many optimizer steps (mean over them)."""
+    ddp_find_unused_parameters: bool = False
+    """Passed to ``DistributedDataParallel`` (needed only for heads that skip parameters)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "eval_batch_size", "epochs", "log_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+        if self.max_grad_norm < 0 or self.weight_decay < 0:
+            raise ValueError("max_grad_norm and weight_decay must be >= 0")
+
+    @classmethod
+    def from_config(cls, task_config: Any) -> TrainConfig:
+        """Build from any dataclass that has some of these field names (a task config)."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{f.name: getattr(task_config, f.name) for f in fields(task_config) if f.name in names})
+
+
+@dataclass
+class FinetuneResult:
+    """What :func:`finetune` returns.
+
+    Attributes:
+        test: whatever ``test_eval_fn`` returned for the selected checkpoint.
+        dev_history: dev metrics after each epoch (empty without a dev set).
+        best_epoch: 1-based epoch of the selected checkpoint.
+        best_dev: dev metrics of the selected checkpoint (``None`` without a dev set).
+        loss_curve: ``[(optimizer step, mean training loss since the previous point)]``.
+        steps: optimizer steps taken.
+        train_examples: training examples (features) per epoch.
+    """
+
+    test: Any
+    dev_history: list[dict] = field(default_factory=list)
+    best_epoch: int = 0
+    best_dev: dict | None = None
+    loss_curve: list[tuple[int, float]] = field(default_factory=list)
+    steps: int = 0
+    train_examples: int = 0
+
+
+# ---------------------------------------------------------------------------------- batching
+
+
+def pad_collate(pad_token_id: int) -> Callable[[list[dict]], dict[str, torch.Tensor]]:
+    """A collate function that right-pads list-valued keys and stacks scalar keys.
+
+    Padding values: ``input_ids`` → ``pad_token_id``, ``labels`` → -100, everything else → 0.
+
+    Example:
+        >>> b = pad_collate(1)([{"input_ids": [5, 6], "labels": 2}, {"input_ids": [7], "labels": 0}])
+        >>> b["input_ids"].tolist(), b["labels"].tolist()
+        ([[5, 6], [7, 1]], [2, 0])
+    """
+
+    def collate(features: list[dict]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for key in features[0]:
+            values = [f[key] for f in features]
+            if isinstance(values[0], (list, tuple)):
+                pad = pad_token_id if key == "input_ids" else IGNORE_INDEX if key == "labels" else 0
+                width = max(len(v) for v in values)
+                t = torch.full((len(values), width), pad, dtype=torch.long)
+                for i, v in enumerate(values):
+                    t[i, : len(v)] = torch.as_tensor(v, dtype=torch.long)
+                out[key] = t
+            else:
+                out[key] = torch.as_tensor(values)
+        return out
+
+    return collate
+
+
+def _to_device(batch: dict, device: str | torch.device) -> dict:
+    return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+
+
+def _autocast(device: str | torch.device, enabled: bool):
+    if enabled and torch.device(device).type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return nullcontext()
+
+
+# ------------------------------------------------------------------------------------ models
+
+
+def build_task_model(
+    source_model: Any,
+    auto_class: Any,
+    *,
+    seed: int,
+    device: str | None = None,
+    **config_updates: Any,
+) -> tuple[Any, dict]:
+    """A task model (classification/QA head) whose encoder is copied from ``source_model``.
+
+    The head model is created from a copy of the source's config (updated with
+    ``config_updates``, e.g. ``num_labels``, ``id2label``) under
+    ``seeded_globals(seed, "task", "head")``, so the head's random initialization is a function
+    of the trial seed. Then the *base model* (``model.base_model``: the encoder with its
+    embeddings) of the source is copied into it. Parameters the source lacks (e.g. BERT's
+    pooler, which ``BertForMaskedLM`` does not have) keep their seeded random initialization.
+
+    Args:
+        source_model: an ``*ForMaskedLM`` (or any HF model with ``base_model``).
+        auto_class: e.g. ``AutoModelForSequenceClassification``.
+        seed: the trial seed.
+        device: where to put the new model (default: the source model's device).
+        **config_updates: attributes set on the copied config before construction.
+
+    Returns:
+        ``(model, info)`` with ``info = {"copied": n, "kept_random": [names]}``.
+
+    Raises:
+        TypeError: when ``source_model`` is not an HF model with a ``base_model``.
+        ValueError: when the source's base model has weights the new one lacks (architecture mismatch).
+    """
+    if not hasattr(source_model, "config") or not hasattr(source_model, "base_model"):
+        raise TypeError(
+            f"build_task_model: expected a transformers model with .config and .base_model, got "
+            f"{type(source_model).__name__} (language-encoding wrappers are not supported here)"
+        )
+    config = copy.deepcopy(source_model.config)
+    for key, value in config_updates.items():
+        setattr(config, key, value)
+    with seeded_globals(seed, "task", "head"):
+        model = auto_class.from_config(config)
+    src_state = source_model.base_model.state_dict()
+    result = model.base_model.load_state_dict(src_state, strict=False)
+    if result.unexpected_keys:
+        raise ValueError(
+            f"build_task_model: {type(model).__name__}.base_model has no place for source weights "
+            f"{result.unexpected_keys[:5]} (architecture mismatch)"
+        )
+    param = next(source_model.parameters())
+    model.to(device=device or param.device, dtype=param.dtype)
+    return model, {"copied": len(src_state), "kept_random": sorted(result.missing_keys)}
+
+
+# ---------------------------------------------------------------------------------- predict
+
+
+@torch.no_grad()
+def predict(
+    model: Any,
+    features: Sequence[dict],
+    collate_fn: Callable[[list[dict]], dict],
+    output_fn: Callable[[dict, Any], list],
+    *,
+    batch_size: int = 64,
+    device: str = "cpu",
+    mixed_precision: bool = True,
+    show_progress: bool = True,
+    description: str = "eval",
+) -> list:
+    """Run ``model`` over ``features`` in eval mode and return one output per feature, in order.
+
+    Under DDP each rank processes its contiguous shard and the outputs are gathered, so every
+    rank returns the full list.
+
+    Args:
+        model: the (unwrapped) model.
+        features: model inputs, one dict per example/window.
+        collate_fn: turns a list of features into a batch of tensors.
+        output_fn: ``(batch, model_output) -> list`` of per-feature Python/NumPy objects
+            (e.g. ``lambda b, o: o.logits.argmax(-1).tolist()``).
+        batch_size: per-process batch size.
+        device: device of ``model``.
+        mixed_precision: bf16 autocast on CUDA.
+        show_progress: progress bar on rank 0.
+        description: progress-bar label.
+    """
+    rank, world = dist_info()
+    mine = shard_indices(len(features), rank, world)
+    was_training = model.training
+    model.eval()
+    outputs: list = []
+    try:
+        starts = range(mine.start, mine.stop, batch_size)
+        for start in progress(starts, description=description, enabled=show_progress):
+            batch = collate_fn([features[i] for i in range(start, min(start + batch_size, mine.stop))])
+            with _autocast(device, mixed_precision):
+                out = model(**_to_device(batch, device))
+            outputs.extend(output_fn(batch, out))
+    finally:
+        model.train(was_training)
+    return _all_gather_list(outputs)
+
+
+# ---------------------------------------------------------------------------------- finetune
+
+
+def linear_warmup_decay(warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """LR multiplier: linear from 0 to 1 over ``warmup_steps``, then linear to 0 at ``total_steps``.
+
+    Same schedule as ``transformers.get_linear_schedule_with_warmup`` (without importing the
+    trainer stack).
+
+    Example:
+        >>> f = linear_warmup_decay(2, 10)
+        >>> [round(f(s), 3) for s in (0, 1, 2, 6, 10)]
+        [0.0, 0.5, 1.0, 0.5, 0.0]
+    """
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return step / max(1, warmup_steps)
+        return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+    return factor
+
+
+def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[torch.Tensor]:
+    g = torch_generator(seed, "task", "data-order", str(epoch))
+    order = torch.randperm(n, generator=g)
+    return list(order.split(batch_size))
+
+
+def finetune(
+    model: Any,
+    train_data: Sequence[dict],
+    dev_eval_fn: Callable[[Any], dict] | None,
+    test_eval_fn: Callable[[Any], Any],
+    cfg: TrainConfig,
+    seed: int,
+    *,
+    collate_fn: Callable[[list[dict]], dict],
+    select_metric: str | None = None,
+    greater_is_better: bool = True,
+    device: str = "cpu",
+    show_progress: bool = True,
+    description: str = "train",
+) -> FinetuneResult:
+    """Fine-tune ``model`` on ``train_data``, select the best epoch on dev, score it on test.
+
+    Args:
+        model: an HF model whose forward returns ``.loss`` when the batch has labels; on ``device``.
+        train_data: training features (dicts of model inputs including labels).
+        dev_eval_fn: ``model -> {metric: value}``; called after every epoch. ``None``: no
+            selection, the last epoch is scored.
+        test_eval_fn: ``model -> anything`` (e.g. ``{lang: {metric: value}}``); called once on the
+            selected checkpoint.
+        cfg: optimization settings.
+        seed: the trial seed.
+        collate_fn: turns a list of features into a batch (see :func:`pad_collate`).
+        select_metric: key of the dev metrics used for selection (required with ``dev_eval_fn``).
+        greater_is_better: direction of ``select_metric``; ties keep the earlier epoch.
+        device: device of ``model``.
+        show_progress: progress bars and per-epoch log lines on rank 0.
+        description: label of the progress bar.
+
+    Returns:
+        A :class:`FinetuneResult`.
+
+    Example:
+        >>> import torch.nn as nn
+        >>> class Toy(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__(); self.w = nn.Linear(1, 2)
+        ...     def forward(self, x, labels=None):
+        ...         logits = self.w(x.float().unsqueeze(-1))
+        ...         return type("O", (), {"loss": nn.functional.cross_entropy(logits, labels), "logits": logits})
+        >>> data = [{"x": float(i % 2), "labels": i % 2} for i in range(8)]
+        >>> r = finetune(Toy(), data, None, lambda m: {"done": 1.0}, TrainConfig(batch_size=4, learning_rate=0.1),
+        ...              seed=1, collate_fn=pad_collate(0), show_progress=False)
+        >>> r.steps, r.best_epoch, r.test
+        (4, 2, {'done': 1.0})
+    """
+    if not train_data:
+        raise ValueError("finetune: no training data")
+    if dev_eval_fn is not None and select_metric is None:
+        raise ValueError("finetune: select_metric is required when dev_eval_fn is given")
+    rank, world = ensure_distributed(device)
+    n = len(train_data)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total_steps = steps_per_epoch * cfg.epochs
+    warmup_steps = math.ceil(total_steps * cfg.warmup_ratio)
+
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=cfg.learning_rate,
+        betas=(cfg.adam_beta1, cfg.adam_beta2),
+        eps=cfg.adam_epsilon,
+    )
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup_decay(warmup_steps, total_steps))
+
+    train_model = model
+    if world > 1:
+        dev = torch.device(device)
+        train_model = torch.nn.parallel.DistributedDataParallel(
+            model,
+            device_ids=[dev.index] if dev.type == "cuda" else None,
+            find_unused_parameters=cfg.ddp_find_unused_parameters,
+        )
+
+    result = FinetuneResult(test=None, train_examples=n)
+    best_value: float | None = None
+    best_state: dict[str, torch.Tensor] | None = None
+    step = 0
+    window_loss, window_steps = 0.0, 0
+    with seeded_globals(seed, "task", "dropout", str(rank)):
+        for epoch in range(1, cfg.epochs + 1):
+            train_model.train()
+            batches = _epoch_batches(n, cfg.batch_size, seed, epoch)
+            label = f"{description} epoch {epoch}/{cfg.epochs}"
+            for global_idx in progress(batches, description=label, enabled=show_progress):
+                chunk = global_idx.tensor_split(world)[rank]
+                share = len(chunk) / len(global_idx)
+                if len(chunk) == 0:  # fewer examples than ranks: take part with zero weight
+                    chunk = global_idx[:1]
+                batch = _to_device(collate_fn([train_data[int(i)] for i in chunk]), device)
+                with _autocast(device, cfg.mixed_precision):
+                    loss = train_model(**batch).loss
+                # DDP averages gradients over ranks; weighting by share*world makes that average
+                # the gradient of the global batch mean.
+                (loss * share * world).backward()
+                if cfg.max_grad_norm > 0:
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad(set_to_none=True)
+                step += 1
+                window_loss += float(loss.detach()) * share
+                window_steps += 1
+                if step % cfg.log_every == 0 or step == total_steps:
+                    (total,) = _all_reduce_sum([window_loss], torch.device(device))
+                    result.loss_curve.append((step, total / window_steps))
+                    window_loss, window_steps = 0.0, 0
+            if dev_eval_fn is not None:
+                dev_metrics = dev_eval_fn(model)
+                result.dev_history.append(dev_metrics)
+                if select_metric not in dev_metrics:
+                    raise KeyError(f"finetune: dev metrics {sorted(dev_metrics)} lack select_metric {select_metric!r}")
+                value = float(dev_metrics[select_metric])
+                better = best_value is None or (value > best_value if greater_is_better else value < best_value)
+                log(f"[bold]{description}[/] epoch {epoch}: dev {select_metric}={value:.4f}", show_progress)
+                if better:
+                    best_value, result.best_epoch, result.best_dev = value, epoch, dev_metrics
+                    best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+            else:
+                result.best_epoch = epoch
+        if best_state is not None and result.best_epoch != cfg.epochs:
+            model.load_state_dict(best_state)
+        del best_state
+        result.steps = step
+        result.test = test_eval_fn(model)
+    return result
+
+
+# ------------------------------------------------------------------------------ task helpers
+
+
+def check_plain_model(ctx: Any, task: str) -> None:
+    """Refuse fine-tuning with a language encoding (not supported by the task heads yet).
+
+    Raises:
+        NotImplementedError: when ``ctx.encoding`` is set, naming the task.
+    """
+    if getattr(ctx, "encoding", None) is not None:
+        raise NotImplementedError(
+            f"{task}: fine-tuning with a language encoding is not supported yet (the encoding's "
+            "parameters would have to be carried over to the task model); run without one"
+        )
+
+
+def finetune_info(result: FinetuneResult) -> dict:
+    """The JSON-serializable summary of a :class:`FinetuneResult` for ``TaskResult.info``."""
+    return {
+        "best_epoch": result.best_epoch,
+        "best_dev": result.best_dev,
+        "dev_history": result.dev_history,
+        "steps": result.steps,
+        "train_features": result.train_examples,
+    }

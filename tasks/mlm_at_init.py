@@ -1,0 +1,295 @@
+"""``mlm-at-init``: masked-LM loss and accuracy of a model right after initialization.
+
+The evaluation masks are a function of the *evaluation* seed (``mask_seed``), the example index
+and the tokenized example only — never of the trial seed, the model, the batch size or padding —
+so every initialization method that uses the same tokenizer is scored on identical masks
+(METHODS.md, "Metrics"). Loss and accuracy are token-weighted: the sum over all masked positions
+of the evaluation set divided by their number.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from harness.protocols import TaskContext, TaskResult
+from harness.registry import register_task
+from harness.seeding import derive
+from tasks.loop import progress
+
+IGNORE_INDEX = -100
+
+
+@dataclass(frozen=True)
+class MlmAtInitConfig:
+    """Configuration of :class:`MlmAtInit`."""
+
+    eval_file: str | None = None
+    """Text file (one example per line) to evaluate on instead of the world's held-out text.
+    May contain ``{lang}``, replaced by each evaluated language."""
+    split: str = "test"
+    """World text split used when ``eval_file`` is not given."""
+    max_eval_examples: int | None = 2000
+    """Use the first N non-empty lines (None: all). Bounded by default so the quickstart stays
+    fast on 2 CPU cores; the number actually used is recorded in ``counts``."""
+    max_length: int = 128
+    """Truncate each example to this many tokens, special tokens included."""
+    batch_size: int = 32
+    """Evaluation batch size (does not affect the masks or the result)."""
+    mask_seed: int = 1234
+    """Evaluation seed for the mask positions; independent of the trial seed on purpose."""
+    mlm_probability: float = 0.15
+    """Fraction of (non-special) tokens selected for prediction (BERT/RoBERTa: 15%)."""
+    mask_token_fraction: float = 0.8
+    """Of the selected tokens, the fraction replaced by the mask token (BERT: 80%)."""
+    random_token_fraction: float = 0.1
+    """Of the selected tokens, the fraction replaced by a random non-special token (BERT: 10%);
+    the rest (10%) keep their original token."""
+
+    def __post_init__(self) -> None:
+        if self.max_length < 3:
+            raise ValueError(f"max_length must be >= 3, got {self.max_length}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_eval_examples is not None and self.max_eval_examples < 1:
+            raise ValueError(f"max_eval_examples must be >= 1 or None, got {self.max_eval_examples}")
+        if not 0.0 < self.mlm_probability < 1.0:
+            raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
+        if (
+            self.mask_token_fraction < 0
+            or self.random_token_fraction < 0
+            or self.mask_token_fraction + self.random_token_fraction > 1
+        ):
+            raise ValueError(
+                "mask_token_fraction and random_token_fraction must be >= 0 and sum to <= 1, "
+                f"got {self.mask_token_fraction} and {self.random_token_fraction}"
+            )
+
+
+def read_lines(path: Path, limit: int | None = None) -> list[str]:
+    """Non-empty, stripped lines of a UTF-8 text file (the first ``limit`` of them).
+
+    Raises:
+        FileNotFoundError: naming the file when it does not exist.
+        ValueError: naming the file when it is not UTF-8 or has no non-empty line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"mlm-at-init: evaluation text file not found: {path}")
+    lines: list[str] = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    lines.append(line)
+                    if limit is not None and len(lines) >= limit:
+                        break
+    except UnicodeDecodeError as e:
+        raise ValueError(f"mlm-at-init: {path} is not valid UTF-8 text ({e})") from None
+    if not lines:
+        raise ValueError(f"mlm-at-init: {path} contains no non-empty line")
+    return lines
+
+
+def mask_example(
+    input_ids: list[int],
+    special_mask: list[int],
+    *,
+    seed: int,
+    mask_token_id: int,
+    replacement_ids: torch.Tensor,
+    mlm_probability: float = 0.15,
+    mask_token_fraction: float = 0.8,
+    random_token_fraction: float = 0.1,
+) -> tuple[list[int], list[int]]:
+    """Apply 80/10/10 BERT masking to one tokenized example with its own generator.
+
+    Three draws of the example's length are always made, in a fixed order, from a generator
+    seeded with ``seed``; the result therefore depends only on ``seed`` and the example, not on
+    batching. Special tokens (and padding, which is added later) are never selected.
+
+    Args:
+        input_ids: token ids of the example, special tokens included.
+        special_mask: 1 where ``input_ids`` holds a special token.
+        seed: seed of this example's generator.
+        mask_token_id: id of the tokenizer's mask token.
+        replacement_ids: 1-D LongTensor of the ids random replacements are drawn from.
+        mlm_probability: selection probability per non-special token.
+        mask_token_fraction: fraction of selected tokens replaced by the mask token.
+        random_token_fraction: fraction of selected tokens replaced by a random token.
+
+    Returns:
+        ``(masked_input_ids, labels)`` with labels ``-100`` at unselected positions.
+
+    Example:
+        >>> ids, labels = mask_example([0, 5, 6, 7, 2], [1, 0, 0, 0, 1], seed=3, mask_token_id=4,
+        ...                            replacement_ids=torch.tensor([5, 6, 7]), mlm_probability=0.99)
+        >>> labels[0], labels[-1]
+        (-100, -100)
+    """
+    n = len(input_ids)
+    g = torch.Generator().manual_seed(seed)
+    select_u = torch.rand(n, generator=g)
+    action_u = torch.rand(n, generator=g)
+    random_pick = torch.randint(len(replacement_ids), (n,), generator=g)
+    ids = torch.tensor(input_ids, dtype=torch.long)
+    selected = (select_u < mlm_probability) & (torch.tensor(special_mask, dtype=torch.long) == 0)
+    labels = torch.where(selected, ids, torch.full_like(ids, IGNORE_INDEX))
+    to_mask = selected & (action_u < mask_token_fraction)
+    to_random = selected & (action_u >= mask_token_fraction) & (action_u < mask_token_fraction + random_token_fraction)
+    out = ids.clone()
+    out[to_mask] = mask_token_id
+    out[to_random] = replacement_ids[random_pick[to_random]]
+    return out.tolist(), labels.tolist()
+
+
+def build_masked_examples(tokenizer: Any, texts: list[str], cfg: MlmAtInitConfig) -> list[tuple[list[int], list[int]]]:
+    """Tokenize and mask ``texts`` deterministically (see :func:`mask_example`).
+
+    Example ``i`` is masked with the seed ``derive(cfg.mask_seed, "mlm-at-init", "mask", str(i))``.
+    """
+    if tokenizer.mask_token_id is None:
+        raise ValueError("mlm-at-init: the tokenizer has no mask token")
+    if tokenizer.pad_token_id is None:
+        raise ValueError("mlm-at-init: the tokenizer has no padding token")
+    specials = set(tokenizer.all_special_ids)
+    replacement_ids = torch.tensor([i for i in range(len(tokenizer)) if i not in specials], dtype=torch.long)
+    enc = tokenizer(texts, truncation=True, max_length=cfg.max_length, return_special_tokens_mask=True)
+    out = []
+    for i, (ids, special) in enumerate(zip(enc["input_ids"], enc["special_tokens_mask"])):
+        out.append(
+            mask_example(
+                ids,
+                special,
+                seed=derive(cfg.mask_seed, "mlm-at-init", "mask", str(i)),
+                mask_token_id=tokenizer.mask_token_id,
+                replacement_ids=replacement_ids,
+                mlm_probability=cfg.mlm_probability,
+                mask_token_fraction=cfg.mask_token_fraction,
+                random_token_fraction=cfg.random_token_fraction,
+            )
+        )
+    return out
+
+
+def _collate(examples: list[tuple[list[int], list[int]]], pad_id: int) -> dict[str, torch.Tensor]:
+    width = max(len(ids) for ids, _ in examples)
+    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
+    attention = torch.zeros((len(examples), width), dtype=torch.long)
+    for row, (ids, lab) in enumerate(examples):
+        input_ids[row, : len(ids)] = torch.tensor(ids)
+        labels[row, : len(lab)] = torch.tensor(lab)
+        attention[row, : len(ids)] = 1
+    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+
+
+@torch.no_grad()
+def masked_lm_scores(
+    model: Any,
+    examples: list[tuple[list[int], list[int]]],
+    *,
+    pad_id: int,
+    batch_size: int = 32,
+    device: str = "cpu",
+    encoding: Any = None,
+    language: str | None = None,
+    show_progress: bool = True,
+) -> dict[str, float]:
+    """Token-weighted MLM loss and accuracy of ``model`` on pre-masked examples.
+
+    With a language ``encoding``, each batch goes through ``encoding.prepare(batch, languages)``,
+    which must return ``labels`` aligned with its ``input_ids`` (``-100`` at added positions).
+
+    Returns:
+        ``{"loss", "accuracy", "perplexity", "masked_tokens"}``.
+    """
+    was_training = model.training
+    model.eval()
+    total_nll, total_correct, total_count = 0.0, 0, 0
+    try:
+        starts = range(0, len(examples), batch_size)
+        for start in progress(starts, description=f"mlm-at-init {language or ''}".strip(), enabled=show_progress):
+            batch = _collate(examples[start : start + batch_size], pad_id)
+            if encoding is not None:
+                batch = encoding.prepare(batch, [language] * batch["input_ids"].shape[0])
+                if "labels" not in batch or batch["labels"].shape != batch["input_ids"].shape:
+                    raise ValueError("mlm-at-init: encoding.prepare must keep 'labels' aligned with 'input_ids'")
+            labels = batch.pop("labels").to(device)
+            inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
+            out = model(**inputs)
+            logits = out.logits if hasattr(out, "logits") else out[0]
+            sel = labels != IGNORE_INDEX
+            if not bool(sel.any()):
+                continue
+            picked = logits[sel].float()
+            gold = labels[sel]
+            total_nll += float(torch.nn.functional.cross_entropy(picked, gold, reduction="sum"))
+            total_correct += int((picked.argmax(-1) == gold).sum())
+            total_count += int(sel.sum())
+    finally:
+        model.train(was_training)
+    if total_count == 0:
+        raise ValueError("mlm-at-init: no token was masked; the evaluation set is empty or too short")
+    loss = total_nll / total_count
+    return {
+        "loss": loss,
+        "accuracy": total_correct / total_count,
+        "perplexity": math.exp(loss) if loss < 700 else float("inf"),
+        "masked_tokens": total_count,
+    }
+
+
+@register_task(
+    "mlm-at-init",
+    config=MlmAtInitConfig,
+    description="MLM loss/accuracy right after initialization on held-out target text",
+)
+class MlmAtInit:
+    """Masked-LM loss and accuracy on held-out target-language text, with fixed evaluation masks."""
+
+    model_kind = "mlm"
+
+    def __init__(self, config: MlmAtInitConfig) -> None:
+        self.config = config
+
+    def eval_path(self, ctx: TaskContext, lang: str) -> Path:
+        """The text file evaluated for ``lang``: ``eval_file`` or the world's held-out split."""
+        if self.config.eval_file is not None:
+            return Path(self.config.eval_file.format(lang=lang))
+        if ctx.data_root is None:
+            raise ValueError("mlm-at-init: set config 'eval_file' (no world directory in the task context)")
+        from harness.world import World  # the world generator room; imported lazily
+
+        return Path(World(ctx.data_root).text(lang, self.config.split))
+
+    def run(self, ctx: TaskContext) -> TaskResult:
+        """Score ``ctx.model`` on every language in ``ctx.languages``."""
+        cfg = self.config
+        metrics: dict[str, dict[str, float]] = {}
+        counts: dict[str, dict[str, int]] = {}
+        files: dict[str, str] = {}
+        for lang in ctx.languages:
+            path = self.eval_path(ctx, lang)
+            texts = read_lines(path, cfg.max_eval_examples)
+            examples = build_masked_examples(ctx.tokenizer, texts, cfg)
+            scores = masked_lm_scores(
+                ctx.model,
+                examples,
+                pad_id=ctx.tokenizer.pad_token_id,
+                batch_size=cfg.batch_size,
+                device=ctx.device,
+                encoding=ctx.encoding,
+                language=lang,
+                show_progress=ctx.progress,
+            )
+            n_masked = int(scores.pop("masked_tokens"))
+            metrics[lang] = scores
+            counts[lang] = {"test": len(texts), "masked_tokens": n_masked}
+            files[lang] = str(path)
+        return TaskResult(metrics=metrics, counts=counts, info={"eval_files": files, "mask_seed": cfg.mask_seed})
