@@ -134,20 +134,12 @@ def cmd_compare(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    from harness.records import iter_records
-    from harness.tracking import make_tracker
+    from harness.tracking import make_tracker, sync
 
     exp_dir = Path(args.experiment_dir)
     tracker = make_tracker(args.tracking_uri, exp_dir.parent)
-    n = 0
-    for rec in iter_records(exp_dir, strict=False):
-        arts = [exp_dir / "records" / f"{rec['trial_id']}.json"]
-        info = exp_dir / "artifacts" / rec["trial_id"] / "init_info.json"
-        if info.is_file():
-            arts.append(info)
-        tracker.log_trial(rec.get("experiment") or exp_dir.name, rec, arts)
-        n += 1
-    print(f"synced {n} records from {exp_dir} to {args.tracking_uri or 'the default store'}")
+    report = sync(exp_dir, tracker)
+    print(f"synced {exp_dir} to {args.tracking_uri or 'the default store'}: {dict(report)}")
     return 0
 
 
@@ -244,7 +236,7 @@ def cmd_quickstart(args) -> int:
     md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir)
     con.print(md)
     con.print(f"\nran {summary.ran} trials, skipped {summary.skipped}, failed {summary.failed} in "
-              f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/leaderboard.md (also .csv, .tex, .html)")
+              f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/{cfg.name}.md (also .csv, .tex, .html)")
     if tracker is not None:
         con.print(f"Open the MLflow UI on these runs with:\n  [bold]{ui_command(runs_dir)}[/]")
     for e in summary.tracking_errors:
@@ -302,7 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("action", choices=["update"])
     sp.add_argument("--records", required=True, nargs="+")
     sp.add_argument("--spec", required=True)
-    sp.add_argument("--golden", required=True)
+    sp.add_argument("--golden", default=None, help="default: leaderboards/golden/<spec name>.json")
     sp.set_defaults(fn=cmd_golden)
 
     sp = sub.add_parser("compare", help="a method against baselines, with significance tests over seeds")
@@ -310,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--method", required=True)
     sp.add_argument("--against", nargs="+", required=True)
     sp.add_argument("--alpha", type=float, default=0.05)
+    sp.add_argument("--spec", default=None, help="leaderboard spec defining the cells (default: every metric found)")
     sp.set_defaults(fn=cmd_compare)
 
     sp = sub.add_parser("sync", help="re-mirror an experiment's records to MLflow")
@@ -367,10 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     from harness.registry import RegistryError
     from harness.resources import ResourceError
     from harness.surgery import SurgeryError
+    from harness.tracking import TrackingError
 
     try:
         return args.fn(args)
-    except (ConfigError, RegistryError, ResourceError, SurgeryError, RecordError, FileNotFoundError) as e:
+    except (ConfigError, RegistryError, ResourceError, SurgeryError, RecordError, FileNotFoundError, TrackingError) as e:
         print(f"tokxfer: error: {e}", file=sys.stderr)
         return 2
 

@@ -162,10 +162,11 @@ def load_record(path: str | Path) -> dict:
     return rec
 
 
-def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict]:
-    """Yield the records of a records directory (or an experiment dir containing ``records/``).
+def iter_record_files(directory: str | Path, *, strict: bool = True) -> Iterator[tuple[Path, dict]]:
+    """Yield ``(path, record)`` for a records directory (or an experiment dir containing ``records/``).
 
-    With ``strict=False`` unreadable files are skipped with a warning instead of raising.
+    Temp files of atomic writes in progress are ignored. With ``strict=False`` unreadable files
+    are skipped with a warning instead of raising :class:`RecordError`.
     """
     import warnings
 
@@ -173,14 +174,22 @@ def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict
     if (directory / "records").is_dir():
         directory = directory / "records"
     if not directory.is_dir():
-        raise RecordError(f"{directory}: no records directory")
+        raise FileNotFoundError(f"no records directory at {directory}")
     for p in sorted(directory.glob("*.json")):
+        if p.name.startswith("."):
+            continue
         try:
-            yield load_record(p)
+            yield p, load_record(p)
         except RecordError as e:
             if strict:
                 raise
             warnings.warn(str(e), stacklevel=2)
+
+
+def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict]:
+    """Yield the records of a records directory (see :func:`iter_record_files`)."""
+    for _, rec in iter_record_files(directory, strict=strict):
+        yield rec
 
 
 def completed_trial_ids(directory: Path) -> set[str]:

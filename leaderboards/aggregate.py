@@ -1,0 +1,437 @@
+"""Aggregation: trial records + a leaderboard spec → a table of mean ± sample std with n.
+
+This is a pure function of its inputs (:func:`aggregate`); reading records from disk is kept
+apart in :func:`load_records`. Nothing is silently averaged: a cell whose seeds are incomplete,
+whose records come from different schema/tokxfer versions, or that holds two records for one
+seed (two configurations mixed in one cell) still shows its mean but carries a flag, and failed
+trials are counted separately (never averaged, never dropped without a trace).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from leaderboards.spec import Column, LeaderboardSpec, MetricSpec
+
+__all__ = [
+    "Cell",
+    "Row",
+    "Table",
+    "FLAGS",
+    "load_records",
+    "record_method",
+    "record_version",
+    "matches_where",
+    "cell_observations",
+    "summarize",
+    "aggregate",
+    "best_methods",
+    "rounded",
+    "Observation",
+]
+
+FLAGS: dict[str, tuple[str, str]] = {
+    "missing_seeds": ("†", "fewer seeds than required (mean of the seeds present)"),
+    "mixed_versions": ("‡", "records from different schema/tokxfer versions"),
+    "duplicate_seeds": ("§", "several records for one seed (different configurations in one cell)"),
+    "failed": ("¶", "some trials of this cell failed (counted, not averaged)"),
+}
+"""Flag name → (footnote marker, legend text), in rendering order."""
+
+
+# --------------------------------------------------------------------------------------------
+# Records
+# --------------------------------------------------------------------------------------------
+
+
+def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[dict]:
+    """Load every trial record from one or more records directories.
+
+    Accepts ``runs/<experiment>`` or ``runs/<experiment>/records``; records are validated and
+    migrated by :func:`harness.records.iter_records` (the one record reader).
+
+    Raises:
+        FileNotFoundError: a directory does not exist.
+        harness.records.RecordError: a file is truncated, corrupt or from a newer schema (named).
+
+    Example:
+        >>> load_records("runs/quickstart")  # doctest: +SKIP
+    """
+    from harness.records import iter_records
+
+    if isinstance(dirs, (str, os.PathLike)):
+        dirs = [dirs]
+    return [rec for d in dirs for rec in iter_records(Path(d))]
+
+
+def _get(obj: Any, path: str) -> Any:
+    cur = obj
+    for part in path.split("."):
+        if not isinstance(cur, Mapping) or part not in cur:
+            return None
+        cur = cur[part]
+    return cur
+
+
+def record_method(record: Mapping) -> str | None:
+    """Method id of a record (``config.method.id``, else ``config.method.name``)."""
+    return _get(record, "config.method.id") or _get(record, "config.method.name")
+
+
+def record_version(record: Mapping) -> str:
+    """``schema <n> / tokxfer <version>`` of a record."""
+    return f"schema {record.get('schema_version')} / tokxfer {record.get('tokxfer_version')}"
+
+
+def matches_where(record: Mapping, where: Iterable[tuple[str, Any]]) -> bool:
+    """Whether the record's resolved config has every ``dotted.path == value``."""
+    return all(_get(record.get("config") or {}, k) == v for k, v in where)
+
+
+def _is_number(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+@dataclass(frozen=True)
+class Observation:
+    """One value of one record for one (method, column)."""
+
+    seed: int | None
+    value: float
+    version: str
+    trial_id: str
+
+
+def _value(record: Mapping, column: Column, language: str) -> float | None:
+    m = column.metric
+    if m.source == "metrics":
+        v = ((record.get("metrics") or {}).get(language) or {}).get(m.name)
+    else:
+        if _get(record, "config.target.language") != language:
+            return None
+        v = (_get(record, m.source) or {}).get(m.name)
+    return float(v) if _is_number(v) else None
+
+
+def _applies(record: Mapping, column: Column, language: str) -> bool:
+    """Whether a (failed) record belongs to a cell: same task and target/evaluated language."""
+    if _get(record, "config.task.name") != column.task:
+        return False
+    return _get(record, "config.target.language") == language or language in (record.get("metrics") or {})
+
+
+def cell_observations(
+    records: Iterable[Mapping], method: str, column: Column, language: str | None = None
+) -> tuple[list[Observation], int]:
+    """Values of ``method`` for one (non-average) column, and the number of failed trials.
+
+    Args:
+        records: records already filtered by the spec's ``where``.
+        method: method id.
+        column: the column (its ``language`` is used unless ``language`` is given).
+        language: override the language (for average components).
+
+    Returns:
+        ``(observations of ok records, failed trial count)``.
+    """
+    lang = language or column.language
+    obs: list[Observation] = []
+    failed = 0
+    for r in records:
+        if record_method(r) != method or _get(r, "config.task.name") != column.task:
+            continue
+        if r.get("status") != "ok":
+            failed += _applies(r, column, lang)
+            continue
+        v = _value(r, column, lang)
+        if v is None:
+            continue
+        seed = r.get("seed", _get(r, "config.seed"))
+        obs.append(Observation(seed, v, record_version(r), str(r.get("trial_id"))))
+    return obs, failed
+
+
+# --------------------------------------------------------------------------------------------
+# Table
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One aggregated cell.
+
+    Attributes:
+        mean: mean over seeds (``None`` when there is no value).
+        std: sample standard deviation (ddof=1); ``None`` when ``n < 2`` (undefined).
+        n: number of values averaged.
+        seeds: seeds of those values.
+        values: the values (record units, not scaled).
+        flags: names from :data:`FLAGS`.
+        failed: failed trials belonging to this cell.
+        versions: distinct record versions behind the values.
+        reference: whether this is a paper number (not measured here).
+    """
+
+    mean: float | None
+    std: float | None = None
+    n: int = 0
+    seeds: tuple = ()
+    values: tuple[float, ...] = ()
+    flags: frozenset[str] = frozenset()
+    failed: int = 0
+    versions: tuple[str, ...] = ()
+    reference: bool = False
+
+    @property
+    def empty(self) -> bool:
+        """No value at all."""
+        return self.mean is None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One table row.
+
+    Attributes:
+        method: method id.
+        label: display label.
+        cells: column key → cell.
+        failed: failed trials of this method in the spec's tasks (any language).
+        kind: ``"measured"`` or ``"paper"``.
+        source: for paper rows, the citation.
+    """
+
+    method: str
+    label: str
+    cells: Mapping[str, Cell]
+    failed: int = 0
+    kind: str = "measured"
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Table:
+    """An aggregated leaderboard.
+
+    Attributes:
+        spec: the spec it was built from.
+        columns: the spec's columns.
+        rows: measured rows.
+        paper_rows: reference rows from the papers (never mixed with measured cells).
+        notes: facts about the inputs (ignored records, versions present …).
+        n_records: records considered (after the spec's ``where`` filter).
+        versions: distinct record versions among them.
+    """
+
+    spec: LeaderboardSpec
+    columns: tuple[Column, ...]
+    rows: tuple[Row, ...]
+    paper_rows: tuple[Row, ...] = ()
+    notes: tuple[str, ...] = ()
+    n_records: int = 0
+    versions: tuple[str, ...] = field(default=())
+
+    def flags_used(self) -> list[str]:
+        """Flag names that occur in the table, in :data:`FLAGS` order."""
+        used = {f for row in self.rows for c in row.cells.values() for f in c.flags}
+        return [f for f in FLAGS if f in used]
+
+
+def summarize(values: Iterable[float]) -> tuple[float | None, float | None, int]:
+    """Mean, sample std (ddof=1; ``None`` for fewer than two values) and n.
+
+    Example:
+        >>> summarize([1.0, 2.0, 3.0])
+        (2.0, 1.0, 3)
+        >>> summarize([5.0])
+        (5.0, None, 1)
+    """
+    arr = np.asarray(list(values), dtype=np.float64)
+    n = int(arr.size)
+    if n == 0:
+        return None, None, 0
+    mean = float(arr.mean())
+    std = float(arr.std(ddof=1)) if n >= 2 else None
+    return mean, std, n
+
+
+def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...]) -> Cell:
+    flags: set[str] = set()
+    if required:
+        obs = [o for o in obs if o.seed in required]
+    seeds = [o.seed for o in obs]
+    if len(set(seeds)) != len(seeds):
+        flags.add("duplicate_seeds")
+    if required and not set(required) <= set(seeds):
+        flags.add("missing_seeds")
+    versions = tuple(sorted({o.version for o in obs}))
+    if len(versions) > 1:
+        flags.add("mixed_versions")
+    if failed:
+        flags.add("failed")
+    mean, std, n = summarize(o.value for o in obs)
+    return Cell(
+        mean=mean,
+        std=std,
+        n=n,
+        seeds=tuple(seeds),
+        values=tuple(o.value for o in obs),
+        flags=frozenset(flags),
+        failed=failed,
+        versions=versions,
+    )
+
+
+def _average_cell(components: list[tuple[list[Observation], int]], required: tuple[int, ...]) -> Cell:
+    """Average over languages per seed, then mean ± std over the seeds that have every language."""
+    flags: set[str] = set()
+    per_lang: list[dict[Any, list[float]]] = []
+    versions: set[str] = set()
+    failed = 0
+    for obs, f in components:
+        failed += f
+        if required:
+            obs = [o for o in obs if o.seed in required]
+        by_seed: dict[Any, list[float]] = defaultdict(list)
+        for o in obs:
+            by_seed[o.seed].append(o.value)
+            versions.add(o.version)
+        if any(len(v) > 1 for v in by_seed.values()):
+            flags.add("duplicate_seeds")
+        per_lang.append(by_seed)
+    all_seeds = set().union(*(set(d) for d in per_lang)) if per_lang else set()
+    complete = sorted((s for s in all_seeds if all(s in d for d in per_lang)), key=lambda s: (s is None, s))
+    if set(complete) != all_seeds or (required and not set(required) <= set(complete)):
+        flags.add("missing_seeds")
+    if len(versions) > 1:
+        flags.add("mixed_versions")
+    if failed:
+        flags.add("failed")
+    values = [float(np.mean([np.mean(d[s]) for d in per_lang])) for s in complete]
+    mean, std, n = summarize(values)
+    return Cell(
+        mean=mean,
+        std=std,
+        n=n,
+        seeds=tuple(complete),
+        values=tuple(values),
+        flags=frozenset(flags),
+        failed=failed,
+        versions=tuple(sorted(versions)),
+    )
+
+
+def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
+    """Build the table of a spec from trial records (pure: no I/O).
+
+    Args:
+        records: trial records (dicts in the schema of ``docs/CONTRACTS.md``).
+        spec: the leaderboard spec.
+
+    Returns:
+        The :class:`Table`; render it with :mod:`leaderboards.render`.
+
+    Example:
+        >>> from leaderboards.spec import parse_spec
+        >>> spec = parse_spec({"name": "t", "version": 1, "experiments": ["x"], "required_seeds": [1, 2],
+        ...     "columns": [{"task": "mlm-at-init", "languages": ["near"], "metrics": ["loss"]}]})
+        >>> recs = [{"status": "ok", "seed": s, "config": {"method": {"id": "focus"},
+        ...          "task": {"name": "mlm-at-init"}}, "metrics": {"near": {"loss": v}}}
+        ...         for s, v in [(1, 6.0), (2, 6.2)]]
+        >>> cell = aggregate(recs, spec).rows[0].cells["mlm-at-init/near/loss"]
+        >>> round(cell.mean, 2), round(cell.std, 4), cell.n
+        (6.1, 0.1414, 2)
+    """
+    all_records = list(records)
+    recs = [r for r in all_records if matches_where(r, spec.where)]
+    notes: list[str] = []
+    if len(recs) != len(all_records):
+        notes.append(f"{len(all_records) - len(recs)} record(s) excluded by the spec's filter {dict(spec.where)}.")
+    tasks = {c.task for c in spec.columns}
+    if spec.required_seeds:
+        other = sorted(
+            {r.get("seed") for r in recs if _get(r, "config.task.name") in tasks and r.get("seed") not in spec.required_seeds},
+            key=str,
+        )
+        if other:
+            notes.append(f"Records with seeds {other} (outside the required {list(spec.required_seeds)}) are not used.")
+
+    found = sorted({m for r in recs if (m := record_method(r)) is not None and _get(r, "config.task.name") in tasks})
+    if spec.rows is not None:
+        methods = [r.method for r in spec.rows]
+        unlisted = [m for m in found if m not in methods]
+        if unlisted:
+            notes.append(f"Methods in the records but not in the spec's rows: {', '.join(unlisted)}.")
+    else:
+        methods = found
+
+    rows = []
+    for method in methods:
+        cells: dict[str, Cell] = {}
+        for col in spec.columns:
+            if col.is_average:
+                comps = [cell_observations(recs, method, col, lang) for lang in col.components]
+                cells[col.key] = _average_cell(comps, spec.required_seeds)
+            else:
+                obs, failed = cell_observations(recs, method, col)
+                cells[col.key] = _single_cell(obs, failed, spec.required_seeds)
+        failed_total = sum(
+            1
+            for r in recs
+            if record_method(r) == method and r.get("status") != "ok" and _get(r, "config.task.name") in tasks
+        )
+        rows.append(Row(method=method, label=spec.label(method), cells=cells, failed=failed_total))
+
+    paper_rows = []
+    for pn in spec.paper:
+        for method, display, vals in pn.rows:
+            values = dict(vals)
+            cells = {
+                col.key: Cell(mean=values[col.key], reference=True) if col.key in values else Cell(mean=None, reference=True)
+                for col in spec.columns
+            }
+            paper_rows.append(Row(method=method, label=display, cells=cells, kind="paper", source=pn.citation))
+
+    versions = tuple(sorted({record_version(r) for r in recs}))
+    if len(versions) > 1:
+        notes.append(f"Records come from several versions: {'; '.join(versions)}.")
+    return Table(
+        spec=spec,
+        columns=spec.columns,
+        rows=tuple(rows),
+        paper_rows=tuple(paper_rows),
+        notes=tuple(notes),
+        n_records=len(recs),
+        versions=versions,
+    )
+
+
+def rounded(value: float, metric: MetricSpec) -> float:
+    """The value as displayed (scaled and rounded), for ties in 'best'."""
+    return round(value * metric.scale, metric.decimals)
+
+
+def best_methods(table: Table, column: Column) -> set[str]:
+    """Methods whose displayed mean is best in ``column`` (ties at display precision all count).
+
+    Only measured rows compete; paper rows never do. Empty when fewer than two rows have a value.
+    """
+    cands = {
+        row.method: rounded(c.mean, column.metric)
+        for row in table.rows
+        if (c := row.cells[column.key]).mean is not None and math.isfinite(c.mean)
+    }
+    if len(cands) < 2:
+        return set()
+    target = max(cands.values()) if column.metric.direction == "higher" else min(cands.values())
+    return {m for m, v in cands.items() if v == target}
+

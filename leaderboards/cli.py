@@ -1,0 +1,102 @@
+"""Command implementations for ``tokxfer leaderboard | check-regression | golden update | compare``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from leaderboards.aggregate import aggregate, load_records
+from leaderboards.regression import check_regression, default_golden_path, update_golden
+from leaderboards.render import render_markdown, write_all
+from leaderboards.spec import load_spec
+
+SPECS_DIR = Path(__file__).resolve().parent / "specs"
+TABLES_DIR = Path(__file__).resolve().parent / "tables"
+
+
+def _records_for(spec, runs_dir: Path) -> list[dict]:
+    dirs = [d for d in spec.records_dirs(runs_dir) if d.is_dir()]
+    if not dirs:
+        raise FileNotFoundError(
+            f"spec {spec.name!r}: no records under {runs_dir} for experiment(s) {', '.join(spec.experiments)}; run them first"
+        )
+    return load_records(dirs)
+
+
+def render_spec_file(spec_path: str | Path, runs_dir: str | Path, out_dir: str | Path) -> str:
+    """Aggregate one spec's records, write .md/.csv/.tex/.html into ``out_dir``, return the Markdown."""
+    spec = load_spec(spec_path)
+    table = aggregate(_records_for(spec, Path(runs_dir)), spec)
+    write_all(table, out_dir)
+    return render_markdown(table)
+
+
+def leaderboard_command(args) -> int:
+    if args.all == bool(args.spec):
+        print("tokxfer leaderboard: give one SPEC or --all", file=sys.stderr)
+        return 2
+    specs = sorted(SPECS_DIR.glob("*.yaml")) if args.all else [Path(args.spec)]
+    out = Path(args.out) if args.out else (TABLES_DIR if args.all else Path(args.runs_dir) / "leaderboards")
+    missing = []
+    for sp in specs:
+        spec = load_spec(sp)
+        try:
+            md = render_spec_file(sp, args.runs_dir, out)
+        except FileNotFoundError as e:
+            missing.append(str(e))
+            continue
+        print(md)
+        print(f"\n→ {out}/{spec.name}.{{md,csv,tex,html}}\n")
+    for m in missing:
+        print(f"skipped: {m}", file=sys.stderr)
+    return 1 if missing and not args.all else 0
+
+
+def check_regression_command(args) -> int:
+    records = load_records(args.records)
+    report = check_regression(records, args.golden)
+    print(report.format())
+    return report.exit_code
+
+
+def golden_update_command(args) -> int:
+    spec = load_spec(args.spec)
+    records = load_records(args.records)
+    path = Path(args.golden) if args.golden else default_golden_path(spec)
+    update_golden(records, spec, path, command="tokxfer " + " ".join(sys.argv[1:]))
+    print(f"wrote {path}")
+    return 0
+
+
+def compare_command(args) -> int:
+    from leaderboards.compare import compare_table, render_comparison_markdown
+    from leaderboards.spec import parse_spec
+
+    records = load_records(args.experiment_dir)
+    spec = load_spec(args.spec) if getattr(args, "spec", None) else parse_spec(_auto_spec(records), origin="<compare>")
+    table = aggregate(records, spec)
+    for base in args.against:
+        print(render_comparison_markdown(compare_table(table, base, [args.method], alpha=args.alpha)))
+        print()
+    return 0
+
+
+def _auto_spec(records: list[dict]) -> dict:
+    """A spec covering every task × language × metric found in the records (for ``compare``)."""
+    cols: dict[tuple[str, str], set[str]] = {}
+    seeds, exps = set(), set()
+    for r in records:
+        if r.get("status") != "ok":
+            continue
+        task = r["config"]["task"]["name"]
+        seeds.add(r.get("seed"))
+        exps.add(r.get("experiment"))
+        for lang, ms in (r.get("metrics") or {}).items():
+            for m, v in ms.items():
+                if isinstance(v, (int, float)):
+                    cols.setdefault((task, m), set()).add(lang)
+    metrics = {m: {"direction": "lower" if m in ("loss", "perplexity", "token_perplexity", "bits_per_byte") else "higher"}
+               for (_, m) in cols}
+    columns = [{"task": t, "languages": sorted(langs), "metrics": [m]} for (t, m), langs in sorted(cols.items())]
+    return {"name": "compare", "version": 1, "experiments": sorted(e for e in exps if e), "required_seeds": sorted(s for s in seeds if s is not None),
+            "metrics": metrics, "columns": columns, "rows": "all"}

@@ -1,0 +1,413 @@
+"""Renderers of an aggregated :class:`~leaderboards.aggregate.Table`: Markdown, CSV, LaTeX, HTML.
+
+All renderers show the same thing: mean ± sample std over seeds, ``n`` where it differs from the
+required seed count (and ``n=1`` instead of a std, which is undefined for one value), the best
+measured value per column in bold (by the metric's direction; ties at display precision are all
+bold), footnote markers for flagged cells with a legend, and the papers' numbers as separate rows
+marked "paper" that never compete for bold. CSV is the machine form: one line per cell, raw
+(unscaled) values.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from leaderboards.aggregate import FLAGS, Cell, Row, Table, best_methods
+from leaderboards.spec import Column, MetricSpec
+
+__all__ = [
+    "TABLES_DIR",
+    "format_number",
+    "column_header",
+    "render_markdown",
+    "render_csv",
+    "render_latex",
+    "render_html",
+    "write_all",
+]
+
+TABLES_DIR = Path(__file__).resolve().parent / "tables"
+"""Where the committed rendered tables live."""
+LATEX_FLAGS = {"missing_seeds": r"\dag{}", "mixed_versions": r"\ddag{}", "duplicate_seeds": r"\S{}", "failed": r"\P{}"}
+
+
+def format_number(value: float, metric: MetricSpec) -> str:
+    """A value in the metric's display units.
+
+    Example:
+        >>> format_number(0.1234, MetricSpec("accuracy", scale=100, decimals=1))
+        '12.3'
+    """
+    if not math.isfinite(value):
+        return str(value)
+    return f"{value * metric.scale:.{metric.decimals}f}"
+
+
+def _std_text(cell: Cell, metric: MetricSpec) -> str | None:
+    if cell.std is None:
+        return None
+    return f"{abs(cell.std * metric.scale):.{metric.decimals}f}" if math.isfinite(cell.std) else str(cell.std)
+
+
+def _show_n(cell: Cell, table: Table) -> bool:
+    required = len(table.spec.required_seeds)
+    return cell.n == 1 or not required or cell.n != required
+
+
+def _multi_task(table: Table) -> bool:
+    return len({c.task for c in table.columns}) > 1
+
+
+def column_header(column: Column, with_task: bool = False) -> str:
+    """Plain-text header of a column, e.g. ``"loss ↓ near"``."""
+    head = f"{column.metric.label} {column.metric.arrow} {column.language}"
+    return f"{column.task} {head}" if with_task else head
+
+
+def _legend_lines(table: Table) -> list[str]:
+    return [f"{FLAGS[f][0]} {FLAGS[f][1]}" for f in table.flags_used()]
+
+
+def _summary_lines(table: Table) -> list[str]:
+    spec = table.spec
+    seeds = f"seeds {list(spec.required_seeds)}" if spec.required_seeds else "all seeds found"
+    lines = [
+        f"Spec `{spec.name}` v{spec.version}; {table.n_records} records. Mean ± sample std (ddof=1) over "
+        f"{seeds}; n shown where it differs{'' if spec.required_seeds else ' (always)'}, and a single value "
+        f"is shown as n=1 (std undefined). Best measured value per column in bold (↑ higher / ↓ lower is better).",
+    ]
+    if any(c.is_average for c in table.columns):
+        lines.append("avg: mean over the languages per seed, then mean ± std over seeds with every language.")
+    if any(r.failed for r in table.rows):
+        lines.append("failed: failed trials of the method (counted separately, never averaged).")
+    for pn in spec.paper:
+        lines.append(
+            f"paper rows: numbers reported in {pn.citation}{' — ' + pn.note if pn.note else ''}; not measured here."
+        )
+    return lines + list(table.notes)
+
+
+# --------------------------------------------------------------------------------------------
+# Markdown
+# --------------------------------------------------------------------------------------------
+
+
+def _md_escape(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def _md_cell(cell: Cell, column: Column, table: Table, bold: bool) -> str:
+    if cell.mean is None:
+        return "–"
+    m = column.metric
+    text = format_number(cell.mean, m)
+    if bold:
+        text = f"**{text}**"
+    std = _std_text(cell, m)
+    if std is not None:
+        text += f" ± {std}"
+    if not cell.reference and _show_n(cell, table):
+        text += f" (n={cell.n})"
+    marks = "".join(FLAGS[f][0] for f in FLAGS if f in cell.flags)
+    return text + marks
+
+
+def render_markdown(table: Table) -> str:
+    """GitHub Markdown: a title, the table, and a legend/notes list.
+
+    Example:
+        >>> print(render_markdown(table))  # doctest: +SKIP
+    """
+    spec = table.spec
+    with_task = _multi_task(table)
+    show_failed = any(r.failed for r in table.rows)
+    header = ["Method"] + [_md_escape(column_header(c, with_task)) for c in table.columns]
+    if show_failed:
+        header.append("failed")
+    best = {c.key: best_methods(table, c) for c in table.columns}
+    lines = [f"### {spec.name} (v{spec.version})", ""]
+    if spec.description:
+        lines += [spec.description, ""]
+    lines.append("| " + " | ".join(header) + " |")
+    lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
+    for row in table.rows:
+        cells = [_md_escape(row.label)]
+        cells += [_md_cell(row.cells[c.key], c, table, row.method in best[c.key]) for c in table.columns]
+        if show_failed:
+            cells.append(str(row.failed))
+        lines.append("| " + " | ".join(cells) + " |")
+    for row in table.paper_rows:
+        cells = [f"*{_md_escape(row.label)} (paper)*"]
+        cells += [_md_cell(row.cells[c.key], c, table, False) for c in table.columns]
+        if show_failed:
+            cells.append("")
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for line in _legend_lines(table) + _summary_lines(table):
+        lines.append(f"- {line}")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# CSV
+# --------------------------------------------------------------------------------------------
+
+CSV_FIELDS = [
+    "table",
+    "spec_version",
+    "kind",
+    "method",
+    "label",
+    "task",
+    "language",
+    "metric",
+    "direction",
+    "mean",
+    "std",
+    "n",
+    "seeds",
+    "flags",
+    "failed",
+    "best",
+    "source",
+]
+
+
+def _csv_num(x: float | None) -> str:
+    return "" if x is None else repr(float(x))
+
+
+def render_csv(table: Table) -> str:
+    """Long-format CSV, one line per (row, column), raw record units (no scaling/rounding)."""
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    best = {c.key: best_methods(table, c) for c in table.columns}
+    for row in list(table.rows) + list(table.paper_rows):
+        for c in table.columns:
+            cell = row.cells[c.key]
+            w.writerow(
+                {
+                    "table": table.spec.name,
+                    "spec_version": table.spec.version,
+                    "kind": row.kind,
+                    "method": row.method,
+                    "label": row.label,
+                    "task": c.task,
+                    "language": c.language,
+                    "metric": c.metric.name,
+                    "direction": c.metric.direction,
+                    "mean": _csv_num(cell.mean),
+                    "std": _csv_num(cell.std),
+                    "n": "" if cell.reference else cell.n,
+                    "seeds": " ".join(str(s) for s in cell.seeds),
+                    "flags": ";".join(f for f in FLAGS if f in cell.flags),
+                    "failed": "" if cell.reference else cell.failed,
+                    "best": int(row.kind == "measured" and row.method in best[c.key]),
+                    "source": row.source,
+                }
+            )
+    return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# LaTeX
+# --------------------------------------------------------------------------------------------
+
+_TEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+    "↑": r"$\uparrow$",
+    "↓": r"$\downarrow$",
+    "±": r"$\pm$",
+    "–": "--",
+}
+
+
+def latex_escape(text: str) -> str:
+    r"""Escape LaTeX special characters.
+
+    Example:
+        >>> latex_escape("mlm_at_init 50%") == r"mlm\_at\_init 50\%"
+        True
+    """
+    return "".join(_TEX_SPECIAL.get(ch, ch) for ch in text)
+
+
+def _tex_cell(cell: Cell, column: Column, table: Table, bold: bool) -> str:
+    if cell.mean is None:
+        return "--"
+    m = column.metric
+    text = format_number(cell.mean, m)
+    text = rf"\textbf{{{text}}}" if bold else text
+    std = _std_text(cell, m)
+    if std is not None:
+        text += rf"{{\small${{}}\pm{{}}${std}}}"
+    if not cell.reference and _show_n(cell, table):
+        text += rf"{{\small~(n={cell.n})}}"
+    marks = "".join(LATEX_FLAGS[f] for f in FLAGS if f in cell.flags)
+    if marks:
+        text += rf"\textsuperscript{{{marks}}}"
+    return text
+
+
+def render_latex(table: Table) -> str:
+    """A booktabs ``table`` (needs ``\\usepackage{booktabs}``); best per column in ``\\textbf``,
+    ``± std`` in ``\\small``, paper rows in italics below a rule, legend and notes in the caption."""
+    spec = table.spec
+    with_task = _multi_task(table)
+    show_failed = any(r.failed for r in table.rows)
+    ncols = len(table.columns) + 1 + int(show_failed)
+    best = {c.key: best_methods(table, c) for c in table.columns}
+    header = ["Method"] + [latex_escape(column_header(c, with_task)) for c in table.columns]
+    if show_failed:
+        header.append("failed")
+    out = [
+        f"% tokxfer leaderboard {spec.name} v{spec.version} (generated; do not edit). Needs \\usepackage{{booktabs}}.",
+        r"\begin{table}[t]",
+        r"\centering",
+        r"\small",
+        r"\begin{tabular}{l" + "r" * (ncols - 1) + "}",
+        r"\toprule",
+        " & ".join(header) + r" \\",
+        r"\midrule",
+    ]
+    for row in table.rows:
+        cells = [latex_escape(row.label)]
+        cells += [_tex_cell(row.cells[c.key], c, table, row.method in best[c.key]) for c in table.columns]
+        if show_failed:
+            cells.append(str(row.failed))
+        out.append(" & ".join(cells) + r" \\")
+    if table.paper_rows:
+        out.append(r"\midrule")
+        for row in table.paper_rows:
+            cells = [rf"\textit{{{latex_escape(row.label)} (paper)}}"]
+            cells += [_tex_cell(row.cells[c.key], c, table, False) for c in table.columns]
+            if show_failed:
+                cells.append("")
+            out.append(" & ".join(cells) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}"]
+    legend = [
+        f"{LATEX_FLAGS[f]} {latex_escape(FLAGS[f][1])}" for f in table.flags_used()
+    ]
+    caption = " ".join(latex_escape(line.replace("`", "")) for line in _summary_lines(table))
+    if legend:
+        caption += " " + "; ".join(legend) + "."
+    out += [rf"\caption{{{caption}}}", rf"\label{{tab:{latex_escape(spec.name).replace(chr(92), '')}}}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# HTML
+# --------------------------------------------------------------------------------------------
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2rem; color: #222; }
+table { border-collapse: collapse; margin: 1rem 0; }
+th, td { padding: .3rem .7rem; text-align: right; border-bottom: 1px solid #ddd; }
+th:first-child, td:first-child { text-align: left; }
+thead th { border-bottom: 2px solid #444; }
+tr.paper td { font-style: italic; color: #555; background: #f7f7f7; }
+.std, .n { font-size: .8em; color: #555; }
+sup { color: #a33; }
+ul.notes { font-size: .9em; color: #444; }
+"""
+
+
+def _html_cell(cell: Cell, column: Column, table: Table, bold: bool) -> str:
+    if cell.mean is None:
+        return "–"
+    m = column.metric
+    text = html.escape(format_number(cell.mean, m))
+    if bold:
+        text = f"<strong>{text}</strong>"
+    std = _std_text(cell, m)
+    if std is not None:
+        text += f' <span class="std">± {html.escape(std)}</span>'
+    if not cell.reference and _show_n(cell, table):
+        text += f' <span class="n">(n={cell.n})</span>'
+    marks = "".join(FLAGS[f][0] for f in FLAGS if f in cell.flags)
+    if marks:
+        text += f"<sup>{marks}</sup>"
+    return text
+
+
+def _html_table(table: Table) -> str:
+    spec = table.spec
+    with_task = _multi_task(table)
+    show_failed = any(r.failed for r in table.rows)
+    best = {c.key: best_methods(table, c) for c in table.columns}
+    head = ["Method"] + [column_header(c, with_task) for c in table.columns] + (["failed"] if show_failed else [])
+    parts = [f"<h2>{html.escape(spec.name)} <small>v{spec.version}</small></h2>"]
+    if spec.description:
+        parts.append(f"<p>{html.escape(spec.description)}</p>")
+    parts.append("<table>")
+    parts.append("<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in head) + "</tr></thead>")
+    parts.append("<tbody>")
+
+    def tr(row: Row, paper: bool) -> str:
+        label = html.escape(row.label) + (" (paper)" if paper else "")
+        cells = [f"<td>{label}</td>"]
+        cells += [
+            f"<td>{_html_cell(row.cells[c.key], c, table, not paper and row.method in best[c.key])}</td>"
+            for c in table.columns
+        ]
+        if show_failed:
+            cells.append(f"<td>{'' if paper else row.failed}</td>")
+        return f'<tr class="{"paper" if paper else "measured"}">' + "".join(cells) + "</tr>"
+
+    parts += [tr(r, False) for r in table.rows]
+    parts += [tr(r, True) for r in table.paper_rows]
+    parts.append("</tbody></table>")
+    notes = _legend_lines(table) + [line.replace("`", "") for line in _summary_lines(table)]
+    parts.append('<ul class="notes">' + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
+    return "\n".join(parts)
+
+
+def render_html(tables: Table | Iterable[Table], title: str = "tokxfer leaderboards") -> str:
+    """A self-contained HTML page (inline CSS, no scripts) holding one or more tables."""
+    if isinstance(tables, Table):
+        tables = [tables]
+    body = "\n".join(_html_table(t) for t in tables)
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+    )
+
+
+def write_all(table: Table, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write ``<name>.md``, ``.csv``, ``.tex`` and ``.html`` into ``out_dir``.
+
+    Returns:
+        ``{"md": path, "csv": path, "tex": path, "html": path}``.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for ext, text in (
+        ("md", render_markdown(table)),
+        ("csv", render_csv(table)),
+        ("tex", render_latex(table)),
+        ("html", render_html(table, title=f"tokxfer leaderboard: {table.spec.name}")),
+    ):
+        p = out / f"{table.spec.name}.{ext}"
+        tmp = p.with_name(f".{p.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(p)
+        paths[ext] = p
+    return paths

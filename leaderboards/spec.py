@@ -1,0 +1,517 @@
+"""Leaderboard specs: what a table is, as a versioned YAML file of values.
+
+A spec names the experiments whose records feed the table, the rows (methods), the columns
+(task × language × metric, plus per-metric averages over languages), each metric's direction and
+number format, the seeds every cell needs, and optionally files of the papers' reference numbers
+(``leaderboards/paper_numbers/*.yaml``), which are rendered as separate rows marked "paper" and
+never mixed into measured cells.
+
+Example spec::
+
+    # tokxfer leaderboard leaderboards/specs/quickstart.yaml
+    name: quickstart
+    version: 1
+    experiments: [quickstart]
+    required_seeds: [1, 2, 3]
+    format: {decimals: 2, scale: 1}
+    metrics:
+      loss: {direction: lower, display: "MLM loss"}
+      accuracy: {direction: higher, decimals: 1, scale: 100, display: "Acc."}
+      gold_top1: {direction: higher, source: init.diagnostics, decimals: 1, scale: 100}
+    columns:
+      - {task: mlm-at-init, languages: [near, script], metrics: [loss, accuracy], average: true}
+    rows: all                      # or a list of {method: focus, display: FOCUS}
+    display_names: {focus: FOCUS}  # used with rows: all
+    where: {encoding.name: none}   # optional filter on the resolved config (dotted paths)
+    paper_numbers: []              # paths relative to this file, e.g. ../paper_numbers/focus.yaml
+
+Unknown keys anywhere are errors naming the key and the file.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "SpecError",
+    "MetricSpec",
+    "Column",
+    "RowSpec",
+    "PaperNumbers",
+    "LeaderboardSpec",
+    "load_spec",
+    "parse_spec",
+    "load_paper_numbers",
+    "SOURCES",
+    "AVERAGE",
+    "PACKAGED_SPECS",
+]
+
+SOURCES = ("metrics", "init.diagnostics", "init.counts")
+"""Where a metric is read from: ``record["metrics"][lang][name]`` or ``record["init"][...][name]``
+(the latter for trials whose target language is the column's language)."""
+AVERAGE = "avg"
+"""The language label of an average column."""
+PACKAGED_SPECS = Path(__file__).resolve().parent / "specs"
+"""Directory of the specs shipped with tokxfer."""
+
+
+class SpecError(ValueError):
+    """A leaderboard spec or paper-numbers file is invalid (the message names file and key)."""
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """How one metric is read and shown.
+
+    Attributes:
+        name: metric name in the record (``loss``, ``accuracy``, ``gold_top1`` …).
+        direction: ``"higher"`` or ``"lower"`` is better.
+        source: one of :data:`SOURCES`.
+        decimals: digits after the decimal point when rendered.
+        scale: factor applied before rendering (100 shows a fraction as a percentage).
+        display: column header text (defaults to ``name``).
+    """
+
+    name: str
+    direction: str = "higher"
+    source: str = "metrics"
+    decimals: int = 2
+    scale: float = 1.0
+    display: str = ""
+
+    @property
+    def label(self) -> str:
+        """Header text."""
+        return self.display or self.name
+
+    @property
+    def arrow(self) -> str:
+        """↑ or ↓ by direction."""
+        return "↑" if self.direction == "higher" else "↓"
+
+    def better(self, a: float, b: float) -> bool:
+        """Whether ``a`` is strictly better than ``b``."""
+        return a > b if self.direction == "higher" else a < b
+
+
+@dataclass(frozen=True)
+class Column:
+    """One table column: a metric of a task in a language (``language == "avg"``: average).
+
+    Attributes:
+        task: task name as in ``record["config"]["task"]["name"]``.
+        language: language code, or :data:`AVERAGE`.
+        metric: the metric's spec.
+        components: for an average column, the languages averaged (per seed); else empty.
+    """
+
+    task: str
+    language: str
+    metric: MetricSpec
+    components: tuple[str, ...] = ()
+
+    @property
+    def is_average(self) -> bool:
+        """Whether this is an average over languages."""
+        return bool(self.components)
+
+    @property
+    def key(self) -> str:
+        """Stable identifier ``task/language/metric``."""
+        return f"{self.task}/{self.language}/{self.metric.name}"
+
+
+@dataclass(frozen=True)
+class RowSpec:
+    """One table row.
+
+    Attributes:
+        method: method id as in ``record["config"]["method"]["id"]``.
+        display: row label.
+    """
+
+    method: str
+    display: str = ""
+
+    @property
+    def label(self) -> str:
+        """Row label."""
+        return self.display or self.method
+
+
+@dataclass(frozen=True)
+class PaperNumbers:
+    """Reference numbers from a paper, kept apart from measured cells.
+
+    Attributes:
+        path: the YAML file they were read from.
+        paper: citation of the paper.
+        table: which table/figure of the paper.
+        scale: how the numbers are printed relative to record units (100: printed in %).
+        note: free text (setting differences, model used …).
+        url: where the paper is.
+        rows: ``((method, display), {column key: value in record units}, …)``.
+    """
+
+    path: Path
+    paper: str
+    table: str
+    scale: float
+    note: str
+    rows: tuple[tuple[str, str, tuple[tuple[str, float], ...]], ...]
+    url: str = ""
+
+    @property
+    def citation(self) -> str:
+        """``paper, table`` as one line."""
+        return f"{self.paper}, {self.table}"
+
+    def values(self, method: str) -> dict[str, float]:
+        """Values of one method, ``{column key: value in record units}``."""
+        for m, _, vals in self.rows:
+            if m == method:
+                return dict(vals)
+        return {}
+
+
+@dataclass(frozen=True)
+class LeaderboardSpec:
+    """A parsed, validated leaderboard spec (see module docstring for the YAML form).
+
+    Attributes:
+        name: table name (also the output file stem).
+        version: integer version of the spec; bump when a change alters the numbers.
+        description: one line shown above the table.
+        experiments: experiment names; records are read from ``<runs_dir>/<name>/records``.
+        rows: explicit rows, or ``None`` for all methods found in the records.
+        display_names: method id → label (used when ``rows`` is ``None``).
+        columns: expanded columns in display order.
+        required_seeds: seeds each cell must have; fewer are flagged.
+        where: ``((dotted config path, value), …)`` filter applied to every record.
+        paper: reference-number files.
+        source: the spec file (``None`` when parsed from a dict).
+    """
+
+    name: str
+    version: int
+    columns: tuple[Column, ...]
+    experiments: tuple[str, ...]
+    description: str = ""
+    rows: tuple[RowSpec, ...] | None = None
+    display_names: tuple[tuple[str, str], ...] = ()
+    required_seeds: tuple[int, ...] = ()
+    where: tuple[tuple[str, Any], ...] = ()
+    paper: tuple[PaperNumbers, ...] = ()
+    source: Path | None = field(default=None, compare=False)
+
+    def label(self, method: str) -> str:
+        """Display label of a method id."""
+        if self.rows is not None:
+            for r in self.rows:
+                if r.method == method:
+                    return r.label
+        return dict(self.display_names).get(method, method)
+
+    def records_dirs(self, runs_dir: str | os.PathLike) -> list[Path]:
+        """Records directories of the spec's experiments under ``runs_dir``."""
+        return [Path(runs_dir) / e / "records" for e in self.experiments]
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+# --------------------------------------------------------------------------------------------
+
+
+def _where(origin: str, ctx: str) -> str:
+    return f"{origin}: {ctx}" if ctx else origin
+
+
+def _check_keys(obj: Any, allowed: set[str], origin: str, ctx: str, required: set[str] = frozenset()) -> dict:
+    if not isinstance(obj, Mapping):
+        raise SpecError(f"{_where(origin, ctx)}: expected a mapping, got {type(obj).__name__}")
+    for key in obj:
+        if key not in allowed:
+            near = difflib.get_close_matches(str(key), sorted(allowed), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise SpecError(
+                f"{origin}: unknown key {key!r}{' in ' + ctx if ctx else ''}{hint}; allowed: {', '.join(sorted(allowed))}"
+            )
+    for key in required:
+        if key not in obj:
+            raise SpecError(f"{origin}: missing required key {key!r}{' in ' + ctx if ctx else ''}")
+    return dict(obj)
+
+
+def _str_list(value: Any, origin: str, ctx: str) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    if not isinstance(value, list) or not all(isinstance(v, (str, int)) for v in value) or not value:
+        raise SpecError(f"{origin}: {ctx} must be a non-empty list of names")
+    return tuple(str(v) for v in value)
+
+
+_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display"}
+
+
+def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> MetricSpec:
+    raw = _check_keys(raw if raw is not None else {}, _METRIC_KEYS, origin, f"metrics.{name}")
+    direction = raw.get("direction", "higher")
+    if direction not in ("higher", "lower"):
+        raise SpecError(f"{origin}: metrics.{name}.direction must be 'higher' or 'lower', got {direction!r}")
+    source = raw.get("source", "metrics")
+    if source not in SOURCES:
+        raise SpecError(f"{origin}: metrics.{name}.source must be one of {SOURCES}, got {source!r}")
+    decimals = raw.get("decimals", defaults.get("decimals", 2))
+    scale = raw.get("scale", defaults.get("scale", 1))
+    if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 10:
+        raise SpecError(f"{origin}: metrics.{name}.decimals must be an integer in [0, 10], got {decimals!r}")
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0:
+        raise SpecError(f"{origin}: metrics.{name}.scale must be a non-zero number, got {scale!r}")
+    return MetricSpec(
+        name=name,
+        direction=direction,
+        source=source,
+        decimals=decimals,
+        scale=float(scale),
+        display=str(raw.get("display", "")),
+    )
+
+
+_TOP_KEYS = {
+    "name",
+    "version",
+    "description",
+    "experiments",
+    "experiment",
+    "rows",
+    "display_names",
+    "columns",
+    "metrics",
+    "required_seeds",
+    "format",
+    "where",
+    "paper_numbers",
+}
+_COLUMN_KEYS = {"task", "languages", "language", "metrics", "metric", "average"}
+_ROW_KEYS = {"method", "display"}
+
+
+def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) -> LeaderboardSpec:
+    """Validate a spec given as plain data (the parsed YAML).
+
+    Args:
+        data: the mapping read from YAML.
+        origin: file name used in error messages.
+        base_dir: directory that relative ``paper_numbers`` paths are resolved against.
+
+    Returns:
+        The frozen spec.
+
+    Raises:
+        SpecError: naming the file and the offending key.
+
+    Example:
+        >>> s = parse_spec({"name": "t", "version": 1, "experiments": ["qs"],
+        ...                 "metrics": {"loss": {"direction": "lower"}},
+        ...                 "columns": [{"task": "mlm-at-init", "languages": ["near"], "metrics": ["loss"]}]})
+        >>> [c.key for c in s.columns]
+        ['mlm-at-init/near/loss']
+    """
+    raw = _check_keys(data, _TOP_KEYS, origin, "", required={"name", "version", "columns"})
+    name = raw["name"]
+    if not isinstance(name, str) or not name:
+        raise SpecError(f"{origin}: name must be a non-empty string")
+    version = raw["version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise SpecError(f"{origin}: version must be a positive integer, got {version!r}")
+
+    if "experiment" in raw and "experiments" in raw:
+        raise SpecError(f"{origin}: give either 'experiment' or 'experiments', not both")
+    exps = raw.get("experiments", raw.get("experiment"))
+    if exps is None:
+        raise SpecError(f"{origin}: missing required key 'experiments'")
+    experiments = _str_list(exps, origin, "experiments")
+
+    fmt = _check_keys(raw.get("format") or {}, {"decimals", "scale"}, origin, "format")
+    metrics_raw = raw.get("metrics") or {}
+    if not isinstance(metrics_raw, Mapping):
+        raise SpecError(f"{origin}: metrics must be a mapping name -> {{direction, source, decimals, scale, display}}")
+    metrics = {str(k): _metric(str(k), v, fmt, origin) for k, v in metrics_raw.items()}
+
+    cols_raw = raw["columns"]
+    if not isinstance(cols_raw, list) or not cols_raw:
+        raise SpecError(f"{origin}: columns must be a non-empty list")
+    columns: list[Column] = []
+    for i, c in enumerate(cols_raw):
+        ctx = f"columns[{i}]"
+        c = _check_keys(c, _COLUMN_KEYS, origin, ctx, required={"task"})
+        langs = _str_list(c.get("languages", c.get("language")), origin, f"{ctx}.languages")
+        names = _str_list(c.get("metrics", c.get("metric")), origin, f"{ctx}.metrics")
+        average = c.get("average", False)
+        if not isinstance(average, bool):
+            raise SpecError(f"{origin}: {ctx}.average must be true or false")
+        if AVERAGE in langs:
+            raise SpecError(f"{origin}: {ctx}.languages may not contain {AVERAGE!r} (use average: true)")
+        for mname in names:
+            if mname not in metrics:
+                metrics[mname] = _metric(mname, {}, fmt, origin)
+            m = metrics[mname]
+            for lang in langs:
+                columns.append(Column(task=str(c["task"]), language=lang, metric=m))
+            if average:
+                if len(langs) < 2:
+                    raise SpecError(f"{origin}: {ctx}.average needs at least two languages")
+                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs))
+    keys = [col.key for col in columns]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise SpecError(f"{origin}: duplicate columns {dup}")
+
+    rows: tuple[RowSpec, ...] | None
+    rows_raw = raw.get("rows", "all")
+    if rows_raw == "all" or rows_raw is None:
+        rows = None
+    elif isinstance(rows_raw, list) and rows_raw:
+        parsed = []
+        for i, r in enumerate(rows_raw):
+            if isinstance(r, str):
+                parsed.append(RowSpec(method=r))
+                continue
+            r = _check_keys(r, _ROW_KEYS, origin, f"rows[{i}]", required={"method"})
+            parsed.append(RowSpec(method=str(r["method"]), display=str(r.get("display", ""))))
+        rows = tuple(parsed)
+        methods = [r.method for r in rows]
+        if len(set(methods)) != len(methods):
+            raise SpecError(f"{origin}: rows list a method twice")
+    else:
+        raise SpecError(f"{origin}: rows must be 'all' or a non-empty list of methods")
+
+    display = raw.get("display_names") or {}
+    if not isinstance(display, Mapping):
+        raise SpecError(f"{origin}: display_names must be a mapping method -> label")
+
+    seeds_raw = raw.get("required_seeds") or []
+    if not isinstance(seeds_raw, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds_raw):
+        raise SpecError(f"{origin}: required_seeds must be a list of integers")
+    if len(set(seeds_raw)) != len(seeds_raw):
+        raise SpecError(f"{origin}: required_seeds has duplicates")
+
+    where_raw = raw.get("where") or {}
+    if not isinstance(where_raw, Mapping):
+        raise SpecError(f"{origin}: where must be a mapping of dotted config paths to values")
+    for k, v in where_raw.items():
+        if isinstance(v, (dict, list)):
+            raise SpecError(f"{origin}: where.{k} must be a scalar value")
+
+    paper_raw = raw.get("paper_numbers") or []
+    if isinstance(paper_raw, str):
+        paper_raw = [paper_raw]
+    if not isinstance(paper_raw, list):
+        raise SpecError(f"{origin}: paper_numbers must be a list of file paths")
+    base = base_dir or Path.cwd()
+    paper = tuple(load_paper_numbers(p if Path(p).is_absolute() else base / p) for p in paper_raw)
+    known = {c.key for c in columns}
+    for pn in paper:
+        for _, _, vals in pn.rows:
+            for key, _ in vals:
+                if key not in known:
+                    raise SpecError(f"{pn.path}: value for column {key!r}, which spec {origin} does not have")
+
+    return LeaderboardSpec(
+        name=name,
+        version=version,
+        description=str(raw.get("description", "")),
+        experiments=experiments,
+        rows=rows,
+        display_names=tuple((str(k), str(v)) for k, v in display.items()),
+        columns=tuple(columns),
+        required_seeds=tuple(sorted(seeds_raw)),
+        where=tuple((str(k), v) for k, v in where_raw.items()),
+        paper=paper,
+        source=None if origin == "<spec>" else Path(origin),
+    )
+
+
+def load_spec(path: str | os.PathLike) -> LeaderboardSpec:
+    """Read and validate a spec YAML file (values only; relative paper-number paths are resolved
+    against the spec file's directory).
+
+    Example:
+        >>> spec = load_spec(PACKAGED_SPECS / "quickstart.yaml")
+        >>> spec.name, spec.required_seeds
+        ('quickstart', (1, 2, 3))
+    """
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: invalid YAML ({e})") from e
+    return parse_spec(data, origin=str(path), base_dir=path.parent)
+
+
+_PAPER_KEYS = {"paper", "table", "scale", "note", "url", "rows"}
+_PAPER_ROW_KEYS = {"method", "display", "values"}
+
+
+def load_paper_numbers(path: str | os.PathLike) -> PaperNumbers:
+    """Read a paper-numbers YAML file.
+
+    Format::
+
+        paper: "Dobler & de Melo (2023). FOCUS. EMNLP."
+        table: "Table 2"
+        scale: 100          # numbers are printed as percentages; records hold fractions
+        note: "XLM-R base, full fine-tuning"
+        rows:
+          - method: focus
+            display: FOCUS
+            values: {"xnli/de/accuracy": 78.4}   # keys: task/language/metric
+
+    Raises:
+        SpecError: naming the file and key.
+    """
+    path = Path(path)
+    origin = str(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise SpecError(f"paper numbers file not found: {path}") from e
+    except yaml.YAMLError as e:
+        raise SpecError(f"{path}: invalid YAML ({e})") from e
+    raw = _check_keys(data, _PAPER_KEYS, origin, "", required={"paper", "table", "rows"})
+    scale = raw.get("scale", 1)
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0:
+        raise SpecError(f"{origin}: scale must be a non-zero number")
+    rows = []
+    if not isinstance(raw["rows"], list) or not raw["rows"]:
+        raise SpecError(f"{origin}: rows must be a non-empty list")
+    for i, r in enumerate(raw["rows"]):
+        r = _check_keys(r, _PAPER_ROW_KEYS, origin, f"rows[{i}]", required={"method", "values"})
+        vals = r["values"]
+        if not isinstance(vals, Mapping):
+            raise SpecError(f"{origin}: rows[{i}].values must map 'task/language/metric' to numbers")
+        parsed = []
+        for k, v in vals.items():
+            if str(k).count("/") != 2:
+                raise SpecError(f"{origin}: rows[{i}].values key {k!r} is not 'task/language/metric'")
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise SpecError(f"{origin}: rows[{i}].values[{k!r}] must be a number")
+            parsed.append((str(k), float(v) / float(scale)))
+        rows.append((str(r["method"]), str(r.get("display", r["method"])), tuple(parsed)))
+    return PaperNumbers(
+        path=path,
+        paper=str(raw["paper"]),
+        table=str(raw["table"]),
+        scale=float(scale),
+        note=str(raw.get("note", "")),
+        rows=tuple(rows),
+        url=str(raw.get("url", "")),
+    )
