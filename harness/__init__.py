@@ -1,0 +1,1 @@
+"""tokxfer: a benchmark harness for embedding initialization under vocabulary transfer."""
