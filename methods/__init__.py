@@ -2,6 +2,7 @@
 (never by whether someone imported a module first)."""
 
 from methods import (  # noqa: F401
+    focus,
     from_scratch,
     mean_of_pieces,
     original,
@@ -11,4 +12,5 @@ from methods import (  # noqa: F401
     tiktotok,
     transinner,
     vipi,
+    wechsel,
 )

@@ -38,6 +38,7 @@ from harness.seeding import seeded_globals, torch_generator
 
 T = TypeVar("T")
 IGNORE_INDEX = -100
+LR_SCHEDULES = ("linear", "constant", "inverse_sqrt")
 
 
 # ------------------------------------------------------------------------------ distributed
@@ -172,6 +173,14 @@ class TrainConfig:
     """Loss-curve resolution: one point per this many optimizer steps (mean over them)."""
     ddp_find_unused_parameters: bool = False
     """Passed to ``DistributedDataParallel`` (needed only for heads that skip parameters)."""
+    lr_schedule: str = "linear"
+    """After warmup: ``"linear"`` decay to 0 (FOCUS/WECHSEL fine-tuning), ``"constant"`` (FOCUS
+    LAPT) or ``"inverse_sqrt"`` (``sqrt(warmup / step)``, fairseq's Transformer schedule, XLP MT)."""
+    warmup_steps: int | None = None
+    """Warmup length in optimizer steps; overrides ``warmup_ratio`` when set."""
+    max_steps: int | None = None
+    """Run exactly this many optimizer steps (passes over the data repeat or stop mid-epoch as
+    needed; ``epochs`` is then ignored); None: ``epochs`` full passes."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "eval_batch_size", "epochs", "log_every"):
@@ -183,6 +192,12 @@ class TrainConfig:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if self.max_grad_norm < 0 or self.weight_decay < 0:
             raise ValueError("max_grad_norm and weight_decay must be >= 0")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.warmup_steps is not None and self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be >= 0 or None, got {self.warmup_steps}")
+        if self.max_steps is not None and self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
 
     @classmethod
     def from_config(cls, task_config: Any) -> TrainConfig:
@@ -327,6 +342,7 @@ def predict(
     mixed_precision: bool = True,
     show_progress: bool = True,
     description: str = "eval",
+    forward_fn: Callable[[Any, dict], Any] | None = None,
 ) -> list:
     """Run ``model`` over ``features`` in eval mode and return one output per feature, in order.
 
@@ -344,6 +360,8 @@ def predict(
         mixed_precision: bf16 autocast on CUDA.
         show_progress: progress bar on rank 0.
         description: progress-bar label.
+        forward_fn: ``(model, batch on device) -> output`` instead of ``model(**batch)`` (e.g.
+            ``lambda m, b: m.generate(**b, num_beams=5)``).
     """
     rank, world = dist_info()
     mine = shard_indices(len(features), rank, world)
@@ -355,7 +373,8 @@ def predict(
         for start in progress(starts, description=description, enabled=show_progress):
             batch = collate_fn([features[i] for i in range(start, min(start + batch_size, mine.stop))])
             with _autocast(device, mixed_precision):
-                out = model(**_to_device(batch, device))
+                on_device = _to_device(batch, device)
+                out = model(**on_device) if forward_fn is None else forward_fn(model, on_device)
             outputs.extend(output_fn(batch, out))
     finally:
         model.train(was_training)
@@ -385,8 +404,30 @@ def linear_warmup_decay(warmup_steps: int, total_steps: int) -> Callable[[int], 
     return factor
 
 
-def _epoch_batches(n: int, batch_size: int, seed: int, epoch: int) -> list[torch.Tensor]:
-    g = torch_generator(seed, "task", "data-order", str(epoch))
+def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[int], float]:
+    """LR multiplier of ``schedule`` (see :attr:`TrainConfig.lr_schedule`) after ``step`` steps.
+
+    Example:
+        >>> [round(lr_factor("constant", 2, 10)(s), 2) for s in (0, 1, 2, 9)]
+        [0.0, 0.5, 1.0, 1.0]
+        >>> [round(lr_factor("inverse_sqrt", 4, 100)(s), 2) for s in (2, 4, 16)]
+        [0.5, 1.0, 0.5]
+    """
+    if schedule == "linear":
+        return linear_warmup_decay(warmup_steps, total_steps)
+    if schedule == "constant":
+        return lambda step: step / warmup_steps if step < warmup_steps else 1.0
+    if schedule == "inverse_sqrt":
+        if warmup_steps < 1:
+            raise ValueError("the inverse_sqrt schedule needs warmup_steps >= 1")
+        return lambda step: step / warmup_steps if step < warmup_steps else math.sqrt(warmup_steps / step)
+    raise ValueError(f"unknown lr_schedule {schedule!r}; expected one of {LR_SCHEDULES}")
+
+
+def _epoch_batches(
+    n: int, batch_size: int, seed: int, epoch: int, rng_path: tuple[str, ...] = ("task",)
+) -> list[torch.Tensor]:
+    g = torch_generator(seed, *rng_path, "data-order", str(epoch))
     order = torch.randperm(n, generator=g)
     return list(order.split(batch_size))
 
@@ -405,6 +446,8 @@ def finetune(
     device: str = "cpu",
     show_progress: bool = True,
     description: str = "train",
+    loss_fn: Callable[[dict, Any], torch.Tensor] | None = None,
+    rng_path: tuple[str, ...] = ("task",),
 ) -> FinetuneResult:
     """Fine-tune ``model`` on ``train_data``, select the best epoch on dev, score it on test.
 
@@ -423,6 +466,10 @@ def finetune(
         device: device of ``model``.
         show_progress: progress bars and per-epoch log lines on rank 0.
         description: label of the progress bar.
+        loss_fn: ``(batch, model output) -> scalar loss`` instead of ``output.loss`` (e.g.
+            label-smoothed cross-entropy); token-level losses average over each rank's tokens.
+        rng_path: component path of the data-order generator and the dropout seed under the
+            trial seed (``("task",)`` for tasks; the LAPT stage uses its own).
 
     Returns:
         A :class:`FinetuneResult`.
@@ -448,8 +495,9 @@ def finetune(
     rank, world = ensure_distributed(device)
     n = len(train_data)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
-    total_steps = steps_per_epoch * cfg.epochs
-    warmup_steps = math.ceil(total_steps * cfg.warmup_ratio)
+    total_steps = cfg.max_steps if cfg.max_steps is not None else steps_per_epoch * cfg.epochs
+    n_epochs = math.ceil(total_steps / steps_per_epoch) if cfg.max_steps is not None else cfg.epochs
+    warmup_steps = cfg.warmup_steps if cfg.warmup_steps is not None else math.ceil(total_steps * cfg.warmup_ratio)
 
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -461,7 +509,7 @@ def finetune(
         betas=(cfg.adam_beta1, cfg.adam_beta2),
         eps=cfg.adam_epsilon,
     )
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, linear_warmup_decay(warmup_steps, total_steps))
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.lr_schedule, warmup_steps, total_steps))
 
     train_model = model
     if world > 1:
@@ -477,11 +525,11 @@ def finetune(
     best_state: dict[str, torch.Tensor] | None = None
     step = 0
     window_loss, window_steps = 0.0, 0
-    with seeded_globals(seed, "task", "dropout", str(rank)):
-        for epoch in range(1, cfg.epochs + 1):
+    with seeded_globals(seed, *rng_path, "dropout", str(rank)):
+        for epoch in range(1, n_epochs + 1):
             train_model.train()
-            batches = _epoch_batches(n, cfg.batch_size, seed, epoch)
-            label = f"{description} epoch {epoch}/{cfg.epochs}"
+            batches = _epoch_batches(n, cfg.batch_size, seed, epoch, rng_path)[: total_steps - step]
+            label = f"{description} epoch {epoch}/{n_epochs}"
             for global_idx in progress(batches, description=label, enabled=show_progress):
                 chunk = global_idx.tensor_split(world)[rank]
                 share = len(chunk) / len(global_idx)
@@ -489,7 +537,8 @@ def finetune(
                     chunk = global_idx[:1]
                 batch = _to_device(collate_fn([train_data[int(i)] for i in chunk]), device)
                 with _autocast(device, cfg.mixed_precision):
-                    loss = train_model(**batch).loss
+                    out = train_model(**batch)
+                    loss = out.loss if loss_fn is None else loss_fn(batch, out)
                 # DDP averages gradients over ranks; weighting by share*world makes that average
                 # the gradient of the global batch mean.
                 (loss * share * world).backward()
@@ -518,7 +567,7 @@ def finetune(
                     best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             else:
                 result.best_epoch = epoch
-        if best_state is not None and result.best_epoch != cfg.epochs:
+        if best_state is not None and result.best_epoch != n_epochs:
             model.load_state_dict(best_state)
         del best_state
         result.steps = step
@@ -533,9 +582,11 @@ def check_plain_model(ctx: Any, task: str) -> None:
     """Refuse fine-tuning with a language encoding (not supported by the task heads yet).
 
     Raises:
-        NotImplementedError: when ``ctx.encoding`` is set, naming the task.
+        NotImplementedError: when ``ctx.encoding`` is set to anything but the ``none`` encoding
+            (which the runner always installs), naming the task.
     """
-    if getattr(ctx, "encoding", None) is not None:
+    encoding = getattr(ctx, "encoding", None)
+    if encoding is not None and getattr(encoding, "registry_name", None) != "none":
         raise NotImplementedError(
             f"{task}: fine-tuning with a language encoding is not supported yet (the encoding's "
             "parameters would have to be carried over to the task model); run without one"

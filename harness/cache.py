@@ -1,0 +1,225 @@
+"""Content-hashed, crash-safe cache directories shared by the harness.
+
+Everything tokxfer builds that is expensive and deterministic (trained tokenizers, pretrained
+source models, fastText vectors, generated worlds) lives in a directory named by the content
+hash of *what it was built from*: the bytes of the input files, the resolved config and a code
+version. Changing any input gives a new directory; nothing is ever invalidated in place.
+
+A cache entry is built in a temporary sibling directory and renamed into place in one atomic
+step, so a crash never leaves a half-written entry, and two processes building the same entry
+at once are safe (the loser discards its copy and uses the winner's).
+
+Example:
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> def build(d: Path) -> None:
+    ...     (d / "answer.txt").write_text("42")
+    >>> p = cached_dir("demo", {"question": "everything"}, build, root=root)
+    >>> (p / "answer.txt").read_text()
+    '42'
+    >>> cached_dir("demo", {"question": "everything"}, build, root=root) == p
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["cache_root", "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE"]
+
+KEY_FILE = "tokxfer_cache_key.json"
+"""Name of the file, inside every cache entry, that records the (canonicalized) key it was built from."""
+
+_CHUNK = 1 << 20  # stream files in 1 MiB chunks: bounded memory for corpora of any size
+_KIND_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
+_HASH_DIR_CHARS = 20  # 80 bits of the sha256 in directory names: short, and collisions are negligible
+
+# (resolved path, size, mtime_ns, inode) -> sha256 hex; a file is hashed once per process
+# unless it changes. Keyed on metadata, so an edited file is rehashed.
+_FILE_HASH_MEMO: dict[tuple[str, int, int, int], str] = {}
+
+
+def cache_root() -> Path:
+    """The root of tokxfer's cache: ``$TOKXFER_CACHE`` if set and non-empty, else ``~/.cache/tokxfer``.
+
+    Read on every call (never cached), so tests can monkeypatch the environment variable.
+
+    Example:
+        >>> cache_root().is_absolute()
+        True
+    """
+    env = os.environ.get("TOKXFER_CACHE")
+    return Path(env).expanduser() if env else Path("~/.cache/tokxfer").expanduser()
+
+
+def file_hash(path: Path) -> str:
+    """The sha256 hex digest of a file's contents, streamed in 1 MiB chunks.
+
+    Args:
+        path: a regular file.
+
+    Returns:
+        64 lowercase hex characters.
+
+    Raises:
+        FileNotFoundError: naming the file, if it does not exist.
+        IsADirectoryError: if ``path`` is a directory (use :func:`content_hash`, which hashes trees).
+    """
+    path = Path(path)
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"cannot hash {str(path)!r}: no such file") from None
+    if path.is_dir():
+        raise IsADirectoryError(f"file_hash expects a file, got directory {str(path)!r}")
+    memo_key = (str(path.resolve()), st.st_size, st.st_mtime_ns, st.st_ino)
+    cached = _FILE_HASH_MEMO.get(memo_key)
+    if cached is not None:
+        return cached
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    digest = h.hexdigest()
+    _FILE_HASH_MEMO[memo_key] = digest
+    return digest
+
+
+def _tree_hash(path: Path) -> str:
+    """sha256 over the sorted relative paths and contents of every file under a directory."""
+    h = hashlib.sha256()
+    for p in sorted(q for q in path.rglob("*") if q.is_file()):
+        h.update(p.relative_to(path).as_posix().encode("utf-8") + b"\0")
+        h.update(file_hash(p).encode("ascii") + b"\0")
+    return h.hexdigest()
+
+
+def _canonical(obj: Any) -> Any:
+    """Turn ``obj`` into plain JSON values; :class:`~pathlib.Path` values become content digests."""
+    if obj is None or isinstance(obj, (bool, int, str)):
+        return obj
+    if isinstance(obj, float):
+        if not math.isfinite(obj):
+            raise ValueError(f"content_hash cannot hash the non-finite float {obj!r}")
+        return obj
+    if isinstance(obj, Path):
+        # Contents only, not the name: a moved or renamed file keeps its hash.
+        if obj.is_dir():
+            return {"__tree_sha256__": _tree_hash(obj)}
+        return {"__file_sha256__": file_hash(obj)}
+    if isinstance(obj, (bytes, bytearray)):
+        return {"__bytes_sha256__": hashlib.sha256(obj).hexdigest()}
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
+        return {"__dataclass__": type(obj).__qualname__, **{k: _canonical(v) for k, v in fields.items()}}
+    if isinstance(obj, Mapping):
+        out = {}
+        for k, v in obj.items():
+            if not isinstance(k, str):
+                raise TypeError(f"content_hash needs string dict keys, got {k!r} ({type(k).__name__})")
+            out[k] = _canonical(v)
+        return out
+    if isinstance(obj, (list, tuple)):
+        return [_canonical(v) for v in obj]
+    raise TypeError(
+        f"content_hash cannot hash a {type(obj).__name__}; use dicts, lists, str, numbers, bool, None, Path or dataclasses"
+    )
+
+
+def canonical_json(obj: Any) -> str:
+    """The canonical JSON text that :func:`content_hash` hashes (sorted keys, no spaces, files as digests).
+
+    Example:
+        >>> canonical_json({"b": 1, "a": [1.5, None]})
+        '{"a":[1.5,null],"b":1}'
+    """
+    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def content_hash(obj: Any) -> str:
+    """sha256 hex digest of ``obj``'s canonical JSON, with :class:`~pathlib.Path` values hashed by content.
+
+    Dict key order does not matter; tuples and lists hash alike; ``1`` and ``1.0`` and ``True`` differ.
+    A ``Path`` to a file contributes the sha256 of its bytes (streamed, never loaded at once), a
+    ``Path`` to a directory the hash of its tree; the file *name* does not contribute.
+
+    Args:
+        obj: dicts with string keys, lists, tuples, str, int, float (finite), bool, None, bytes,
+            ``Path`` or frozen dataclasses of those.
+
+    Returns:
+        64 lowercase hex characters.
+
+    Raises:
+        TypeError: for unsupported values (naming the type).
+        FileNotFoundError: for a ``Path`` that does not exist (naming it).
+
+    Example:
+        >>> content_hash({"a": 1, "b": [2, 3]}) == content_hash({"b": (2, 3), "a": 1})
+        True
+    """
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+
+
+def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, root: Path | None = None) -> Path:
+    """Return the cache directory for ``key_obj``, building it with ``build_fn`` if absent.
+
+    The entry lives at ``<root>/<kind>/<hash>`` with ``root`` defaulting to :func:`cache_root`.
+    On a miss, ``build_fn(tmp)`` fills a fresh temporary directory created next to the target; it
+    is then renamed to the target atomically. If ``build_fn`` raises, the temporary directory is
+    removed and nothing is cached. If another process finished the same entry meanwhile, ours is
+    discarded and theirs returned. Every entry also holds :data:`KEY_FILE` with the canonical key.
+
+    Args:
+        kind: a subdirectory name such as ``"tokenizers"`` (letters, digits, ``._-``).
+        key_obj: everything the contents depend on (see :func:`content_hash`).
+        build_fn: writes the entry's files into the directory it is given.
+        root: cache root; :func:`cache_root` if None.
+
+    Returns:
+        The path of the complete cache entry.
+
+    Example:
+        >>> import tempfile
+        >>> calls = []
+        >>> build = lambda d: calls.append(d)
+        >>> root = Path(tempfile.mkdtemp())
+        >>> a = cached_dir("x", {"k": 1}, build, root=root); b = cached_dir("x", {"k": 1}, build, root=root)
+        >>> a == b and len(calls) == 1
+        True
+    """
+    if not _KIND_RE.match(kind):
+        raise ValueError(f"cache kind must match {_KIND_RE.pattern}, got {kind!r}")
+    key_json = canonical_json(key_obj)
+    digest = hashlib.sha256(key_json.encode("utf-8")).hexdigest()
+    parent = Path(root if root is not None else cache_root()).expanduser() / kind
+    target = parent / digest[:_HASH_DIR_CHARS]
+    if target.is_dir():  # renames are atomic: an existing target is always complete
+        return target
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
+    try:
+        build_fn(tmp)
+        (tmp / KEY_FILE).write_text(
+            json.dumps(json.loads(key_json), indent=1, sort_keys=True, ensure_ascii=False) + "\n"
+        )
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # a concurrent builder won; use its entry
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target

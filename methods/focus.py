@@ -1,0 +1,504 @@
+"""FOCUS (Dobler & de Melo, EMNLP 2023): Fast Overlapping Token Combinations Using Sparsemax.
+
+1. Auxiliary static embeddings ``X`` for all target tokens: fastText trained on target-language
+   text pre-tokenized with the target tokenizer (``aux="token-fasttext"``), or a given fastText
+   model (``aux_model_path``).
+2. Overlap tokens ``O`` (exact canonical matches, plus fuzzy matches for symbolic tokens) are
+   copied: ``Et[o] = Es[o]`` (provenance COPIED).
+3. Every additional token ``a`` with an auxiliary vector gets
+   ``Et[a] = sum_o sparsemax(cos(X[a], X[o]) for o in O')_o * Es[o]`` where ``O'`` is the overlap
+   tokens that have an auxiliary vector ("anchors"). Provenance COMBINED, also when sparsemax puts
+   all mass on one anchor (weight 1): the row *is* a FOCUS combination, and keeping COPIED for
+   overlap tokens only makes ``counts["copied"]`` equal the overlap used. ``info["combined"]
+   ["single_support"]`` says how many such rows there are.
+4. Tokens without an auxiliary vector (rarer than ``aux_min_count``) are FALLBACK: the harness
+   draws them from N(mean(Es), std(Es)) with the trial's generator.
+
+Special tokens are matched by role and copied (SPECIAL); they are never anchors (fastText's
+``</s>`` is its line-end symbol, not the model's special token).
+
+Paper vs. reference code (METHODS.md): the paper (App. B) trains fastText with "mostly default
+hyper-parameters" — fastText's defaults are skipgram, ``neg=5`` — at ``dim=300``, 3 epochs,
+``minCount=10``; the defaults of :class:`FocusConfig` follow the paper. The public code
+(``deepfocus``) uses CBOW, ``dim=100``, ``neg=10`` and by default no fuzzy matching;
+:meth:`FocusConfig.reference` returns that configuration.
+
+Ablations (paper Table 4): ``overlap="symbolic"`` restricts ``O`` to tokens made only of digits,
+punctuation and whitespace (the other overlapping tokens then become additional tokens);
+``aux="word-fasttext"`` takes ``X`` WECHSEL-style as fastText out-of-vocabulary vectors of the token
+strings from a *word-level* fastText model (``inputs.target_word_vectors``, ``aux_model_path``, or
+one trained here on the raw target corpus with the ``aux_*`` hyper-parameters).
+
+Extension mode needs nothing special: the target tokenizer is the extended source tokenizer, so
+the original tokens are the (copied) overlap and the new tokens are the additional tokens.
+
+The numeric core is the pure function :func:`focus_mapping` (and :func:`focus_weights` below it),
+which takes auxiliary vectors as arrays; :class:`Focus` only gathers its inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
+from harness.registry import register_method
+from methods import _canon, _fasttext
+from methods._similarity import DEFAULT_CHUNK_ROWS, SparseRows, chunked_sparsemax_cosine
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["FocusConfig", "Focus", "FocusCore", "focus_weights", "focus_mapping"]
+
+
+@dataclass(frozen=True)
+class FocusConfig:
+    """Configuration of :class:`Focus`. Defaults follow the paper; see :meth:`reference`."""
+
+    aux: Literal["token-fasttext", "word-fasttext"] = "token-fasttext"
+    """Auxiliary embeddings: fastText on target text pre-tokenized with the target tokenizer
+    (paper), or WECHSEL-style OOV vectors of token strings from a word-level fastText model (ablation)."""
+
+    aux_model_path: str | None = None
+    """A precomputed fastText ``.bin`` to use instead of training one. For ``token-fasttext`` it must
+    have been trained on text written by :func:`methods._fasttext.pretokenize` (same ``aux_token_format``)."""
+
+    aux_dim: int = 300
+    """fastText dimension (paper 300; reference code 100)."""
+
+    aux_epochs: int = 3
+    """fastText epochs (paper 3, 1 for very large corpora)."""
+
+    aux_min_count: int = 10
+    """Tokens seen fewer times get no auxiliary vector and become FALLBACK rows (paper 10)."""
+
+    aux_model: Literal["skipgram", "cbow"] = "skipgram"
+    """fastText model: skipgram is fastText's default, which the paper kept; the reference code uses cbow."""
+
+    aux_neg: int = 5
+    """Negative samples (fastText default 5; reference code 10)."""
+
+    aux_minn: int = 3
+    """Shortest character n-gram (fastText default)."""
+
+    aux_maxn: int = 6
+    """Longest character n-gram (fastText default; 0 disables subwords)."""
+
+    aux_bucket: int = 2_000_000
+    """fastText n-gram hash buckets (fastText's default 2M: ~2.4 GB of address space at dim 300, mostly
+    untouched on small corpora). Must be >= ``methods._fasttext.min_bucket(aux_dim)`` (fastText leaves part
+    of a smaller input matrix uninitialized) and should be >= 9 x the vocabulary with one thread."""
+
+    aux_threads: int = 1
+    """fastText training threads. 1 is reproducible; more is faster but nondeterministic (recorded in info)."""
+
+    aux_seed: int | None = None
+    """fastText seed; ``None`` draws it from the trial's generator (so aux training varies with the seed)."""
+
+    aux_token_format: Literal["string", "id"] = "string"
+    """How tokens are written for token-level fastText: escaped vocabulary strings (keeps n-grams
+    meaningful, like the reference) or token ids."""
+
+    overlap: Literal["full", "symbolic"] = "full"
+    """Which overlap tokens are copied and used as anchors: all, or only symbolic ones (ablation)."""
+
+    fuzzy: bool = True
+    """Also match symbolic tokens ignoring case and word start (paper App. B; reference default: off)."""
+
+    sparsemax_k: int = 32
+    """Initial top-k slice for the exact sparsemax (performance only; results do not depend on it)."""
+
+    chunk_rows: int = DEFAULT_CHUNK_ROWS
+    """Additional tokens scored at once (memory ~ chunk_rows x n_anchors x 4 bytes)."""
+
+    min_aux_coverage: float = 0.5
+    """Warn (and record in ``info["fallbacks"]``) when fewer of the additional tokens have an aux vector."""
+
+    def __post_init__(self) -> None:
+        if self.aux not in ("token-fasttext", "word-fasttext"):
+            raise ValueError(f"aux must be 'token-fasttext' or 'word-fasttext', got {self.aux!r}")
+        if self.aux_model not in ("skipgram", "cbow"):
+            raise ValueError(f"aux_model must be 'skipgram' or 'cbow', got {self.aux_model!r}")
+        if self.overlap not in ("full", "symbolic"):
+            raise ValueError(f"overlap must be 'full' or 'symbolic', got {self.overlap!r}")
+        if self.aux_token_format not in ("string", "id"):
+            raise ValueError(f"aux_token_format must be 'string' or 'id', got {self.aux_token_format!r}")
+        for name in ("aux_dim", "aux_epochs", "aux_min_count", "aux_neg", "aux_bucket", "aux_threads", "sparsemax_k", "chunk_rows"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.aux_minn < 0 or self.aux_maxn < 0 or (self.aux_maxn and self.aux_minn > self.aux_maxn):
+            raise ValueError(f"aux_minn/aux_maxn must satisfy 0 <= minn <= maxn (or maxn=0), got {self.aux_minn}/{self.aux_maxn}")
+        if self.aux_model_path is None and self.aux_bucket < _fasttext.min_bucket(self.aux_dim):
+            raise ValueError(
+                f"aux_bucket={self.aux_bucket} is too small for aux_dim={self.aux_dim}: use >= {_fasttext.min_bucket(self.aux_dim)} "
+                "(fastText-numpy2 leaves part of a smaller input matrix uninitialized; see methods/_fasttext.py)"
+            )
+        if not 0.0 <= self.min_aux_coverage <= 1.0:
+            raise ValueError(f"min_aux_coverage must be in [0, 1], got {self.min_aux_coverage}")
+
+    @classmethod
+    def reference(cls, **overrides: Any) -> FocusConfig:
+        """The public reference implementation's settings (``deepfocus``): CBOW, dim 100, neg 10, no fuzzy matching.
+
+        Example:
+            >>> FocusConfig.reference().aux_model
+            'cbow'
+        """
+        values = {"aux_model": "cbow", "aux_dim": 100, "aux_neg": 10, "fuzzy": False}
+        values.update(overrides)
+        return cls(**values)
+
+
+# ----------------------------------------------------------------------------------------------
+# Pure core
+# ----------------------------------------------------------------------------------------------
+
+
+def focus_weights(
+    aux_additional: np.ndarray,
+    aux_anchors: np.ndarray,
+    *,
+    k: int = 32,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> SparseRows:
+    """Sparsemax of cosine similarities from each additional token to the anchors (exact, chunked).
+
+    Args:
+        aux_additional: ``n x d`` auxiliary vectors of the additional tokens to initialize.
+        aux_anchors: ``m x d`` auxiliary vectors of the anchors (``m >= 1``).
+        k: initial top-k slice of the exact sparsemax.
+        chunk_rows: rows scored at once.
+
+    Returns:
+        :class:`~methods._similarity.SparseRows` over anchor indices; each row is a probability
+        vector (weights > 0 summing to 1), entries in decreasing similarity.
+
+    Example:
+        >>> r = focus_weights(np.array([[1.0, 0.1]]), np.array([[1.0, 0.0], [0.0, 1.0]]))
+        >>> r.indices.tolist(), [round(float(x), 3) for x in r.weights]
+        ([0, 1], [0.948, 0.052])
+    """
+    if len(aux_anchors) == 0:
+        raise ValueError("focus_weights needs at least one anchor")
+    return chunked_sparsemax_cosine(aux_additional, aux_anchors, k=k, chunk_rows=chunk_rows)
+
+
+@dataclass
+class FocusCore:
+    """Result of :func:`focus_mapping`.
+
+    Attributes:
+        mapping: the target -> source map.
+        stats: JSON-serializable counts (anchors, combined, fallback, support sizes …).
+    """
+
+    mapping: TokenMapping
+    stats: dict
+
+
+def focus_mapping(
+    n_target: int,
+    n_source: int,
+    *,
+    specials: np.ndarray,
+    overlap: np.ndarray,
+    aux: np.ndarray,
+    has_aux: np.ndarray,
+    k: int = 32,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> FocusCore:
+    """The FOCUS mapping from auxiliary vectors: copy overlap, sparsemax-combine the rest.
+
+    Args:
+        n_target: target vocabulary size (rows).
+        n_source: source vocabulary size (rows).
+        specials: ``(k, 2)`` ``[target, source]`` special-token pairs (SPECIAL, never anchors).
+        overlap: ``(n, 2)`` ``[target, source]`` overlap pairs (COPIED; anchors where they have aux).
+        aux: ``n_target x d`` auxiliary vectors (rows without a vector are ignored).
+        has_aux: boolean ``n_target`` mask of tokens that have an auxiliary vector.
+        k: initial sparsemax top-k slice.
+        chunk_rows: rows scored at once.
+
+    Returns:
+        :class:`FocusCore`. Additional tokens (neither special nor overlap) with an aux vector are
+        COMBINED over the anchors' source rows; without one, or when there is no anchor at all,
+        they are FALLBACK.
+
+    Example:
+        >>> aux = np.array([[1, 0], [0, 1], [1, .1], [0, 0]], dtype=np.float32)
+        >>> core = focus_mapping(4, 3, specials=np.zeros((0, 2), int), overlap=np.array([[0, 2], [1, 0]]),
+        ...                      aux=aux, has_aux=np.array([True, True, True, False]))
+        >>> core.mapping.counts()
+        {'special': 0, 'copied': 2, 'combined': 1, 'fallback': 1}
+    """
+    specials = np.asarray(specials, dtype=np.int64).reshape(-1, 2)
+    overlap = np.asarray(overlap, dtype=np.int64).reshape(-1, 2)
+    has_aux = np.asarray(has_aux, dtype=bool)
+    if has_aux.shape != (n_target,) or len(aux) != n_target:
+        raise ValueError(f"aux/has_aux must have {n_target} rows, got {len(aux)}/{has_aux.shape}")
+    if len(specials):
+        overlap = overlap[~np.isin(overlap[:, 0], specials[:, 0])]
+    # one source row per target token (first pair wins), as the contract promises
+    _, first = np.unique(overlap[:, 0], return_index=True)
+    overlap = overlap[np.sort(first)]
+
+    prov = np.full(n_target, FALLBACK, dtype=np.int8)
+    prov[specials[:, 0]] = SPECIAL
+    prov[overlap[:, 0]] = COPIED
+    anchor_mask = has_aux[overlap[:, 0]]
+    anchor_t, anchor_s = overlap[anchor_mask, 0], overlap[anchor_mask, 1]
+    additional = np.flatnonzero(prov == FALLBACK)
+    additional_aux = additional[has_aux[additional]]
+
+    weights = SparseRows(np.zeros(1, np.int64), np.zeros(0, np.int64), np.zeros(0, np.float32))
+    if len(anchor_t) and len(additional_aux):
+        weights = focus_weights(np.asarray(aux)[additional_aux], np.asarray(aux)[anchor_t], k=k, chunk_rows=chunk_rows)
+        prov[additional_aux] = COMBINED
+    combined = additional_aux if len(anchor_t) else additional_aux[:0]
+
+    counts = np.zeros(n_target, dtype=np.int64)
+    counts[specials[:, 0]] = 1
+    counts[overlap[:, 0]] = 1
+    sizes = weights.support_sizes()
+    counts[combined] = sizes
+    indptr = np.zeros(n_target + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.zeros(int(indptr[-1]), dtype=np.int64)
+    w = np.ones(int(indptr[-1]), dtype=np.float32)
+    indices[indptr[specials[:, 0]]] = specials[:, 1]
+    indices[indptr[overlap[:, 0]]] = overlap[:, 1]
+    if len(combined):
+        pos = np.repeat(indptr[combined] - weights.indptr[:-1], sizes) + np.arange(len(weights.indices))
+        indices[pos] = anchor_s[weights.indices]
+        w[pos] = weights.weights
+    mapping = TokenMapping(n_target, n_source, indptr, indices, w, prov)
+
+    stats = {
+        "anchors": int(len(anchor_t)),
+        "overlap_without_aux": int(len(overlap) - len(anchor_t)),
+        "additional": int(len(additional)),
+        "additional_with_aux": int(len(additional_aux)),
+        "combined": int(len(combined)),
+        "fallback_no_aux": int(len(additional) - len(additional_aux)),
+        "fallback_no_anchor": int(len(additional_aux) - len(combined)),
+        "support_mean": round(float(sizes.mean()), 4) if len(sizes) else None,
+        "support_median": float(np.median(sizes)) if len(sizes) else None,
+        "support_max": int(sizes.max()) if len(sizes) else None,
+        "single_support": int(np.sum(sizes == 1)),
+    }
+    return FocusCore(mapping, stats)
+
+
+# ----------------------------------------------------------------------------------------------
+# The registered method
+# ----------------------------------------------------------------------------------------------
+
+
+@register_method(
+    "focus",
+    config=FocusConfig,
+    description="FOCUS: copy overlap; sparsemax over token-fastText similarities to overlap tokens for the rest",
+)
+class Focus:
+    """FOCUS embedding initialization (see the module docstring).
+
+    Example:
+        >>> method = Focus(FocusConfig(aux_dim=16, aux_epochs=1, aux_min_count=1))
+        >>> # result = method.initialize(inputs, np.random.default_rng(0))
+    """
+
+    def __init__(self, config: FocusConfig) -> None:
+        self.config = config
+
+    def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult:
+        """Build the FOCUS mapping for ``inputs.target_tokenizer``.
+
+        Args:
+            inputs: tokenizers, source embeddings, target corpus (for training aux vectors) and cache dir.
+            rng: the trial's generator; only the fastText seed is drawn from it (when ``aux_seed`` is None).
+
+        Returns:
+            :class:`~harness.protocols.InitResult` with the mapping and an ``info`` dict: ``overlap``
+            (exact/fuzzy report, used pairs), ``aux`` (how vectors were obtained, coverage, timing),
+            ``focus`` (anchors, combined/fallback counts, sparsemax support sizes), ``fallbacks``
+            (each group of random rows with its reason) and ``timings``.
+        """
+        cfg = self.config
+        t_start = time.perf_counter()
+        src_tok, tgt_tok = inputs.source_tokenizer, inputs.target_tokenizer
+        n_source = int(inputs.source_embeddings.shape[0])
+        n_target = _canon.vocab_size(tgt_tok)
+        aux_seed = int(rng.integers(0, 2**31 - 1)) if cfg.aux_seed is None else int(cfg.aux_seed)
+
+        t0 = time.perf_counter()
+        ov = _canon.compute_overlap(src_tok, tgt_tok, fuzzy=cfg.fuzzy, n_source=n_source)
+        pairs = ov.pairs(fuzzy=cfg.fuzzy)
+        overlap_info = {**ov.report(), "mode": cfg.overlap, "fuzzy_matching": cfg.fuzzy}
+        if cfg.overlap == "symbolic" and len(pairs):
+            canon = _canon.canonical_vocab(tgt_tok)
+            keep = np.array([canon[t] is not None and _canon.is_symbolic(canon[t]) for t in pairs[:, 0]], dtype=bool)
+            overlap_info["symbolic_dropped"] = int((~keep).sum())
+            pairs = pairs[keep]
+        overlap_info["used"] = int(len(pairs))
+        t_overlap = time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        aux, has_aux, aux_info = self._aux_vectors(inputs, n_target, aux_seed)
+        t_aux = time.perf_counter() - t0
+        if len(ov.specials):
+            has_aux[ov.specials[:, 0]] = False
+
+        t0 = time.perf_counter()
+        core = focus_mapping(
+            n_target, n_source, specials=ov.specials, overlap=pairs, aux=aux, has_aux=has_aux,
+            k=cfg.sparsemax_k, chunk_rows=cfg.chunk_rows,
+        )
+        t_core = time.perf_counter() - t0
+        st = core.stats
+
+        fallbacks: list[dict] = []
+        if st["fallback_no_aux"]:
+            fallbacks.append({
+                "reason": f"no auxiliary vector (seen fewer than aux_min_count={cfg.aux_min_count} times)"
+                if cfg.aux == "token-fasttext" else "no auxiliary vector (no known fastText n-gram)",
+                "count": st["fallback_no_aux"], "fallback": "random N(mean, std) of the source rows",
+            })
+        if st["anchors"] == 0:
+            why = "empty overlap" if len(pairs) == 0 else "no overlap token has an auxiliary vector"
+            msg = (
+                f"FOCUS: {why} ({len(pairs)} overlap pairs, overlap={cfg.overlap!r}); no anchors to combine, "
+                f"so all {st['additional']} additional tokens get random N(mean, std) rows"
+            )
+            logger.warning(msg)
+            fallbacks.append({"reason": why, "count": st["fallback_no_anchor"], "fallback": "all-random rows (N(mean, std))", "message": msg})
+        coverage = st["additional_with_aux"] / st["additional"] if st["additional"] else 1.0
+        if coverage < cfg.min_aux_coverage:
+            msg = (
+                f"FOCUS: only {st['additional_with_aux']} of {st['additional']} additional tokens ({coverage:.1%}) have an "
+                f"auxiliary vector; the corpus is likely too small for aux_min_count={cfg.aux_min_count}"
+            )
+            logger.warning(msg)
+            fallbacks.append({
+                "reason": "low auxiliary coverage (corpus too small for minCount?)", "count": st["fallback_no_aux"],
+                "with_vector": st["additional_with_aux"], "additional": st["additional"], "coverage": round(coverage, 4),
+                "fallback": "random N(mean, std) of the source rows", "message": msg,
+            })
+        aux_info["coverage_additional"] = round(coverage, 4)
+
+        info = {
+            "overlap": overlap_info,
+            "aux": aux_info,
+            "focus": st,
+            "fallbacks": fallbacks,
+            "aux_preset": _preset_name(cfg),
+            "timings": {
+                "overlap_s": round(t_overlap, 3), "aux_s": round(t_aux, 3), "combine_s": round(t_core, 3),
+                "total_s": round(time.perf_counter() - t_start, 3),
+            },
+        }
+        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _fasttext_kwargs(self, seed: int) -> dict:
+        cfg = self.config
+        return {
+            "dim": cfg.aux_dim, "epoch": cfg.aux_epochs, "min_count": cfg.aux_min_count, "model": cfg.aux_model,
+            "minn": cfg.aux_minn, "maxn": cfg.aux_maxn, "neg": cfg.aux_neg, "bucket": cfg.aux_bucket,
+            "seed": seed, "threads": cfg.aux_threads,
+        }
+
+    def _aux_vectors(self, inputs: TransferInputs, n_target: int, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Auxiliary vectors for every target id (``n_target x dim``), the has-vector mask, and info."""
+        cfg = self.config
+        tok = inputs.target_tokenizer
+        info: dict[str, Any] = {"kind": cfg.aux}
+        cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
+        with tempfile.TemporaryDirectory(prefix="tokxfer-focus-") as tmp:
+            if cfg.aux == "token-fasttext":
+                if cfg.aux_model_path:
+                    model = _fasttext.load_fasttext(Path(cfg.aux_model_path))
+                    info["source"] = {"path": str(cfg.aux_model_path)}
+                else:
+                    corpus = self._corpus(inputs)
+                    t0 = time.perf_counter()
+                    pretok = self._pretokenized(corpus, tok, cache, Path(tmp))
+                    info["pretokenize_s"] = round(time.perf_counter() - t0, 3)
+                    report: dict = {}
+                    model = self._train(pretok, cache, report, seed)
+                    info["source"] = {"trained_on": str(corpus), **report}
+                if model is None:
+                    vecs, has = np.zeros((len(tok), cfg.aux_dim), np.float32), np.zeros(len(tok), bool)
+                else:
+                    vecs, has = _fasttext.token_vectors(model, tok, token_format=cfg.aux_token_format)
+            else:
+                path = cfg.aux_model_path or inputs.target_word_vectors
+                if path:
+                    model = _fasttext.load_fasttext(Path(path))
+                    info["source"] = {"path": str(path)}
+                else:
+                    corpus = self._corpus(inputs)
+                    report = {}
+                    model = self._train(corpus, cache, report, seed)
+                    info["source"] = {"trained_on": str(corpus), "word_level": True, **report}
+                if model is None:
+                    vecs, has = np.zeros((len(tok), cfg.aux_dim), np.float32), np.zeros(len(tok), bool)
+                else:
+                    strings = [_canon.token_string(tok, i) for i in range(len(tok))]
+                    vecs, has = _fasttext.string_vectors(model, strings)
+        if len(vecs) < n_target:  # ids beyond len(tok) (unused rows) have no vector
+            vecs = np.concatenate([vecs, np.zeros((n_target - len(vecs), vecs.shape[1]), np.float32)])
+            has = np.concatenate([has, np.zeros(n_target - len(has), bool)])
+        info.update(dim=int(vecs.shape[1]), with_vector=int(has.sum()), n_target=int(n_target))
+        return vecs, has, info
+
+    def _train(self, text: Path, cache: Path | None, report: dict, seed: int) -> Any:
+        """Train fastText; ``None`` (recorded in ``report``) when no token reaches ``aux_min_count``."""
+        try:
+            return _fasttext.train_fasttext(text, cache_dir=cache, report=report, **self._fasttext_kwargs(seed))
+        except _fasttext.EmptyVocabularyError as e:
+            logger.warning("FOCUS: %s; no auxiliary vectors", e)
+            report.update(error=str(e), params=self._fasttext_kwargs(seed))
+            return None
+
+    @staticmethod
+    def _corpus(inputs: TransferInputs) -> Path:
+        if inputs.target_corpus is None:
+            raise ValueError(
+                "FOCUS needs inputs.target_corpus to train auxiliary fastText embeddings "
+                "(or set aux_model_path to a trained fastText model)"
+            )
+        return Path(inputs.target_corpus)
+
+    def _pretokenized(self, corpus: Path, tok: Any, cache: Path | None, tmp: Path) -> Path:
+        """The corpus pre-tokenized for fastText, cached by corpus content + tokenizer + format."""
+        if cache is None:
+            return _fasttext.pretokenize(corpus, tok, tmp / "pretokenized.txt", token_format=self.config.aux_token_format)
+        key = hashlib.sha256(
+            "\0".join([
+                _fasttext.file_sha256(corpus), _fasttext.tokenizer_fingerprint(tok),
+                self.config.aux_token_format, str(_fasttext.CACHE_VERSION),
+            ]).encode()
+        ).hexdigest()
+        out = cache / "fasttext" / f"pretok-{key[:24]}.txt"
+        if not out.is_file():
+            _fasttext.pretokenize(corpus, tok, out, token_format=self.config.aux_token_format)
+        return out
+
+
+_PRESET_FIELDS = ("aux_model", "aux_dim", "aux_neg", "fuzzy")
+
+
+def _preset_name(cfg: FocusConfig) -> str:
+    """``"paper"`` or ``"reference"`` when the fields that distinguish them match one, else ``"custom"``."""
+    for name, preset in (("paper", FocusConfig()), ("reference", FocusConfig.reference())):
+        if all(getattr(cfg, f) == getattr(preset, f) for f in _PRESET_FIELDS):
+            return name
+    return "custom"

@@ -1,0 +1,518 @@
+"""``iwslt-bleu``: X → English translation with an encoder–decoder Transformer, scored by sacreBLEU.
+
+The XLP paper (papers/xlp-language-projection.txt, §4.3 and Appendix B.2, Table 7) trains a
+6+6-layer Transformer (hidden 512, feed-forward 1024, 4 heads, dropout 0.3, weight decay 1e-4)
+on IWSLT X→en with label-smoothed cross-entropy (ε = 0.1), Adam (0.9, 0.98, 1e-8), peak learning
+rate 5e-4 after a 4k-step warmup followed by an inverse-square-root decay, 180 epochs, beam 5 with
+length penalty 1.2, and reports sacreBLEU. These are the defaults here; ``size="tiny"`` is a small
+2+2-layer model for the built-in world.
+
+How the initialization method enters the task (``model_kind = "mlm"``): the trial's source model
+is the masked LM whose vocabulary was transferred to the *target-language* tokenizer
+(``ctx.tokenizer``). That tokenizer segments the translation's **source side** (language X), and
+the MLM's initialized (and possibly LAPT-ed) input embedding matrix is copied into the encoder's
+input embeddings. Everything else — the encoder and decoder layers, the decoder's embeddings
+(tied to its output projection) — is trained from scratch, seeded by the trial seed. So the
+initialization method determines the encoder's source-language word embeddings, and BLEU measures
+how good a starting point they are. ``copy_source_embeddings=False`` gives the random-encoder
+control. When the MLM's hidden size differs from ``d_model`` the task fails with a clear message,
+unless ``embedding_projection=True`` (the copied ``|V| x d_mlm`` matrix is followed by a learned
+``d_mlm -> d_model`` linear map). ``d_model=None`` (default) takes the MLM's hidden size.
+
+The **target side** (English; the world's source language ``src`` in the built-in world) uses its
+own tokenizer: ``target_tokenizer`` (a path or hub id), or one trained on the training targets
+(``target_tokenizer_algorithm``, ``target_vocab_size``; content-hashed cache).
+
+Data: ``{"translation": {"<lang>": ..., "<target_language>": ...}}`` from the world
+(``World.task_file(lang, "translation", split)``), local files (``files``) or the hub
+(``IWSLT/iwslt2017``, config ``iwslt2017-<lang>-en``) through :mod:`tasks.data`.
+
+Training goes through the shared loop (:func:`tasks.loop.finetune`, with a label-smoothed loss and
+the inverse-sqrt schedule); checkpoint selection on dev per ``select_metric``; decoding with beam
+search (``model.generate``) through :func:`tasks.loop.predict`; corpus BLEU with
+:func:`tasks.metrics.bleu`, whose signature is stored in ``TaskResult.info``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from harness.protocols import TaskContext, TaskResult
+from harness.registry import register_task
+from harness.seeding import seeded_globals
+from tasks import metrics
+from tasks.data import DataError, limit, load_task_splits
+from tasks.loop import (
+    IGNORE_INDEX,
+    TrainConfig,
+    check_plain_model,
+    finetune,
+    finetune_info,
+    pad_collate,
+    predict,
+    resolve_device,
+)
+
+SIZES: dict[str, dict[str, int]] = {
+    "xlp": {"layers": 6, "attention_heads": 4, "ffn_dim": 1024, "d_model": 512},
+    "tiny": {"layers": 2, "attention_heads": 4, "ffn_dim": 512, "d_model": 256},
+}
+"""Model presets: ``xlp`` = XLP Table 7 (6+6 layers, 4 heads, FFN 1024, hidden 512); ``tiny`` for the world.
+``d_model`` here is used only when no source embeddings are copied (see :attr:`IwsltConfig.d_model`)."""
+SELECT_METRICS = ("loss", "bleu", "last")
+
+
+@dataclass(frozen=True)
+class IwsltConfig:
+    """Configuration of :class:`IwsltBleu`. Defaults: XLP paper, Appendix B.2 / Table 7."""
+
+    files: str | None = None
+    """Local JSONL path template with ``{lang}`` and ``{split}``; default: the world directory for
+    world languages, the hub (``IWSLT/iwslt2017``) for real ones."""
+    target_language: str | None = None
+    """Key of the translation target in the examples; None: ``en`` for hub data, else the
+    context's source language (``src`` in the world)."""
+    size: str = "xlp"
+    """Model preset (``xlp`` or ``tiny``); the fields below override single values."""
+    d_model: int | None = None
+    """Hidden size; None: the source MLM's hidden size when its embeddings are copied (else the
+    preset's, XLP: 512)."""
+    encoder_layers: int | None = None
+    decoder_layers: int | None = None
+    attention_heads: int | None = None
+    """Heads in every attention block (XLP: 4; must divide ``d_model``)."""
+    ffn_dim: int | None = None
+    """Feed-forward width (XLP: 1024)."""
+    dropout: float = 0.3
+    attention_dropout: float = 0.0
+    """fairseq's default (XLP states only the overall dropout)."""
+    activation_dropout: float = 0.0
+    copy_source_embeddings: bool = True
+    """Copy the initialized MLM's input embeddings into the encoder (the point of the task);
+    False: a randomly initialized encoder embedding (control)."""
+    embedding_projection: bool = False
+    """Allow a hidden-size mismatch by a learned ``d_mlm -> d_model`` projection after the copied embeddings."""
+    target_tokenizer: str | None = None
+    """Tokenizer of the English side (directory or hub id); None: train one on the training targets."""
+    target_tokenizer_algorithm: str = "unigram"
+    """Algorithm of the trained target tokenizer (see ``harness.tokenizers.ALGORITHMS``)."""
+    target_vocab_size: int = 8000
+    """Vocabulary size of the trained target tokenizer."""
+    learning_rate: float = 5e-4
+    lr_schedule: str = "inverse_sqrt"
+    warmup_steps: int | None = 4000
+    """XLP: 4k warmup steps (then inverse square root)."""
+    warmup_ratio: float = 0.0
+    """Used only when ``warmup_steps`` is None."""
+    batch_size: int = 128
+    """Sentence pairs per step. XLP batches 4096 tokens; IWSLT averages ~30 tokens per side, so
+    ~128 pairs is the closest sentence-count equivalent."""
+    epochs: int = 180
+    max_steps: int | None = None
+    """Step budget instead of ``epochs`` (dev selection then happens once per pass)."""
+    weight_decay: float = 1e-4
+    max_grad_norm: float = 0.0
+    """Not stated by XLP; 0 (off) is fairseq's default."""
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    adam_epsilon: float = 1e-8
+    label_smoothing: float = 0.1
+    num_beams: int = 5
+    length_penalty: float = 1.2
+    max_source_length: int = 256
+    """Source tokens per example (specials included); longer sources are truncated."""
+    max_target_length: int = 256
+    """Target tokens per example (EOS included) in training, and the generation limit."""
+    select_metric: str = "loss"
+    """Checkpoint selection after each epoch: dev ``loss`` (token NLL, fairseq's default), dev
+    ``bleu`` (decodes dev every epoch), or ``last``."""
+    bleu_tokenize: str = "13a"
+    """sacreBLEU tokenizer (on detokenized output; the signature records it)."""
+    eval_batch_size: int = 64
+    mixed_precision: bool = True
+    """bf16 autocast on CUDA only."""
+    log_every: int = 10
+    max_train_examples: int | None = None
+    """Use the first N training pairs (None: all)."""
+    max_eval_examples: int | None = None
+    """Use the first N dev and test pairs (None: all)."""
+
+    def __post_init__(self) -> None:
+        if self.size not in SIZES:
+            raise ValueError(f"size must be one of {sorted(SIZES)}, got {self.size!r}")
+        if self.select_metric not in SELECT_METRICS:
+            raise ValueError(f"select_metric must be one of {SELECT_METRICS}, got {self.select_metric!r}")
+        for name in ("d_model", "encoder_layers", "decoder_layers", "attention_heads", "ffn_dim"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        for name in ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.num_beams < 1:
+            raise ValueError(f"num_beams must be >= 1, got {self.num_beams}")
+        if self.max_source_length < 4 or self.max_target_length < 2:
+            raise ValueError("max_source_length must be >= 4 and max_target_length >= 2")
+        if self.target_vocab_size < 16:
+            raise ValueError(f"target_vocab_size must be >= 16, got {self.target_vocab_size}")
+        TrainConfig.from_config(self)  # validates the shared optimization fields
+
+    def architecture(self, source_hidden: int | None) -> dict[str, int]:
+        """Resolved sizes; ``source_hidden`` is the copied embeddings' width (None: not copied).
+
+        Example:
+            >>> IwsltConfig(size="tiny").architecture(16)["d_model"], IwsltConfig().architecture(None)["d_model"]
+            (16, 512)
+        """
+        preset = SIZES[self.size]
+        d_model = self.d_model or (source_hidden if source_hidden is not None else preset["d_model"])
+        arch = {
+            "d_model": d_model,
+            "encoder_layers": self.encoder_layers or preset["layers"],
+            "decoder_layers": self.decoder_layers or preset["layers"],
+            "attention_heads": self.attention_heads or preset["attention_heads"],
+            "ffn_dim": self.ffn_dim or preset["ffn_dim"],
+        }
+        if d_model % arch["attention_heads"]:
+            raise ValueError(f"iwslt-bleu: attention_heads={arch['attention_heads']} must divide d_model={d_model}")
+        return arch
+
+
+class ProjectedEmbedding(nn.Module):
+    """Copied ``|V| x d_in`` embeddings followed by a learned ``d_in -> d_out`` linear map."""
+
+    def __init__(self, weight: torch.Tensor, d_out: int, padding_idx: int | None = None) -> None:
+        super().__init__()
+        self.embedding = nn.Embedding(weight.shape[0], weight.shape[1], padding_idx=padding_idx)
+        with torch.no_grad():
+            self.embedding.weight.copy_(weight)
+        self.projection = nn.Linear(weight.shape[1], d_out, bias=False)
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.projection(self.embedding(input_ids))
+
+
+def _special_id(tok: Any, *roles: str) -> int:
+    for role in roles:
+        value = getattr(tok, f"{role}_token_id", None)
+        if value is not None:
+            return int(value)
+    raise ValueError(f"iwslt-bleu: the tokenizer has no {' / '.join(roles)} token")
+
+
+def build_translation_model(
+    source_tokenizer: Any,
+    target_tokenizer: Any,
+    cfg: IwsltConfig,
+    *,
+    seed: int,
+    source_model: Any = None,
+) -> tuple[Any, dict]:
+    """A ``MarianMTModel`` (post-norm Transformer, sinusoidal positions) built from scratch.
+
+    Encoder vocabulary: ``source_tokenizer``; decoder vocabulary: ``target_tokenizer`` (separate,
+    untied from the encoder; the decoder's input and output embeddings are tied). When
+    ``cfg.copy_source_embeddings`` and ``source_model`` is given, the source model's input
+    embeddings become the encoder's (see the module docstring). Built under
+    ``seeded_globals(seed, "task", "iwslt", "model")``.
+
+    Returns:
+        ``(model, info)`` with the resolved architecture and what was copied.
+
+    Raises:
+        ValueError: on a hidden-size mismatch without ``embedding_projection``, or when the
+            source embeddings have fewer rows than the source tokenizer.
+    """
+    from transformers import MarianConfig, MarianMTModel
+
+    src_weight = None
+    if cfg.copy_source_embeddings and source_model is not None:
+        src_weight = source_model.get_input_embeddings().weight.detach().to("cpu", torch.float32)
+        if src_weight.shape[0] < len(source_tokenizer):
+            raise ValueError(
+                f"iwslt-bleu: the source model has {src_weight.shape[0]} embedding rows for a tokenizer of "
+                f"{len(source_tokenizer)} tokens; the context's model and tokenizer do not belong together"
+            )
+    arch = cfg.architecture(None if src_weight is None else int(src_weight.shape[1]))
+    d_model = arch["d_model"]
+    if src_weight is not None and src_weight.shape[1] != d_model and not cfg.embedding_projection:
+        raise ValueError(
+            f"iwslt-bleu: the source model's embeddings are {src_weight.shape[1]}-dimensional but d_model={d_model}; "
+            "leave d_model unset (it then follows the source), or set embedding_projection=true to learn a projection"
+        )
+    src_pad = _special_id(source_tokenizer, "pad")
+    tgt_pad = _special_id(target_tokenizer, "pad")
+    tgt_eos = _special_id(target_tokenizer, "eos", "sep")
+    tgt_start = _special_id(target_tokenizer, "bos", "cls")
+    config = MarianConfig(
+        vocab_size=int(src_weight.shape[0]) if src_weight is not None else len(source_tokenizer),
+        decoder_vocab_size=len(target_tokenizer),
+        share_encoder_decoder_embeddings=False,
+        tie_word_embeddings=True,
+        d_model=d_model,
+        encoder_layers=arch["encoder_layers"],
+        decoder_layers=arch["decoder_layers"],
+        encoder_attention_heads=arch["attention_heads"],
+        decoder_attention_heads=arch["attention_heads"],
+        encoder_ffn_dim=arch["ffn_dim"],
+        decoder_ffn_dim=arch["ffn_dim"],
+        activation_function="relu",
+        dropout=cfg.dropout,
+        attention_dropout=cfg.attention_dropout,
+        activation_dropout=cfg.activation_dropout,
+        max_position_embeddings=max(cfg.max_source_length, cfg.max_target_length) + 2,
+        scale_embedding=True,
+        pad_token_id=tgt_pad,  # Marian uses it for shifting labels into decoder inputs
+        eos_token_id=tgt_eos,
+        forced_eos_token_id=tgt_eos,
+        decoder_start_token_id=tgt_start,
+        bos_token_id=None,
+    )
+    with seeded_globals(seed, "task", "iwslt", "model"):
+        model = MarianMTModel(config)
+        encoder = model.get_encoder()
+        encoder.embed_tokens.padding_idx = src_pad  # the encoder pads with the *source* pad id
+        copied = False
+        if src_weight is not None:
+            if src_weight.shape[1] == d_model:
+                with torch.no_grad():
+                    encoder.embed_tokens.weight.copy_(src_weight)
+            else:
+                encoder.embed_tokens = ProjectedEmbedding(src_weight, d_model, padding_idx=src_pad)
+            copied = True
+    info = {
+        **arch,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "encoder_vocab": config.vocab_size,
+        "decoder_vocab": config.decoder_vocab_size,
+        "source_embeddings_copied": copied,
+        "embedding_projection": copied and src_weight.shape[1] != d_model,
+        "source_model": type(source_model).__name__ if source_model is not None else None,
+    }
+    return model, info
+
+
+def encode_pairs(src_tok: Any, tgt_tok: Any, sources: list[str], targets: list[str], cfg: IwsltConfig) -> list[dict]:
+    """Features ``{"input_ids", "attention_mask", "labels"}``; labels are target tokens + EOS."""
+    enc = src_tok(sources, truncation=True, max_length=cfg.max_source_length)
+    eos = _special_id(tgt_tok, "eos", "sep")
+    tgt = tgt_tok(targets, add_special_tokens=False, truncation=True, max_length=cfg.max_target_length - 1)
+    return [
+        {"input_ids": ids, "attention_mask": mask, "labels": list(t) + [eos]}
+        for ids, mask, t in zip(enc["input_ids"], enc["attention_mask"], tgt["input_ids"])
+    ]
+
+
+def label_smoothed_loss(epsilon: float):
+    """``(batch, output) -> loss``: token-averaged cross-entropy with label smoothing ``epsilon``.
+
+    Equal to fairseq's ``label_smoothed_cross_entropy``: ``(1 - ε) · NLL + ε · mean_v(-log p_v)``.
+    """
+
+    def loss(batch: dict, out: Any) -> torch.Tensor:
+        logits = out.logits.float()
+        return F.cross_entropy(
+            logits.view(-1, logits.shape[-1]),
+            batch["labels"].view(-1),
+            ignore_index=IGNORE_INDEX,
+            label_smoothing=epsilon,
+        )
+
+    return loss
+
+
+def _nll_rows(batch: dict, out: Any) -> list[tuple[float, int]]:
+    logp = torch.log_softmax(out.logits.float(), dim=-1)
+    labels = batch["labels"].to(logp.device)
+    mask = labels != IGNORE_INDEX
+    nll = -logp.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1) * mask
+    return list(zip(nll.sum(1).tolist(), mask.sum(1).tolist()))
+
+
+@register_task(
+    "iwslt-bleu",
+    config=IwsltConfig,
+    description="X->en translation BLEU with the initialized embeddings in the encoder (XLP setup)",
+)
+class IwsltBleu:
+    """Encoder–decoder translation into English; the initialized MLM embeddings seed the encoder."""
+
+    model_kind = "mlm"
+    """The trial's source model is the masked LM whose transferred embeddings seed the encoder
+    (a seq2seq source model is not needed: the translation model is trained from scratch)."""
+
+    def __init__(self, config: IwsltConfig) -> None:
+        self.config = config
+
+    # -- pieces
+
+    def target_tokenizer(self, ctx: TaskContext, targets: list[str], lang: str) -> tuple[Any, dict]:
+        """The English-side tokenizer: loaded from ``target_tokenizer`` or trained on ``targets``."""
+        from harness.tokenizers import load_tokenizer, tokenizer_info, train_tokenizer
+
+        cfg = self.config
+        if cfg.target_tokenizer is not None:
+            tok = load_tokenizer(cfg.target_tokenizer)
+            return tok, {"source": cfg.target_tokenizer, "vocab_size": len(tok)}
+        if ctx.work_dir is not None:
+            Path(ctx.work_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="tokxfer-iwslt-", dir=ctx.work_dir) as tmp:
+            corpus = Path(tmp) / f"{lang}-targets.txt"
+            corpus.write_text("".join(t.replace("\n", " ").strip() + "\n" for t in targets), encoding="utf-8")
+            try:
+                tok = train_tokenizer([corpus], cfg.target_tokenizer_algorithm, cfg.target_vocab_size)
+            except ValueError as e:
+                raise ValueError(
+                    f"iwslt-bleu: cannot train the English-side tokenizer on the {lang} training targets "
+                    f"(set target_vocab_size or target_tokenizer): {e}"
+                ) from None
+        return tok, {"source": "trained on the training targets", **tokenizer_info(tok)}
+
+    def _load(self, ctx: TaskContext, lang: str) -> tuple[dict, dict, str]:
+        cfg = self.config
+        data, info = load_task_splits(
+            "translation", lang, splits=("train", "dev", "test"), files=cfg.files, data_root=ctx.data_root
+        )
+        for split in data:
+            data[split] = limit(data[split], cfg.max_train_examples if split == "train" else cfg.max_eval_examples)
+        target = cfg.target_language or ("en" if info["source"] == "hub" else (ctx.source_language or "src"))
+        keys = set(data["train"][0]["translation"])
+        missing = [k for k in (lang, target) if k not in keys]
+        if missing:
+            raise DataError(
+                f"iwslt-bleu: translation examples for {lang!r} have keys {sorted(keys)}, missing {missing}; "
+                "set target_language to the English side's key"
+            )
+        return data, info, target
+
+    def _decode(
+        self, model: Any, features: list[dict], collate: Any, tgt_tok: Any, device: str, show: bool, desc: str
+    ) -> list[str]:
+        cfg = self.config
+        gen = dict(
+            num_beams=cfg.num_beams,
+            length_penalty=cfg.length_penalty,
+            max_new_tokens=cfg.max_target_length,
+            decoder_start_token_id=model.config.decoder_start_token_id,
+            eos_token_id=model.config.eos_token_id,
+            pad_token_id=model.config.pad_token_id,
+            early_stopping=True,
+        )
+        inputs = [{"input_ids": f["input_ids"], "attention_mask": f["attention_mask"]} for f in features]
+        return predict(
+            model,
+            inputs,
+            collate,
+            lambda batch, ids: [s.strip() for s in tgt_tok.batch_decode(ids, skip_special_tokens=True)],
+            batch_size=cfg.eval_batch_size,
+            device=device,
+            mixed_precision=cfg.mixed_precision,
+            show_progress=show,
+            description=desc,
+            forward_fn=lambda m, b: m.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], **gen),
+        )
+
+    def _bleu(
+        self,
+        model: Any,
+        features: list[dict],
+        refs: list[str],
+        collate: Any,
+        tgt_tok: Any,
+        device: str,
+        show: bool,
+        desc: str,
+    ) -> dict:
+        hyps = self._decode(model, features, collate, tgt_tok, device, show, desc)
+        score = metrics.bleu(hyps, refs, tokenize=self.config.bleu_tokenize)
+        return {"bleu": score["score"], "signature": score["signature"], "hypotheses": hyps}
+
+    def _dev_loss(self, model: Any, features: list[dict], collate: Any, device: str, show: bool, desc: str) -> dict:
+        rows = predict(model, features, collate, _nll_rows, batch_size=self.config.eval_batch_size, device=device,
+                       mixed_precision=self.config.mixed_precision, show_progress=show, description=desc)  # fmt: skip
+        nll, count = sum(r[0] for r in rows), sum(r[1] for r in rows)
+        return {"loss": nll / count, "perplexity": metrics.perplexity(nll, count)}
+
+    # -- entry point
+
+    def run(self, ctx: TaskContext) -> TaskResult:
+        """Train and score an X→en model for every language of ``ctx.languages``."""
+        check_plain_model(ctx, "iwslt-bleu")
+        cfg = self.config
+        decoding = {
+            "num_beams": cfg.num_beams,
+            "length_penalty": cfg.length_penalty,
+            "max_new_tokens": cfg.max_target_length,
+        }
+        out = TaskResult(
+            metrics={},
+            info={"data": {}, "finetune": {}, "model": {}, "target_tokenizer": {}, "decoding": decoding, "samples": {}},
+        )
+        for lang in ctx.languages:
+            self._run_language(ctx, lang, out)
+        return out
+
+    def _run_language(self, ctx: TaskContext, lang: str, out: TaskResult) -> None:
+        cfg = self.config
+        device = resolve_device(ctx.device)
+        show = ctx.progress
+        data, data_info, target = self._load(ctx, lang)
+        pairs = {
+            s: ([ex[lang] for ex in data[s]["translation"]], [ex[target] for ex in data[s]["translation"]])
+            for s in data
+        }
+        tgt_tok, tok_info = self.target_tokenizer(ctx, pairs["train"][1], lang)
+        model, model_info = build_translation_model(ctx.tokenizer, tgt_tok, cfg, seed=ctx.seed, source_model=ctx.model)
+        model.to(device)
+        feats = {s: encode_pairs(ctx.tokenizer, tgt_tok, *pairs[s], cfg) for s in pairs}
+        collate = pad_collate(_special_id(ctx.tokenizer, "pad"))
+
+        def dev_loss(m: Any) -> dict:
+            return self._dev_loss(m, feats["dev"], collate, device, show, f"iwslt dev {lang}")
+
+        def dev_bleu(m: Any) -> dict:
+            return {
+                "bleu": self._bleu(
+                    m, feats["dev"], pairs["dev"][1], collate, tgt_tok, device, show, f"iwslt dev {lang}"
+                )["bleu"]
+            }
+
+        def test_bleu(m: Any) -> dict:
+            return self._bleu(m, feats["test"], pairs["test"][1], collate, tgt_tok, device, show, f"iwslt test {lang}")
+
+        dev_fn = {"loss": dev_loss, "bleu": dev_bleu, "last": None}[cfg.select_metric]
+        result = finetune(
+            model,
+            feats["train"],
+            dev_fn,
+            test_bleu,
+            TrainConfig.from_config(cfg),
+            ctx.seed,
+            collate_fn=collate,
+            select_metric=None if dev_fn is None else cfg.select_metric,
+            greater_is_better=cfg.select_metric != "loss",
+            device=device,
+            show_progress=show,
+            description=f"iwslt {lang}",
+            loss_fn=label_smoothed_loss(cfg.label_smoothing),
+        )
+        test = result.test
+        out.metrics[lang] = {"bleu": test["bleu"]}
+        out.counts[lang] = {s: len(feats[s]) for s in feats}
+        out.curves[f"{lang}/train_loss"] = result.loss_curve
+        out.info["data"][lang] = {**data_info, "target_language": target}
+        out.info["finetune"][lang] = finetune_info(result)
+        out.info["model"][lang] = model_info
+        out.info["target_tokenizer"][lang] = tok_info
+        out.info["sacrebleu_signature"] = test["signature"]
+        out.info["samples"][lang] = [
+            {"source": s, "reference": r, "hypothesis": h}
+            for s, r, h in list(zip(pairs["test"][0], pairs["test"][1], test["hypotheses"]))[:5]
+        ]

@@ -1,0 +1,345 @@
+"""``perplexity``: causal-LM perplexity and bits per byte on held-out target-language text.
+
+The log-likelihoods come from lm-eval's ``loglikelihood_rolling`` (EleutherAI lm-evaluation-harness)
+run on the in-memory model, through a custom task YAML written to a temporary directory that
+points at a local JSON-lines copy of the evaluation text (FACTS.md: this is the recipe that works
+offline). Each line of the evaluation file is one document; lm-eval scores every token of a
+document given the tokens before it, in disjoint rolling windows of the model's context length,
+the first token conditioned on the prefix token (BOS, else EOS).
+
+Reported per language (METHODS.md, "Metrics"):
+
+- ``token_perplexity`` — token-weighted: ``exp(sum NLL / #predicted tokens)``. The token count is
+  computed with lm-eval's own ``HFLM.tok_encode`` on exactly the strings lm-eval scored, so it is
+  the number of tokens whose log-probabilities were summed. Depends on the tokenizer: compare it
+  only between runs that share one.
+- ``bits_per_byte`` — ``sum NLL / (#UTF-8 bytes * ln 2)``; comparable across tokenizers.
+- ``byte_perplexity`` (``2 ** bits_per_byte``) and ``word_perplexity`` (per whitespace-separated
+  word), as lm-eval defines them.
+- ``nll``, ``tokens``, ``bytes``, ``words`` — the corpus sums behind them (in ``counts``).
+
+Our own ``bits_per_byte`` (from the per-document log-likelihoods) is checked against lm-eval's
+aggregate; a disagreement raises, because it would mean the samples were misread.
+
+lm-eval seeds Python's, NumPy's and torch's global RNGs inside ``simple_evaluate``; the call runs
+under :func:`harness.seeding.seeded_globals`, which restores the caller's global state afterwards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harness.protocols import TaskContext, TaskResult
+from harness.registry import register_task
+from harness.seeding import seeded_globals
+from tasks import metrics
+
+LM_EVAL_TASK = "tokxfer_perplexity"
+"""Name of the generated lm-eval task (only our temporary directory is indexed)."""
+
+_TASK_YAML = """\
+task: {task}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {data}
+  cache_dir: {cache}
+test_split: test
+output_type: loglikelihood_rolling
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+    aggregation: weighted_perplexity
+    higher_is_better: false
+  - metric: byte_perplexity
+    aggregation: weighted_perplexity
+    higher_is_better: false
+  - metric: bits_per_byte
+    aggregation: bits_per_byte
+    higher_is_better: false
+metadata:
+  version: 1.0
+"""
+
+
+@dataclass(frozen=True)
+class PerplexityConfig:
+    """Configuration of :class:`Perplexity`."""
+
+    eval_file: str | None = None
+    """Text file (one document per line) to evaluate instead of the world's held-out text. May
+    contain ``{lang}``, replaced by each evaluated language."""
+    split: str = "test"
+    """World text split used when ``eval_file`` is not given."""
+    max_eval_examples: int | None = 2000
+    """Use the first N non-empty lines (None: all). Bounded by default so the quickstart stays
+    fast on 2 CPU cores; the number used is recorded in ``counts``."""
+    batch_size: int = 8
+    """lm-eval batch size (rolling windows per forward pass); does not change the result."""
+    max_length: int | None = None
+    """Rolling-window length in tokens; None: the model's context length as lm-eval resolves it
+    (``n_positions`` / ``max_position_embeddings``)."""
+    add_bos_token: bool = False
+    """Passed to ``HFLM``: False scores the document's tokens without the tokenizer's specials
+    (lm-eval's convention for GPT-2, the first token conditioned on the prefix token); True lets
+    the tokenizer add its specials (e.g. ``<s> X </s>``), which are then scored too."""
+    agreement_tolerance: float = 1e-6
+    """Largest relative difference allowed between our bits per byte (from the per-document
+    log-likelihoods) and lm-eval's aggregate before the task fails."""
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.max_length is not None and self.max_length < 2:
+            raise ValueError(f"max_length must be >= 2 or None, got {self.max_length}")
+        if self.max_eval_examples is not None and self.max_eval_examples < 1:
+            raise ValueError(f"max_eval_examples must be >= 1 or None, got {self.max_eval_examples}")
+        if not self.agreement_tolerance > 0:
+            raise ValueError(f"agreement_tolerance must be > 0, got {self.agreement_tolerance}")
+
+
+def read_documents(path: str | Path, limit: int | None = None) -> list[str]:
+    """Non-empty, stripped lines of a UTF-8 text file (the first ``limit`` of them).
+
+    Raises:
+        FileNotFoundError: naming the file when it does not exist.
+        ValueError: naming the file when it is not UTF-8 or has no non-empty line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"perplexity: evaluation text file not found: {path}")
+    docs: list[str] = []
+    try:
+        with path.open(encoding="utf-8") as f:
+            for line in f:
+                line = line.strip()
+                if line:
+                    docs.append(line)
+                    if limit is not None and len(docs) >= limit:
+                        break
+    except UnicodeDecodeError as e:
+        raise ValueError(f"perplexity: {path} is not valid UTF-8 text ({e})") from None
+    if not docs:
+        raise ValueError(f"perplexity: {path} contains no non-empty line")
+    return docs
+
+
+@contextlib.contextmanager
+def _quiet_lm_eval() -> Iterator[None]:
+    """Silence lm-eval's info/warning chatter (it warns on every in-memory model) for the call."""
+    loggers = [logging.getLogger(name) for name in ("lm_eval", "lm-eval")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def lm_eval_perplexity(
+    model: Any,
+    tokenizer: Any,
+    documents: Sequence[str],
+    *,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    add_bos_token: bool = False,
+    seed: int = 0,
+    work_dir: str | Path | None = None,
+    agreement_tolerance: float = 1e-6,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Score ``documents`` with lm-eval's ``loglikelihood_rolling`` on an in-memory causal LM.
+
+    Args:
+        model: a ``transformers`` causal LM (``*ForCausalLM`` / ``GPT2LMHeadModel``); its device is used.
+        tokenizer: its tokenizer.
+        documents: one string per document (no empty strings).
+        batch_size: lm-eval batch size.
+        max_length: rolling-window length (None: the model's context length).
+        add_bos_token: see :attr:`PerplexityConfig.add_bos_token`.
+        seed: the trial seed; lm-eval's global seeding runs under ``seeded_globals(seed, ...)`` and
+            the caller's global RNG state is restored.
+        work_dir: where the temporary task directory goes (None: the system temp dir).
+        agreement_tolerance: see :attr:`PerplexityConfig.agreement_tolerance`.
+
+    Returns:
+        ``(scores, info)``: ``scores`` has ``token_perplexity``, ``bits_per_byte``,
+        ``byte_perplexity``, ``word_perplexity``, ``nll`` (nats, summed), ``tokens``, ``bytes``,
+        ``words`` and ``documents``; ``info`` has the lm-eval version, window length and lm-eval's
+        own aggregate numbers.
+
+    Raises:
+        ValueError: on an empty document list or an empty document.
+        RuntimeError: when our bits per byte and lm-eval's disagree beyond the tolerance.
+
+    Example:
+        >>> scores, info = lm_eval_perplexity(gpt2, tok, ["a b c", "d e"])   # doctest: +SKIP
+        >>> scores["token_perplexity"] >= 1.0                                   # doctest: +SKIP
+        True
+    """
+    import lm_eval
+    from lm_eval import simple_evaluate
+    from lm_eval.models.huggingface import HFLM
+    from lm_eval.tasks import TaskManager
+
+    if not documents:
+        raise ValueError("perplexity: no documents to score")
+    if any(not d for d in documents):
+        raise ValueError("perplexity: empty documents cannot be scored (lm-eval predicts no token)")
+    was_training = model.training
+    if work_dir is not None:
+        Path(work_dir).mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(prefix="tokxfer-ppl-", dir=work_dir) as tmp:
+            tmp_path = Path(tmp)
+            data = tmp_path / "documents.jsonl"
+            with data.open("w", encoding="utf-8") as f:
+                for doc in documents:
+                    f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
+            (tmp_path / f"{LM_EVAL_TASK}.yaml").write_text(
+                _TASK_YAML.format(
+                    task=LM_EVAL_TASK, data=json.dumps(str(data)), cache=json.dumps(str(tmp_path / "hf_cache"))
+                ),
+                encoding="utf-8",
+            )
+            with seeded_globals(seed, "task", "perplexity", "lm-eval"), _quiet_lm_eval():
+                lm = HFLM(
+                    pretrained=model,
+                    tokenizer=tokenizer,
+                    batch_size=batch_size,
+                    max_length=max_length,
+                    add_bos_token=add_bos_token,
+                )
+                out = simple_evaluate(
+                    model=lm,
+                    tasks=[LM_EVAL_TASK],
+                    task_manager=TaskManager(include_path=str(tmp_path), include_defaults=False),
+                    log_samples=True,
+                    bootstrap_iters=0,
+                )
+            samples = sorted(out["samples"][LM_EVAL_TASK], key=lambda s: s["doc_id"])
+            if len(samples) != len(documents):
+                raise RuntimeError(f"perplexity: lm-eval scored {len(samples)} of {len(documents)} documents")
+            targets = [s["target"] for s in samples]
+            loglik = [float(_first(s["filtered_resps"])) for s in samples]
+            n_tokens = sum(len(lm.tok_encode(t)) for t in targets)
+            window = int(lm.max_length)
+    finally:
+        model.train(was_training)
+
+    agg = out["results"][LM_EVAL_TASK]
+    nll = -math.fsum(loglik)
+    n_bytes = metrics.utf8_bytes(targets)
+    n_words = sum(len(t.split()) for t in targets)
+    bpb = metrics.bits_per_byte(nll, n_bytes)
+    theirs = float(agg["bits_per_byte,none"])
+    if abs(bpb - theirs) > agreement_tolerance * max(1.0, abs(theirs)):
+        raise RuntimeError(
+            f"perplexity: our bits per byte {bpb:.8f} disagrees with lm-eval's {theirs:.8f}; "
+            "the per-document log-likelihoods were misread"
+        )
+    scores = {
+        "token_perplexity": metrics.perplexity(nll, n_tokens),
+        "bits_per_byte": bpb,
+        "byte_perplexity": float(agg["byte_perplexity,none"]),
+        "word_perplexity": float(agg["word_perplexity,none"]),
+        "nll": nll,
+        "tokens": n_tokens,
+        "bytes": n_bytes,
+        "words": n_words,
+        "documents": len(documents),
+    }
+    info = {
+        "lm_eval_version": getattr(lm_eval, "__version__", None) or out.get("lm_eval_version"),
+        "window": window,
+        "add_bos_token": add_bos_token,
+        "prefix_token_id": int(lm.prefix_token_id),
+        "lm_eval_results": {
+            k: v for k, v in agg.items() if not k.endswith("_stderr,none") and k not in ("name", "alias")
+        },
+    }
+    return scores, info
+
+
+def _first(resp: Any) -> Any:
+    """lm-eval stores a response as a value or a one-element list (or tuple) depending on the version."""
+    while isinstance(resp, (list, tuple)):
+        resp = resp[0]
+    return resp
+
+
+def _plain_model(ctx: TaskContext) -> bool:
+    """True when no language encoding wraps the model (``None`` or the ``none`` encoding)."""
+    enc = ctx.encoding
+    return enc is None or getattr(enc, "registry_name", None) == "none"
+
+
+@register_task(
+    "perplexity",
+    config=PerplexityConfig,
+    description="causal-LM token perplexity and bits per byte (lm-eval) on held-out target text",
+)
+class Perplexity:
+    """Token-weighted perplexity and bits per byte of a causal LM on held-out target-language text."""
+
+    model_kind = "clm"
+
+    def __init__(self, config: PerplexityConfig) -> None:
+        self.config = config
+
+    def eval_path(self, ctx: TaskContext, lang: str) -> Path:
+        """The text file evaluated for ``lang``: ``eval_file`` or the world's held-out split."""
+        if self.config.eval_file is not None:
+            return Path(self.config.eval_file.format(lang=lang))
+        if ctx.data_root is None:
+            raise ValueError("perplexity: set config 'eval_file' (no world directory in the task context)")
+        from harness.world import World  # the world generator room; imported lazily
+
+        return Path(World(ctx.data_root).text(lang, self.config.split))
+
+    def run(self, ctx: TaskContext) -> TaskResult:
+        """Score ``ctx.model`` on every language in ``ctx.languages``."""
+        if not _plain_model(ctx):
+            raise NotImplementedError(
+                "perplexity: lm-eval scores plain transformers models only; a language encoding "
+                f"({type(ctx.encoding).__name__}) cannot be passed through it"
+            )
+        cfg = self.config
+        out = TaskResult(metrics={}, info={"eval_files": {}, "lm_eval": {}})
+        for lang in ctx.languages:
+            path = self.eval_path(ctx, lang)
+            docs = read_documents(path, cfg.max_eval_examples)
+            scores, info = lm_eval_perplexity(
+                ctx.model,
+                ctx.tokenizer,
+                docs,
+                batch_size=cfg.batch_size,
+                max_length=cfg.max_length,
+                add_bos_token=cfg.add_bos_token,
+                seed=ctx.seed,
+                work_dir=ctx.work_dir,
+                agreement_tolerance=cfg.agreement_tolerance,
+            )
+            out.metrics[lang] = {
+                k: scores[k] for k in ("token_perplexity", "bits_per_byte", "byte_perplexity", "word_perplexity")
+            }
+            out.counts[lang] = {k: scores[k] for k in ("documents", "tokens", "bytes", "words")} | {
+                "test": scores["documents"]
+            }
+            out.info["eval_files"][lang] = str(path)
+            out.info["lm_eval"][lang] = info | {"nll": scores["nll"]}
+        out.info["lm_eval_version"] = (
+            next(iter(out.info["lm_eval"].values()))["lm_eval_version"] if out.info["lm_eval"] else None
+        )
+        return out
