@@ -91,7 +91,10 @@ def initialize_model(
     if result.directives.get("reinitialize_body"):
         surgery.reinitialize_body(model, seeding.seeded_globals(seed, "init", "from-scratch"))
     new_emb = model.get_input_embeddings().weight.detach().float().cpu()
-    diag = world_diagnostics(world, target_language, src_tok, result.tokenizer, src_emb, new_emb) if world is not None else {}
+    # gold diagnostics compare target-tokenizer rows with source rows; they say nothing when the
+    # method keeps the source tokenizer (``original``), so they are left out there
+    diag = (world_diagnostics(world, target_language, src_tok, result.tokenizer, src_emb, new_emb)
+            if world is not None and result.tokenizer is not src_tok else {})
     return Initialized(
         model=model, tokenizer=result.tokenizer, result=result, source_tokenizer=src_tok, source_embeddings=src_emb,
         diagnostics=diag, timings={"load_s": t_load, "method_s": t_method, "install_s": time.perf_counter() - t0},

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -59,11 +60,15 @@ def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Ge
 
 def _rows_matmul(mapping: TokenMapping, src: torch.Tensor, a: int, b: int) -> torch.Tensor:
     lo, hi = mapping.indptr[a], mapping.indptr[b]
+    # TokenMapping.__post_init__ already validated the CSR invariants (indptr, index ranges)
     sub = torch.sparse_csr_tensor(
         torch.from_numpy(mapping.indptr[a : b + 1] - lo), torch.from_numpy(mapping.indices[lo:hi]),
         torch.from_numpy(mapping.weights[lo:hi]), size=(b - a, mapping.n_source), dtype=torch.float32,
+        check_invariants=False,
     )
-    return sub @ src
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return sub @ src
 
 
 @dataclass
@@ -134,10 +139,13 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
             new_param = nn.Parameter(nb.to(old_bias.device))
             old_param = out_mod.bias
             out_mod.bias = new_param
-            # heads such as RobertaLMHead keep a second reference to the same bias Parameter
+            # heads such as RobertaLMHead / BertLMPredictionHead keep their own ``bias`` next to the
+            # decoder (the same Parameter when tied, a separate one otherwise): replace both
             for mod in model.modules():
+                parent_of_out = any(c is out_mod for c in mod.children())
                 for name, p in list(mod._parameters.items()):
-                    if p is old_param:
+                    if p is old_param or (parent_of_out and name == "bias" and p is not None
+                                          and p.dim() == 1 and p.shape[0] == m.n_source):
                         mod._parameters[name] = new_param
 
     cfg = model.config
