@@ -35,7 +35,8 @@ def _quiet_libraries() -> None:
 def _console():
     from rich.console import Console
 
-    return Console(stderr=False)
+    # soft wrap: tables and commands stay copy-pasteable at any terminal width
+    return Console(stderr=False, soft_wrap=True)
 
 
 def _load_plugins(args) -> None:

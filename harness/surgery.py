@@ -17,7 +17,6 @@ Example:
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -61,24 +60,14 @@ def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Ge
 def _rows_matmul(mapping: TokenMapping, src: torch.Tensor, a: int, b: int) -> torch.Tensor:
     lo, hi = mapping.indptr[a], mapping.indptr[b]
     # TokenMapping.__post_init__ already validated the CSR invariants (indptr, index ranges)
-    sub = torch.sparse_csr_tensor(
-        torch.from_numpy(mapping.indptr[a : b + 1] - lo), torch.from_numpy(mapping.indices[lo:hi]),
-        torch.from_numpy(mapping.weights[lo:hi]), size=(b - a, mapping.n_source), dtype=torch.float32,
-        check_invariants=False,
-    )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        sub = torch.sparse_csr_tensor(
+            torch.from_numpy(mapping.indptr[a : b + 1] - lo), torch.from_numpy(mapping.indices[lo:hi]),
+            torch.from_numpy(mapping.weights[lo:hi]), size=(b - a, mapping.n_source), dtype=torch.float32,
+            check_invariants=False,
+        )
         return sub @ src
-
-
-@dataclass
-class BiasPolicy:
-    """How the MLM-head output bias is initialized: ``map`` (default: the method's combination —
-    copy for overlap, same weights for combined tokens, source mean for fallback), ``zero``, or
-    ``keep`` (what ``resize_token_embeddings`` does: old token *i*'s bias for new id *i*, kept only
-    for comparison with reference code)."""
-
-    mode: str = "map"
 
 
 def _tied(model: nn.Module) -> bool:
