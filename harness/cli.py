@@ -16,6 +16,8 @@ CONFIG_DIR = PACKAGE_DIR / "configs"
 
 def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables…" is noise here
+        logging.getLogger(name).setLevel(logging.WARNING)
     try:
         import transformers
 
