@@ -306,7 +306,8 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
     except ConfigError:
         raise
     except (ValueError, TypeError, KeyError) as e:
-        raise ConfigError(f"{where}: {e}") from None
+        msg = str(e)
+        raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
 
 
 def _dc(cls: type, values: Any, where: str) -> Any:

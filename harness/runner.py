@@ -8,6 +8,7 @@ mirrors it to the tracker. A failed trial is recorded with its traceback and the
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import logging
 import time
@@ -210,7 +211,13 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     t0 = time.perf_counter()
     for st in spec.stages:
         stage = registry.get("stage", st.name).make(component_config("stage", st))
-        ctx.model, res = stage.apply(ctx, init.result.directives)
+        kwargs = {}
+        if "cache_key" in inspect.signature(stage.apply).parameters:
+            # stages that cache their result (LAPT) key it on everything that determined the init,
+            # so several tasks and seeds that share an adapted model reuse it
+            kwargs["cache_key"] = {**cache_key, "encoding": spec.encoding.as_dict(),
+                                   "previous_stages": [s.as_dict() for s in spec.stages[: spec.stages.index(st)]]}
+        ctx.model, res = stage.apply(ctx, init.result.directives, **kwargs)
         curves.update({f"{st.id}.{k}": v for k, v in res.curves.items()})
         stage_info[st.id] = {"metrics": res.metrics, "info": res.info, "counts": res.counts}
     t_stages = time.perf_counter() - t0

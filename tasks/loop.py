@@ -602,3 +602,19 @@ def finetune_info(result: FinetuneResult) -> dict:
         "steps": result.steps,
         "train_features": result.train_examples,
     }
+
+
+def check_max_length(model: Any, max_length: int, task: str) -> None:
+    """Raise a clear error when ``max_length`` exceeds the positions the model has.
+
+    RoBERTa-family models reserve ``pad_token_id + 1`` position rows, so a model with
+    ``max_position_embeddings = 130`` and pad id 1 takes at most 128 tokens.
+    """
+    cfg = getattr(model, "config", None)
+    n_pos = getattr(cfg, "max_position_embeddings", None)
+    if n_pos is None:
+        return
+    offset = (cfg.pad_token_id or 0) + 1 if getattr(cfg, "model_type", "") in ("roberta", "xlm-roberta", "camembert") else 0
+    if max_length > n_pos - offset:
+        raise ValueError(f"{task}: max_length={max_length} exceeds the {n_pos - offset} positions of the model; "
+                         f"set {task}.config.max_length <= {n_pos - offset}")

@@ -20,6 +20,7 @@ from tasks.loop import (
     IGNORE_INDEX,
     TrainConfig,
     build_task_model,
+    check_max_length,
     check_plain_model,
     finetune,
     finetune_info,
@@ -146,6 +147,7 @@ class Ner:
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score separately on every language of ``ctx.languages``."""
         check_plain_model(ctx, "ner")
+        check_max_length(ctx.model, self.config.max_length, "ner")
         mode = self.config.seqeval_mode
         out = TaskResult(
             metrics={},

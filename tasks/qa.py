@@ -24,6 +24,7 @@ from tasks.data import limit, load_task_splits
 from tasks.loop import (
     TrainConfig,
     build_task_model,
+    check_max_length,
     check_plain_model,
     finetune,
     finetune_info,
@@ -225,6 +226,7 @@ class Qa:
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score separately on every language of ``ctx.languages``."""
         check_plain_model(ctx, "qa")
+        check_max_length(ctx.model, self.config.max_length, "qa")
         out = TaskResult(metrics={}, info={"data": {}, "finetune": {}})
         for lang in ctx.languages:
             result, counts, data_info, head = self._run_language(ctx, lang)

@@ -20,6 +20,7 @@ from tasks.data import DataError, limit, load_task_splits
 from tasks.loop import (
     TrainConfig,
     build_task_model,
+    check_max_length,
     check_plain_model,
     finetune,
     finetune_info,
@@ -159,6 +160,7 @@ class Xnli:
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score on every language of ``ctx.languages``."""
         check_plain_model(ctx, "xnli")
+        check_max_length(ctx.model, self.config.max_length, "xnli")
         cfg = self.config
         out = TaskResult(metrics={}, info={"setting": cfg.setting, "data": {}, "finetune": {}})
         if cfg.setting == "translate-train":
