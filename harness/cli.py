@@ -16,8 +16,10 @@ CONFIG_DIR = PACKAGE_DIR / "configs"
 
 def _quiet_libraries() -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    for name in ("mlflow", "alembic"):  # "Creating initial MLflow database tables…" is noise here
-        logging.getLogger(name).setLevel(logging.WARNING)
+    # "Creating initial MLflow database tables…" is noise here; mlflow resets its logger level on
+    # import from MLFLOW_LOGGING_LEVEL, so set that (users can still override it)
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         import transformers
 
