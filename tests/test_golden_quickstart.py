@@ -1,4 +1,4 @@
-"""CI's regression check: the reduced quickstart against its committed golden values.
+"""CI's regression check: the reduced quickstart against its committed golden values and table.
 
 The golden file is written only by ``tokxfer golden update`` (its provenance names the command,
 git sha, date, device and library versions); a metric that moves the wrong way beyond tolerance
@@ -9,18 +9,34 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from harness.cli import CONFIG_DIR, PACKAGE_DIR, main
 
-GOLDEN = PACKAGE_DIR.parent / "leaderboards" / "golden" / "quickstart-tiny.json"
+ROOT = PACKAGE_DIR.parent
+GOLDEN = ROOT / "leaderboards" / "golden" / "quickstart-tiny.json"
 
 
-def test_reduced_quickstart_matches_golden(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def fresh_runs(tmp_path_factory):
+    runs = tmp_path_factory.mktemp("golden") / "runs"
+    assert main(["run", str(CONFIG_DIR / "quickstart-tiny.yaml"), "--runs-dir", str(runs), "--no-tracking", "--quiet"]) == 0
+    return runs
+
+
+def test_reduced_quickstart_matches_golden(fresh_runs, capsys):
     golden = json.loads(GOLDEN.read_text())
     assert golden["provenance"]["command"].startswith("tokxfer golden update")
     assert golden["provenance"]["git"]["sha"]
-    runs = tmp_path / "runs"
-    assert main(["run", str(CONFIG_DIR / "quickstart-tiny.yaml"), "--runs-dir", str(runs), "--no-tracking", "--quiet"]) == 0
-    code = main(["check-regression", "--records", str(runs / "quickstart-tiny"), "--golden", str(GOLDEN)])
+    code = main(["check-regression", "--records", str(fresh_runs / "quickstart-tiny"), "--golden", str(GOLDEN)])
     out = capsys.readouterr().out
     assert code == 0, out
     assert f"{len(golden['cells'])} cells, 0 failing" in out
+
+
+def test_committed_table_matches_fresh_records(fresh_runs, tmp_path):
+    """``leaderboards/tables/quickstart-tiny.md`` is what ``tokxfer leaderboard`` makes of fresh records."""
+    spec = ROOT / "leaderboards" / "specs" / "quickstart-tiny.yaml"
+    assert main(["leaderboard", str(spec), "--runs-dir", str(fresh_runs), "--out", str(tmp_path)]) == 0
+    committed = (ROOT / "leaderboards" / "tables" / "quickstart-tiny.md").read_text()
+    assert (tmp_path / "quickstart-tiny.md").read_text() == committed
