@@ -86,7 +86,7 @@ class TokenMapping:
             raise ValueError(f"TokenMapping: target row {bad} has no entries but is not FALLBACK")
 
     @classmethod
-    def from_coo(cls, n_target: int, n_source: int, rows, cols, weights, provenance) -> "TokenMapping":
+    def from_coo(cls, n_target: int, n_source: int, rows, cols, weights, provenance) -> TokenMapping:
         """Build from (target row, source col, weight) triples in any order."""
         rows = np.asarray(rows, dtype=np.int64)
         cols = np.asarray(cols, dtype=np.int64)

@@ -19,8 +19,9 @@ import platform
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 SCHEMA_VERSION = 1
 REQUIRED_FIELDS = ("schema_version", "trial_id", "status")

@@ -27,9 +27,10 @@ import importlib
 import importlib.metadata
 import importlib.util
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 KINDS = ("method", "encoding", "task", "stage")
 ENTRY_POINT_GROUPS = {
@@ -119,7 +120,7 @@ def load_builtins() -> None:
             importlib.import_module(pkg)
     if not _loaded["entry_points"]:
         _loaded["entry_points"] = True
-        for kind, group in ENTRY_POINT_GROUPS.items():
+        for group in ENTRY_POINT_GROUPS.values():
             for ep in importlib.metadata.entry_points(group=group):
                 ep.load()  # the module registers itself with the decorators
 

@@ -9,7 +9,6 @@ trials are counted separately (never averaged, never dropped without a trace).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections import defaultdict

@@ -36,9 +36,9 @@ def tiny_world() -> Path:
 @pytest.fixture(scope="session")
 def tiny_pretrain_overrides() -> dict:
     """``source.pretrain`` overrides giving a hidden-size-16 source model in seconds."""
-    from harness.world.pretrain import PretrainConfig
-
     import dataclasses
+
+    from harness.world.pretrain import PretrainConfig
 
     tiny = PretrainConfig.tiny()
     return {k: v for k, v in dataclasses.asdict(tiny).items() if k != "kind"}

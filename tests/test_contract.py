@@ -85,7 +85,7 @@ def test_method_contract(name, transfer):
     model = AutoModelForMaskedLM.from_pretrained(transfer["model_dir"])
     surgery.install(model, res, seeding.torch_generator(1, "test"))
     W = model.get_input_embeddings().weight.detach()
-    for t, s in ov.exact:
+    for t, _s in ov.exact:
         if m.provenance[t] == COPIED:
             src_ids, _ = m.row(int(t))
             assert torch.equal(W[t], transfer["emb"][src_ids[0]])

@@ -11,11 +11,12 @@ EXAMPLE = PACKAGE_DIR.parent / "docs" / "examples" / "my_method.py"
 
 
 def test_readme_example_method_registers_and_satisfies_the_contract(tiny_world, tiny_source):
+    from transformers import AutoModelForMaskedLM
+
     from harness import seeding
     from harness.protocols import TransferInputs
     from harness.tokenizers import load_tokenizer, train_tokenizer
     from harness.world import World
-    from transformers import AutoModelForMaskedLM
 
     readme = (PACKAGE_DIR.parent / "README.md").read_text()
     code = [line for line in EXAMPLE.read_text().splitlines()[1:] if line.strip()]

@@ -6,7 +6,6 @@ import json
 import random
 
 import numpy as np
-import pytest
 import torch
 import yaml
 
