@@ -8,12 +8,13 @@ fails this test with the readable diff of ``tokxfer check-regression``.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from harness.cli import CONFIG_DIR, PACKAGE_DIR, main
+from harness.cli import CONFIG_DIR, main
 
-ROOT = PACKAGE_DIR.parent
+ROOT = Path(__file__).resolve().parent.parent  # the checkout: committed golden values and tables
 GOLDEN = ROOT / "leaderboards" / "golden" / "quickstart-tiny.json"
 
 

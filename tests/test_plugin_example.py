@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from harness import registry
-from harness.cli import PACKAGE_DIR
 
-EXAMPLE = PACKAGE_DIR.parent / "docs" / "examples" / "my_method.py"
+REPO = Path(__file__).resolve().parent.parent  # the checkout (tox tests an installed package)
+EXAMPLE = REPO / "docs" / "examples" / "my_method.py"
 
 
 def test_readme_example_method_registers_and_satisfies_the_contract(tiny_world, tiny_source):
@@ -18,7 +20,7 @@ def test_readme_example_method_registers_and_satisfies_the_contract(tiny_world, 
     from harness.tokenizers import load_tokenizer, train_tokenizer
     from harness.world import World
 
-    readme = (PACKAGE_DIR.parent / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     code = [line for line in EXAMPLE.read_text().splitlines()[1:] if line.strip()]
     assert code and all(line in readme for line in code), "README walkthrough and docs/examples/my_method.py differ"
     registry.load_plugin(EXAMPLE)
