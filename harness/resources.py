@@ -7,7 +7,6 @@ anything else is a local path when it exists, or a hub id handed to ``from_pretr
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
 from pathlib import Path
@@ -160,7 +159,3 @@ def transfer_paths(target: TargetSpec, world: Any) -> dict:
         out["parallel_corpus"] = out["parallel_corpus"] or world.parallel(lang)
         out["dictionary"] = out["dictionary"] or world.dictionary(lang)
     return out
-
-
-def describe(obj: Any) -> dict:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else dict(obj)
