@@ -130,7 +130,11 @@ def load_plugin(path: str | Path) -> None:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"plugin file not found: {path}")
-    mod_name = f"tokxfer_plugin_{path.stem}"
+    import hashlib
+
+    # keyed by the file's resolved path: two plugin files with the same name are different plugins
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    mod_name = f"tokxfer_plugin_{path.stem}_{digest}"
     if mod_name in sys.modules:
         return
     spec = importlib.util.spec_from_file_location(mod_name, path)
