@@ -618,3 +618,12 @@ def check_max_length(model: Any, max_length: int, task: str) -> None:
     if max_length > n_pos - offset:
         raise ValueError(f"{task}: max_length={max_length} exceeds the {n_pos - offset} positions of the model; "
                          f"set {task}.config.max_length <= {n_pos - offset}")
+
+
+def record_language(out: Any, lang: str, result: FinetuneResult, *, metrics: dict, counts: dict, data_info: dict, head: dict) -> None:
+    """Put one language's fine-tuning outcome into a ``TaskResult`` (the same layout for every task)."""
+    out.metrics[lang] = metrics
+    out.counts[lang] = counts
+    out.curves[f"{lang}/train_loss"] = result.loss_curve
+    out.info["data"][lang] = data_info
+    out.info["finetune"][lang] = {**finetune_info(result), "head": head}

@@ -23,9 +23,9 @@ from tasks.loop import (
     check_max_length,
     check_plain_model,
     finetune,
-    finetune_info,
     pad_collate,
     predict,
+    record_language,
     resolve_device,
 )
 
@@ -159,11 +159,7 @@ class Ner:
         )
         for lang in ctx.languages:
             result, counts, data_info, head = self._run_language(ctx, lang)
-            out.metrics[lang] = result.test
-            out.counts[lang] = counts
-            out.curves[f"{lang}/train_loss"] = result.loss_curve
-            out.info["data"][lang] = data_info
-            out.info["finetune"][lang] = {**finetune_info(result), "head": head}
+            record_language(out, lang, result, metrics=result.test, counts=counts, data_info=data_info, head=head)
         return out
 
     def _run_language(self, ctx: TaskContext, lang: str) -> tuple[Any, dict, dict, dict]:

@@ -26,6 +26,7 @@ from tasks.loop import (
     finetune_info,
     pad_collate,
     predict,
+    record_language,
     resolve_device,
 )
 
@@ -167,11 +168,8 @@ class Xnli:
             for lang in ctx.languages:
                 data, info = self._load(ctx, lang, ("train", "dev", "test"))
                 result, counts, head = self._train(ctx, data["train"], data["dev"], {lang: data["test"]}, lang)
-                out.metrics[lang] = result.test[lang]
-                out.counts[lang] = {**counts, "test": len(data["test"])}
-                out.curves[f"{lang}/train_loss"] = result.loss_curve
-                out.info["data"][lang] = info
-                out.info["finetune"][lang] = {**finetune_info(result), "head": head}
+                record_language(out, lang, result, metrics=result.test[lang],
+                                counts={**counts, "test": len(data["test"])}, data_info=info, head=head)
         else:
             src = ctx.source_language
             if src is None:
