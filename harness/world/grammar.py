@@ -291,6 +291,9 @@ def build(spec: SentenceSpec, lex: Lexicon) -> Sentence:
 # ---------------------------------------------------------------------------------------------
 
 TENSES = ("pres", "past", "fut")
+COLLOCATION = 0.8
+"""Probability that a noun's adjective, a verb's subject/object or adverb is one of its collocates
+(:func:`harness.world.lexicon._add_collocations`): what makes words distributionally distinct."""
 _TENSE_CUM = (0.5, 0.85, 1.0)
 
 
@@ -316,14 +319,19 @@ class SentenceSampler:
         u = self.rng.random()
         return "pres" if u < _TENSE_CUM[0] else "past" if u < _TENSE_CUM[1] else "fut"
 
-    def adjectives(self, category: int, n: int) -> tuple[int, ...]:
-        """``n`` distinct adjectives, mostly ones that apply to ``category`` (85 %)."""
+    def adjectives(self, category: int, n: int, noun: int | None = None) -> tuple[int, ...]:
+        """``n`` distinct adjectives: the noun's collocates (``COLLOCATION`` of the draws), else
+        mostly ones that apply to ``category`` (85 %)."""
         out: list[int] = []
+        favs = self.lex.lemmas[noun].fav_adjs if noun is not None else ()
         for _ in range(n * 3):
             if len(out) == n:
                 break
             s = self.lex.adj_for[category]
-            a = s(self.rng) if s and self.rng.random() < 0.85 else self.lex.any_adj(self.rng)
+            if favs and self.rng.random() < COLLOCATION:
+                a = self.rng.choice(favs)
+            else:
+                a = s(self.rng) if s and self.rng.random() < 0.85 else self.lex.any_adj(self.rng)
             if a not in out and all(
                 self.lex.lemmas[a].concept != self.lex.lemmas[b].concept and self.lex.lemmas[a].antonym != b
                 for b in out
@@ -352,7 +360,7 @@ class SentenceSampler:
         else:
             u = r.random()
             det = "det_def" if u < 0.5 else "det_some" if u < 0.75 else "det_dem" if u < 0.85 else None
-        adjs = self.adjectives(lem.category, self.n_adjectives())
+        adjs = self.adjectives(lem.category, self.n_adjectives(), noun)
         of = rel = None
         if depth == 0 and r.random() < 0.06:
             of = self.subject(depth=1)
@@ -377,8 +385,9 @@ class SentenceSampler:
         role = self.rng.choice(("pron_he", "pron_she", "pron_it", "pron_they"))
         return NounSpec("pron", self.lex.role(role), "pl" if role == "pron_they" else "sg")
 
-    def subject(self, depth: int = 0) -> NounSpec:
-        """An animate subject: person, pronoun, organization or animate common noun."""
+    def subject(self, depth: int = 0, verb: int | None = None) -> NounSpec:
+        """An animate subject: person, pronoun, organization or animate common noun (for a
+        ``verb``, one of its collocates with probability ``COLLOCATION``)."""
         u = self.rng.random()
         e = self.entity_rate
         if u < 0.22 * e:
@@ -387,11 +396,18 @@ class SentenceSampler:
             return self.organization()
         if depth == 0 and u < 0.27 * e + 0.1:
             return self.pronoun()
+        favs = self.lex.lemmas[verb].fav_subjs if verb is not None else ()
+        if favs and self.rng.random() < COLLOCATION:
+            return self.common(self.rng.choice(favs), depth)
         return self.common(self.lex.noun_of_kind["animate"](self.rng), depth)
 
     def object(self, verb: int, depth: int = 0) -> NounSpec:
-        """An object for ``verb``: mostly from its preferred categories (80 %)."""
+        """An object for ``verb``: one of its collocates (``COLLOCATION``), else mostly from its
+        preferred categories (80 %)."""
         r = self.rng
+        favs = self.lex.lemmas[verb].fav_objs
+        if favs and r.random() < COLLOCATION:
+            return self.common(r.choice(favs), depth)
         cats = self.lex.lemmas[verb].categories
         cat = r.choice(cats) if cats and r.random() < 0.8 else r.randrange(len(self.lex.categories))
         if self.lex.categories[cat].kind == "animate" and r.random() < 0.25 * self.entity_rate:
@@ -437,9 +453,12 @@ class SentenceSampler:
         r = self.rng
         lex = self.lex
         verb = lex.transitive_verb(r) if r.random() < 0.7 else lex.intransitive_verb(r)
-        subj = self.subject(depth)
+        subj = self.subject(depth, verb)
         obj = self.object(verb, depth) if lex.lemmas[verb].transitive else None
-        adv = lex.adverb(r) if r.random() < 0.15 else None
+        adv = None
+        if r.random() < 0.15:
+            favs = lex.lemmas[verb].fav_advs
+            adv = r.choice(favs) if favs and r.random() < COLLOCATION else lex.adverb(r)
         pps = self.adverbials() if depth == 0 else ()
         return Fact(subj, verb, self.tense(), r.random() < 0.12, obj, None, pps, adv)
 

@@ -101,6 +101,14 @@ class Lemma:
     """Adjectives: the lemma id of the antonym."""
     irregular: dict[tuple[str, ...], str] = field(default_factory=dict)
     """Suppletive forms by features (the copula)."""
+    fav_adjs: tuple[int, ...] = ()
+    """Nouns: adjectives this noun collocates with (drawn more often than its category's others)."""
+    fav_objs: tuple[int, ...] = ()
+    """Transitive verbs: nouns this verb collocates with as object."""
+    fav_subjs: tuple[int, ...] = ()
+    """Verbs: animate nouns this verb collocates with as subject."""
+    fav_advs: tuple[int, ...] = ()
+    """Verbs: adverbs this verb collocates with."""
 
 
 @dataclass
@@ -365,8 +373,55 @@ def build_lexicon(config: WorldConfig, seed: int) -> Lexicon:
         lemmas[a].antonym, lemmas[b].antonym = b, a
         lemmas[b].categories = lemmas[a].categories  # big/small describe the same things
 
+    _add_collocations(lemmas, categories, seed)
     first, last, entities = _build_names(config, seed, taken, [lem.id for lem in lemmas if lem.pos == "orgtype"])
     return Lexicon(lemmas, categories, entities, first, last, config.zipf_exponent)
+
+
+COLLOCATES = 3
+"""How many favourite adjectives/objects/subjects a noun or verb gets (one favourite adverb)."""
+
+
+def _add_collocations(lemmas: list[Lemma], categories: list[Category], seed: int) -> None:
+    """Give every noun and verb a few idiosyncratic collocates (from their own random stream).
+
+    Categories alone make every noun of a category distributionally interchangeable, so no
+    distributional method (fastText neighbours, WECHSEL, FOCUS) could tell *which* member a word
+    translates to. Real words have idiosyncratic company (*strong tea*, *powerful engine*): here
+    each noun favours a few of the adjectives that describe its category, each verb a few object
+    nouns of its preferred categories, a few animate subjects and one adverb. The choice is
+    uniform over the eligible lemmas (not Zipf-weighted), so rare words get distinctive contexts
+    too. Synonyms share their collocates, as they share selectional behaviour.
+    """
+    rng = stream(seed, "collocations")
+    by_cat_adjs: dict[int, list[int]] = {c.id: [] for c in categories}
+    for lem in lemmas:
+        if lem.pos == "adj":
+            for c in lem.categories:
+                by_cat_adjs[c].append(lem.id)
+    members = {c.id: c.members + [c.head] for c in categories}
+    animate = [n for c in categories if c.kind == "animate" for n in members[c.id]]
+    advs = [lem.id for lem in lemmas if lem.pos == "adv"]
+
+    def pick(pool: list[int], k: int) -> tuple[int, ...]:
+        return tuple(rng.sample(pool, min(k, len(pool)))) if pool else ()
+
+    first_of_concept: dict[int, Lemma] = {}
+    for lem in lemmas:
+        if lem.pos not in ("noun", "verb"):
+            continue
+        twin = first_of_concept.setdefault(lem.concept, lem)
+        if twin is not lem:  # a synonym: same company
+            lem.fav_adjs, lem.fav_objs, lem.fav_subjs, lem.fav_advs = (
+                twin.fav_adjs, twin.fav_objs, twin.fav_subjs, twin.fav_advs)
+            continue
+        if lem.pos == "noun":
+            lem.fav_adjs = pick(by_cat_adjs.get(lem.category, []), COLLOCATES)
+        else:
+            objs = [n for c in lem.categories for n in members[c]] if lem.transitive else []
+            lem.fav_objs = pick(objs, COLLOCATES)
+            lem.fav_subjs = pick(animate, COLLOCATES)
+            lem.fav_advs = pick(advs, 1)
 
 
 _FIRST_ENDINGS = ("a", "o", "ia", "en", "el", "is", "ar", "ina", "")
