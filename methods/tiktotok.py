@@ -44,22 +44,48 @@ from a word-aligned parallel corpus:
    code's ``extend_mapping``: donors are mapped tokens that *start with* the token plus the maximal
    mapped tokens *contained in* it, each donor's distribution weighted 1000, twice that for
    word-start translations, then normalized.
-5. **Fallback.** Whatever is left gets a random row, drawn by the harness from N(mean, std) of the
-   source with the trial's generator (``FALLBACK``). **Trap of the reference code:** it maps
-   unmapped tokens to the source *UNK row* (``get_coefficients_for_token`` returns
-   ``[(unk_token, 1.0)]`` and ``remap_model`` copies ``old_embeddings[unk_token_id]``); we never do.
-   The blog's alternative fallback (a bilingual fastText space built from the word mapping, and the
-   average of the 3 nearest source tokens) is **not implemented**: ``fallback`` accepts only
-   ``"random"`` for now.
+5. **Fallback.** Whatever is left gets one of two fallbacks (``fallback``):
 
-Provenance: rows from the alignment or from smoothing are ``COMBINED`` (``COPIED`` when they
-reduce to one source row, the convention of :func:`methods._canon.assemble_mapping`); the info
-breaks the counts down by origin (identity, number, aligned, smoothed, fallback).
+   * ``"random"`` (default): a random row, drawn by the harness from N(mean, std) of the source
+     with the trial's generator (``FALLBACK``). This is the path of the trans-tokenization paper
+     and its reference code (smoothing, then a fallback row), with the reference code's trap
+     removed: it maps unmapped tokens to the source *UNK row* (``get_coefficients_for_token``
+     returns ``[(unk_token, 1.0)]`` and ``remap_model`` copies ``old_embeddings[unk_token_id]``);
+     we never do.
+   * ``"fasttext-knn"``: the 2023 blog's variant (METHODS.md): a bilingual fastText space built
+     from the word mapping, and the ``fallback_k`` (3) nearest source tokens, averaged. An option,
+     not the default. Token-level fastText models (skipgram by default, seeded from the trial's
+     generator, one thread) are trained on the target side and on the source side of the parallel
+     corpus, each pre-tokenized with its own tokenizer (:func:`methods._fasttext.pretokenize`,
+     cached under ``inputs.cache_dir`` like FOCUS's). An orthogonal Procrustes map (rows
+     L2-normalized) takes target-token vectors onto source-token vectors; it is fitted on the
+     tokens mapped in steps 2–3 (aligned, identity, fuzzy identity, numbers — not smoothed tokens,
+     whose distributions are inherited, and not specials) paired with their most probable source
+     token, where both have an *in-vocabulary* vector. Each unmapped target token with a vector
+     then maps to the uniform average (weights ``1/k``) of the ``k`` source tokens nearest by
+     cosine in the aligned space; candidates are the non-special source tokens with an
+     in-vocabulary vector. Each space is centered first (``fasttext_center``; VecMap's
+     normalization). A target token's vector is its in-vocabulary fastText vector when it
+     occurred at least ``fasttext_min_count`` times, otherwise (``fasttext_ngram_vectors``) the
+     mean of the rows of its character n-grams that were *trained* (that occur in some
+     in-vocabulary token; fastText's own out-of-vocabulary vector would also average untrained,
+     randomly initialized buckets). This is how the blog's ``affe`` — never seen alone — gets a
+     vector. Tokens with neither still get the random fallback (``fallback_reasons``:
+     ``no-fasttext-vector``; ``no-bilingual-space`` when no Procrustes map could be fitted or no
+     source token has a vector). ``info["fallback"]`` says how many went each way and how well the
+     Procrustes map fits (residual, pair cosines before/after, how often a fitted pair's source
+     token is its nearest / among its ``k`` nearest source tokens).
+
+Provenance: rows from the alignment, from smoothing or from the kNN fallback are ``COMBINED``
+(``COPIED`` when they reduce to one source row, the convention of
+:func:`methods._canon.assemble_mapping`; for the kNN fallback only with ``fallback_k=1``); the
+info breaks the counts down by origin (identity, number, aligned, smoothed, knn, fallback).
 
 Randomness: eflomal cannot be seeded (no seed option in eflomal 2.0; it reads ``/dev/urandom``).
 One 63-bit number is drawn from the trial's generator and becomes part of the alignment cache key
 under ``inputs.cache_dir``, so a re-run reads the same links; see :mod:`methods._align`.
-``aligner: "ibm1"`` is fully deterministic.
+``aligner: "ibm1"`` is fully deterministic. A second number, drawn after it whatever the
+fallback, seeds the fallback's fastText models (one thread: reproducible).
 
 The core, :func:`tiktotok_mapping`, works on canonical vocabulary lists and counted word pairs, so it
 can be tested and benchmarked without tokenizers or an aligner.
@@ -74,17 +100,20 @@ Example:
     >>> m.row(1), m.row(2)   # aligned; smoothed from "▁haus", which contains "▁hau"
     ((array([1]), array([1.], dtype=float32)), (array([1]), array([1.], dtype=float32)))
     >>> info["sources"]
-    {'special': 1, 'identity': 0, 'fuzzy_identity': 0, 'number': 0, 'aligned': 1, 'smoothed': 1, 'fallback': 1}
+    {'special': 1, 'identity': 0, 'fuzzy_identity': 0, 'number': 0, 'aligned': 1, 'smoothed': 1, 'knn': 0, 'fallback': 1}
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import json
+import logging
+import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -92,14 +121,23 @@ import numpy as np
 
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _align, _canon
+from methods import _align, _canon, _fasttext
+from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
+from methods._wordvectors import procrustes
+
+logger = logging.getLogger(__name__)
 
 SPREADINGS = ("reference", "all-to-all", "positional")
 IDENTITIES = ("copy", "prior")
 SMOOTHINGS = ("containing", "reference", "none")
-FALLBACKS = ("random",)
-ORIGINS = ("special", "identity", "fuzzy_identity", "number", "aligned", "smoothed")
+FALLBACKS = ("random", "fasttext-knn")
+FASTTEXT_MODELS = ("skipgram", "cbow")
+ORIGINS = ("special", "identity", "fuzzy_identity", "number", "aligned", "smoothed", "knn")
 """Where a mapped row came from (``info["sources"]`` counts them, plus ``fallback``)."""
+_FIT_ORIGINS = (1, 2, 3, 4)
+"""Origins whose tokens (with their most probable source token) fit the kNN fallback's Procrustes map:
+identity, fuzzy identity, number, aligned — not specials, not smoothed tokens."""
+_KNN = ORIGINS.index("knn")
 
 
 @dataclass(frozen=True)
@@ -145,8 +183,56 @@ class TikToTokConfig:
     bounds the cost for very short tokens contained in thousands of others."""
 
     fallback: str = "random"
-    """Only ``"random"`` (a row drawn by the harness). The blog's bilingual-fastText 3-NN fallback
-    is not implemented yet."""
+    """What target tokens still unmapped after smoothing get: ``"random"`` (default; the paper's and
+    reference code's path, minus its UNK-row trap: a row drawn by the harness) or ``"fasttext-knn"``
+    (the 2023 blog's variant: the average of the ``fallback_k`` nearest source tokens in a bilingual
+    token-level fastText space; tokens without a fastText vector still get a random row). See the
+    module docstring."""
+
+    fallback_k: int = 3
+    """``fasttext-knn``: source tokens averaged per token (the blog: 3), weights ``1/k`` each."""
+
+    fasttext_dim: int = 100
+    """``fasttext-knn``: fastText vector size (small: the models are trained here, on the parallel
+    corpus only, and a token-level vocabulary is a few ten thousand words at most)."""
+
+    fasttext_epochs: int = 5
+    """``fasttext-knn``: fastText epochs (fastText's default)."""
+
+    fasttext_min_count: int = 3
+    """``fasttext-knn``: tokens seen fewer times on their side of the corpus get no vector of their
+    own (a target token may still get one from its character n-grams; a source token is then no
+    candidate neighbour)."""
+
+    fasttext_model: str = "skipgram"
+    """``fasttext-knn``: ``"skipgram"`` (fastText's default) or ``"cbow"``."""
+
+    fasttext_minn: int = 3
+    """``fasttext-knn``: shortest character n-gram (fastText's default)."""
+
+    fasttext_maxn: int = 6
+    """``fasttext-knn``: longest character n-gram (fastText's default; 0 disables n-grams, and with
+    them the vectors of target tokens too rare to have their own)."""
+
+    fasttext_bucket: int = 500_000
+    """``fasttext-knn``: n-gram hash buckets. Must be >= ``methods._fasttext.min_bucket(fasttext_dim)``
+    (fastText leaves part of a smaller input matrix uninitialized); 500k keeps every word row of a
+    vocabulary up to ~55k tokens randomly initialized with one thread, and a cached model at dim 100
+    to ~200 MB."""
+
+    fasttext_threads: int = 1
+    """``fasttext-knn``: fastText training threads. 1 is reproducible; more is faster but
+    nondeterministic (recorded in ``info["fallback"]["fasttext"]``)."""
+
+    fasttext_center: bool = True
+    """``fasttext-knn``: before the Procrustes fit, normalize each space as VecMap does (Artetxe et al.
+    2018): unit-length rows, minus the mean of the space's in-vocabulary rows, unit-length again.
+    fastText spaces are anisotropic (all vectors share a common direction), which otherwise makes
+    nearly every cosine high and the nearest neighbours hubs. ``False``: unit-length rows only."""
+
+    fasttext_ngram_vectors: bool = True
+    """``fasttext-knn``: give target tokens seen fewer than ``fasttext_min_count`` times (or never) a
+    vector from their trained character n-grams; ``False``: in-vocabulary vectors only."""
 
     max_sentence_pairs: int | None = None
     """Use only the first N sentence pairs of the corpus (``None``: all)."""
@@ -171,19 +257,34 @@ class TikToTokConfig:
             "spreading": SPREADINGS,
             "identity": IDENTITIES,
             "smoothing": SMOOTHINGS,
+            "fallback": FALLBACKS,
+            "fasttext_model": FASTTEXT_MODELS,
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TikToTokConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        if self.fallback not in FALLBACKS:
-            raise ValueError(
-                f"TikToTokConfig.fallback must be one of {FALLBACKS}, got {self.fallback!r} "
-                "(the blog's bilingual-fastText 3-NN fallback, 'fasttext-knn', is not implemented yet)"
-            )
-        for name in ("min_count", "smoothing_max_donors", "max_words", "eflomal_n_samplers", "ibm1_iterations"):
+        for name in (
+            "min_count", "smoothing_max_donors", "max_words", "eflomal_n_samplers", "ibm1_iterations",
+            "fallback_k", "fasttext_dim", "fasttext_epochs", "fasttext_min_count", "fasttext_bucket", "fasttext_threads",
+        ):  # fmt: skip
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"TikToTokConfig.{name} must be an integer >= 1, got {v!r}")
+        for name in ("fasttext_minn", "fasttext_maxn"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"TikToTokConfig.{name} must be an integer >= 0, got {v!r}")
+        if self.fasttext_maxn and self.fasttext_minn > self.fasttext_maxn:
+            raise ValueError(
+                f"TikToTokConfig.fasttext_minn must be <= fasttext_maxn (or fasttext_maxn=0), "
+                f"got {self.fasttext_minn}/{self.fasttext_maxn}"
+            )
+        if self.fasttext_bucket < _fasttext.min_bucket(self.fasttext_dim):
+            raise ValueError(
+                f"TikToTokConfig.fasttext_bucket={self.fasttext_bucket} is too small for fasttext_dim={self.fasttext_dim}: "
+                f"use >= {_fasttext.min_bucket(self.fasttext_dim)} (fastText-numpy2 leaves part of a smaller input "
+                "matrix uninitialized; see methods/_fasttext.py)"
+            )
         if self.max_sentence_pairs is not None and (
             isinstance(self.max_sentence_pairs, bool) or self.max_sentence_pairs < 1
         ):
@@ -301,6 +402,210 @@ def _contained_maximal(u: bytes, donor_by_string: Mapping[bytes, list[int]]) -> 
 
 
 # ------------------------------------------------------------------------------------------------
+# The fastText kNN fallback
+# ------------------------------------------------------------------------------------------------
+
+NO_VECTOR, IN_VOCABULARY, NGRAMS = 0, 1, 2
+"""Kinds of fastText token vectors (:class:`FallbackSpace`)."""
+
+
+@dataclass(frozen=True)
+class FallbackSpace:
+    """Token vectors of both languages for ``fallback="fasttext-knn"`` (index = token id).
+
+    Attributes:
+        target: float ``n_target x d`` target-token vectors (rows of kind ``NO_VECTOR`` are ignored).
+        target_kind: int8 ``n_target``: ``NO_VECTOR`` (0), ``IN_VOCABULARY`` (1: the token's own
+            fastText vector) or ``NGRAMS`` (2: the mean of its trained character n-gram rows).
+        source: float ``n_source x d`` source-token vectors.
+        source_kind: int8 ``n_source``, same codes; only ``IN_VOCABULARY`` source tokens are used
+            (as Procrustes pairs and as neighbours).
+        info: JSON-serializable facts about how the vectors were made (copied into the info).
+    """
+
+    target: np.ndarray
+    target_kind: np.ndarray
+    source: np.ndarray
+    source_kind: np.ndarray
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        t, s = np.asarray(self.target), np.asarray(self.source)
+        if t.ndim != 2 or s.ndim != 2 or t.shape[1] != s.shape[1]:
+            raise ValueError(f"FallbackSpace: target and source must be n x d with one d, got {t.shape} and {s.shape}")
+        if len(self.target_kind) != len(t) or len(self.source_kind) != len(s):
+            raise ValueError(
+                f"FallbackSpace: one kind per row expected, got {len(self.target_kind)} kinds for {len(t)} target rows "
+                f"and {len(self.source_kind)} for {len(s)} source rows"
+            )
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def _centered(vectors: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Unit rows, minus the mean of the in-vocabulary unit rows, unit again (rows without a vector stay 0)."""
+    u = _unit_rows(vectors)
+    has, own = kinds != NO_VECTOR, kinds == IN_VOCABULARY
+    if own.any():
+        u[has] -= u[own].mean(axis=0)
+    return _unit_rows(u)
+
+
+def procrustes_knn(
+    queries: np.ndarray,
+    fit_target: np.ndarray,
+    fit_source: np.ndarray,
+    keys: np.ndarray,
+    k: int,
+    *,
+    fit_keys: np.ndarray | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Map target vectors into the source space (orthogonal Procrustes) and find their nearest keys.
+
+    All rows are L2-normalized first. ``W = procrustes(fit_target, fit_source)`` (the rows are
+    translation pairs); each query ``q`` is mapped to ``q @ W`` and its ``k`` keys of highest cosine
+    are found in chunks (``methods._similarity.chunked_topk_cosine``: matrix products and top-k,
+    memory ``chunk_rows x len(keys)`` floats).
+
+    Args:
+        queries: ``n x d`` target vectors to place.
+        fit_target: ``p x d`` target vectors of the translation pairs (``p >= 1``).
+        fit_source: ``p x d`` source vectors of the same pairs.
+        keys: ``m x d`` candidate source vectors (``m >= 1``).
+        k: neighbours per query (clipped to ``m``).
+        fit_keys: optional ``p`` indices into ``keys`` of the pairs' source tokens (``-1``: not a
+            key); gives the retrieval precision of the fit pairs in the info.
+        chunk_rows: query rows scored at once.
+
+    Returns:
+        ``(indices, cosines, info)``: int64 and float32 ``n x min(k, m)``, in decreasing cosine; the
+        info has ``pairs``, ``dim``, ``underdetermined`` (fewer pairs than dimensions), ``residual``
+        (``||X W - Y||_F / ||Y||_F`` on unit rows), ``residual_unaligned`` (the same with ``W = I``),
+        ``mean_pair_cosine_before``/``_after`` and, with ``fit_keys``, ``precision_at_1`` and
+        ``precision_at_k`` (pairs whose source token is the nearest key / among the ``k`` nearest).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> src = rng.normal(size=(6, 4))
+        >>> rot, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+        >>> tgt = src @ rot.T  # the target space is a rotation of the source space
+        >>> idx, cos, info = procrustes_knn(tgt[:2], tgt[2:], src[2:], src, k=1, fit_keys=np.arange(2, 6))
+        >>> idx.ravel().tolist(), info["precision_at_1"], info["residual"] < 1e-6
+        ([0, 1], 1.0, True)
+    """
+    x, y = _unit_rows(fit_target), _unit_rows(fit_source)
+    if len(x) == 0 or len(keys) == 0:
+        raise ValueError(f"procrustes_knn needs at least one pair and one key, got {len(x)} pairs and {len(keys)} keys")
+    w = procrustes(x, y)
+    keys_u = _unit_rows(keys).astype(np.float32)
+    y_norm = float(np.linalg.norm(y)) or 1.0
+    fitted = x @ w
+    info: dict[str, Any] = {
+        "pairs": int(len(x)),
+        "dim": int(x.shape[1]),
+        "underdetermined": bool(len(x) < x.shape[1]),
+        "residual": round(float(np.linalg.norm(fitted - y)) / y_norm, 6),
+        "residual_unaligned": round(float(np.linalg.norm(x - y)) / y_norm, 6),
+        "mean_pair_cosine_before": round(float(np.mean(np.sum(x * y, axis=1))), 6),
+        "mean_pair_cosine_after": round(float(np.mean(np.sum(fitted * y, axis=1))), 6),
+    }
+    if fit_keys is not None:
+        _, near = chunked_topk_cosine(fitted.astype(np.float32), keys_u, k, chunk_rows=chunk_rows, normalized=True)
+        fit_keys = np.asarray(fit_keys, dtype=np.int64).reshape(-1, 1)
+        info["precision_at_1"] = round(float(np.mean(near[:, :1] == fit_keys)), 6)
+        info["precision_at_k"] = round(float(np.mean(np.any(near == fit_keys, axis=1))), 6)
+    q = (_unit_rows(queries) @ w).astype(np.float32)
+    cos, idx = chunked_topk_cosine(q, keys_u, k, chunk_rows=chunk_rows, normalized=True)
+    return idx, cos, info
+
+
+def _knn_fallback(
+    target: Sequence[_canon.Canon | None],
+    origin: np.ndarray,
+    weights: Mapping[int, Mapping[int, float]],
+    valid_source: np.ndarray,
+    space: FallbackSpace,
+    k: int,
+    center: bool = True,
+) -> tuple[dict[int, dict[int, float]], dict, np.ndarray]:
+    """Rows for the unmapped target tokens that have a fastText vector (see the module docstring).
+
+    Returns the rows, the info (``unmapped``: target tokens with a non-empty form left after
+    smoothing; ``with_vector``: those with a fastText vector, by kind; ``candidates``: source
+    tokens that can be neighbours; ``skipped``: why no row was made, or ``None``; ``procrustes``:
+    the fit) and the target vector kinds (padded to ``len(target)``).
+    """
+    n_target, n_source = len(target), len(valid_source)
+    t_kind = np.zeros(n_target, dtype=np.int8)
+    t_kind[: min(n_target, len(space.target_kind))] = np.asarray(space.target_kind, dtype=np.int8)[:n_target]
+    s_ok = np.zeros(n_source, dtype=bool)
+    m = min(n_source, len(space.source_kind))
+    s_ok[:m] = (np.asarray(space.source_kind)[:m] == IN_VOCABULARY) & valid_source[:m]
+    unmapped = np.array(
+        [t for t in range(n_target) if origin[t] < 0 and target[t] is not None and target[t].text], dtype=np.int64
+    )
+    queries = unmapped[t_kind[unmapped] != NO_VECTOR]
+    fit_t: list[int] = []
+    fit_s: list[int] = []
+    for t in np.flatnonzero(np.isin(origin, _FIT_ORIGINS) & (t_kind == IN_VOCABULARY)).tolist():
+        s = max(weights[t].items(), key=lambda kv: (kv[1], -kv[0]))[0]  # most probable; ties: lowest id
+        if 0 <= s < n_source and s_ok[s]:
+            fit_t.append(t)
+            fit_s.append(s)
+    candidates = np.flatnonzero(s_ok)
+    info: dict[str, Any] = {
+        "mode": "fasttext-knn",
+        "k": int(k),
+        "unmapped": int(len(unmapped)),
+        "with_vector": int(len(queries)),
+        "with_vector_in_vocabulary": int(np.sum(t_kind[queries] == IN_VOCABULARY)) if len(queries) else 0,
+        "with_vector_ngrams": int(np.sum(t_kind[queries] == NGRAMS)) if len(queries) else 0,
+        "candidates": int(len(candidates)),
+        "skipped": None,
+    }
+    if not len(unmapped):
+        info["skipped"] = "no target token left unmapped"
+    elif not len(queries):
+        info["skipped"] = "no unmapped target token has a fastText vector"
+    elif not len(candidates):
+        info["skipped"] = "no source token has an in-vocabulary fastText vector"
+    elif not fit_t:
+        info["skipped"] = "no mapped target token and its source token both have an in-vocabulary fastText vector"
+    if info["skipped"]:
+        if len(unmapped):
+            logger.warning("Tik-to-Tok fasttext-knn fallback: %s; unmapped tokens get random rows", info["skipped"])
+        info["procrustes"] = None
+        return {}, info, t_kind
+    position = np.full(n_source, -1, dtype=np.int64)
+    position[candidates] = np.arange(len(candidates))
+    tv, sv = np.asarray(space.target)[:n_target], np.asarray(space.source)[:n_source]
+    if center:
+        tv = _centered(tv, t_kind[: len(tv)])
+        sv = _centered(sv, np.where(s_ok[: len(sv)], IN_VOCABULARY, NO_VECTOR).astype(np.int8))
+    idx, cos, fit = procrustes_knn(tv[queries], tv[fit_t], sv[fit_s], sv[candidates], k, fit_keys=position[fit_s])
+    fit["centered"] = bool(center)
+    if fit["underdetermined"]:
+        logger.info(
+            "Tik-to-Tok fasttext-knn: Procrustes with %d pairs in %d dimensions is underdetermined",
+            fit["pairs"],
+            fit["dim"],
+        )
+    fit["distinct_source_tokens"] = len(set(fit_s))
+    info["procrustes"] = fit
+    info["neighbours"] = int(idx.shape[1])
+    info["mean_neighbour_cosine"] = round(float(cos.mean()), 6)
+    src_ids = candidates[idx]
+    share = 1.0 / idx.shape[1]
+    rows = {int(t): {int(s): share for s in sorted(ss.tolist())} for t, ss in zip(queries.tolist(), src_ids)}
+    return rows, info, t_kind
+
+
+# ------------------------------------------------------------------------------------------------
 # The core on canonical vocabularies
 # ------------------------------------------------------------------------------------------------
 
@@ -316,6 +621,7 @@ def tiktotok_mapping(
     specials: np.ndarray,
     config: TikToTokConfig,
     number_pieces: Callable[[int], list[int]] | None = None,
+    fallback_space: FallbackSpace | None = None,
 ) -> tuple[TokenMapping, dict]:
     """Tik-to-Tok on canonical vocabularies and counted aligned word pairs.
 
@@ -330,10 +636,18 @@ def tiktotok_mapping(
         config: the method's configuration.
         number_pieces: target id → source ids of the same number, for digit-only target tokens
             with no source counterpart (``None``: such tokens are not special-cased).
+        fallback_space: fastText token vectors of both languages; required when
+            ``config.fallback == "fasttext-knn"``, ignored otherwise.
 
     Returns:
-        The mapping and an info dict.
+        The mapping and an info dict (``sources``: tokens per origin, summing to ``len(target)``;
+        ``fallback``: the fallback's mode and, for ``fasttext-knn``, its counts and fit).
+
+    Raises:
+        ValueError: ``config.fallback == "fasttext-knn"`` without a ``fallback_space``.
     """
+    if config.fallback == "fasttext-knn" and fallback_space is None:
+        raise ValueError('tiktotok_mapping: fallback="fasttext-knn" needs a fallback_space (fastText token vectors)')
     t0 = time.perf_counter()
     n_target = len(target)
     valid_source = np.zeros(n_source, dtype=bool)
@@ -454,7 +768,19 @@ def tiktotok_mapping(
         smooth_info.update({"donors": len(donors), "candidates": len(wanted), "capped_tokens": capped})
     t3 = time.perf_counter()
 
-    # 5. assemble
+    # 5. fallback: fastText kNN for what is left (random rows are the harness's, below)
+    fallback_info: dict[str, Any] = {"mode": config.fallback}
+    vector_kind = None
+    if config.fallback == "fasttext-knn":
+        assert fallback_space is not None
+        knn_rows, fallback_info, vector_kind = _knn_fallback(
+            target, origin, weights, valid_source, fallback_space, config.fallback_k, config.fasttext_center
+        )
+        for t, row in knn_rows.items():
+            fixed(t, row, _KNN)
+    t4 = time.perf_counter()
+
+    # 6. assemble
     provenance = np.full(n_target, FALLBACK, dtype=np.int8)
     rows: list[int] = []
     cols: list[int] = []
@@ -469,9 +795,21 @@ def tiktotok_mapping(
     reasons: Counter[str] = Counter()
     for t in np.flatnonzero(provenance == FALLBACK).tolist():
         c = target[t]
-        reasons["special-without-source-role" if c is None else ("empty-token" if not c.text else "no-evidence")] += 1
+        if c is None:
+            reasons["special-without-source-role"] += 1
+        elif not c.text:
+            reasons["empty-token"] += 1
+        else:
+            reasons[
+                "no-evidence"
+                if vector_kind is None
+                else ("no-fasttext-vector" if vector_kind[t] == NO_VECTOR else "no-bilingual-space")
+            ] += 1
     sources = {name: int(np.sum(origin == k)) for k, name in enumerate(ORIGINS)}
     sources["fallback"] = int(np.sum(provenance == FALLBACK))
+    if config.fallback == "fasttext-knn":
+        fallback_info["knn"] = sources["knn"]
+        fallback_info["random"] = sources["fallback"]
     info = {
         "counts": mapping.counts(),
         "sources": sources,
@@ -484,7 +822,13 @@ def tiktotok_mapping(
             "min_count": config.min_count,
         },
         "smoothing": smooth_info,
-        "timings": {"spread_s": round(t1 - t0, 4), "identity_s": round(t2 - t1, 4), "smoothing_s": round(t3 - t2, 4)},
+        "fallback": fallback_info,
+        "timings": {
+            "spread_s": round(t1 - t0, 4),
+            "identity_s": round(t2 - t1, 4),
+            "smoothing_s": round(t3 - t2, 4),
+            "fallback_s": round(t4 - t3, 4),
+        },
     }
     return mapping, info
 
@@ -590,6 +934,94 @@ def words_with_tokens(
 
 
 # ------------------------------------------------------------------------------------------------
+# fastText token vectors for the kNN fallback
+# ------------------------------------------------------------------------------------------------
+
+
+def fasttext_token_space(
+    model: Any, tokenizer: Any, n_rows: int, *, skip: np.ndarray, ngrams: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors of a tokenizer's tokens from a token-level fastText model, and their kinds.
+
+    A token whose fastText word (:func:`methods._fasttext.fasttext_words`, the format
+    :func:`methods._fasttext.pretokenize` writes) is in the model's vocabulary gets its fastText
+    vector (kind ``IN_VOCABULARY``). With ``ngrams``, any other token gets the mean of the input rows
+    of its character n-grams that are *trained* — that occur in some in-vocabulary word (kind
+    ``NGRAMS``); a token with no trained n-gram gets none (``NO_VECTOR``). fastText's own
+    out-of-vocabulary vector would also average untrained buckets, random or zero noise.
+
+    Args:
+        model: a fastText model trained on text pre-tokenized with ``tokenizer`` (``token_format="string"``).
+        tokenizer: the tokenizer whose tokens are embedded.
+        n_rows: rows of the result (ids beyond ``len(tokenizer)`` get no vector).
+        skip: boolean mask (``>= n_rows`` entries read) of ids to leave without a vector (specials).
+        ngrams: also build n-gram vectors for out-of-vocabulary tokens.
+
+    Returns:
+        ``(vectors, kinds)``: float32 ``n_rows x dim`` (zeros without a vector) and int8 ``n_rows``.
+
+    Example:
+        >>> # vecs, kinds = fasttext_token_space(ft, tok, len(tok), skip=np.zeros(len(tok), bool), ngrams=True)
+    """
+    words = _fasttext.fasttext_words(tokenizer, "string")
+    vecs = np.zeros((n_rows, model.get_dimension()), dtype=np.float32)
+    kinds = np.zeros(n_rows, dtype=np.int8)
+    oov: list[int] = []
+    for i, w in enumerate(words[:n_rows]):
+        if skip[i]:
+            continue
+        if model.get_word_id(w) >= 0:
+            vecs[i] = model.get_word_vector(w)
+            kinds[i] = IN_VOCABULARY
+        elif ngrams:
+            oov.append(i)
+    if not oov:
+        return vecs, kinds
+    vocab = model.get_words()
+    n_words = len(vocab)
+    trained = np.unique(
+        np.concatenate([np.zeros(0, np.int64)] + [np.asarray(model.get_subwords(w)[1], dtype=np.int64) for w in vocab])
+    )
+    trained = trained[trained >= n_words]  # n-gram rows (word rows come first)
+    per_token: list[tuple[int, np.ndarray]] = []
+    for i in oov:
+        ids = np.asarray(model.get_subwords(words[i])[1], dtype=np.int64)
+        ids = ids[np.isin(ids, trained)]
+        if len(ids):
+            per_token.append((i, ids))
+    if not per_token:
+        return vecs, kinds
+    rows_needed = np.unique(np.concatenate([ids for _, ids in per_token]))
+    table = np.stack([np.asarray(model.get_input_vector(int(r)), dtype=np.float32) for r in rows_needed])
+    for i, ids in per_token:
+        v = table[np.searchsorted(rows_needed, ids)].mean(axis=0)
+        if np.any(v != 0):
+            vecs[i] = v
+            kinds[i] = NGRAMS
+    return vecs, kinds
+
+
+def _side_text(lines: Sequence[str], tok: Any, cache: Path | None, tmp: Path, side: str) -> Path:
+    """One side of the parallel corpus pre-tokenized for fastText (cached by content + tokenizer)."""
+    lines = [" ".join(line.splitlines()) for line in lines]  # fastText reads one sentence per line
+    if cache is None:
+        raw = tmp / f"{side}.txt"
+        raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        return _fasttext.pretokenize(raw, tok, tmp / f"{side}.tok.txt")
+    h = hashlib.sha256()
+    for part in ("tiktotok-side", _fasttext.tokenizer_fingerprint(tok), "string", str(_fasttext.CACHE_VERSION)):
+        h.update(part.encode("utf-8") + b"\0")
+    for line in lines:
+        h.update(line.encode("utf-8") + b"\n")
+    out = cache / "fasttext" / f"pretok-tiktotok-{h.hexdigest()[:24]}.txt"
+    if not out.is_file():
+        raw = tmp / f"{side}.txt"
+        raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        _fasttext.pretokenize(raw, tok, out)
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
 # The registered method
 # ------------------------------------------------------------------------------------------------
 
@@ -620,6 +1052,7 @@ class TikToTok:
         t0 = time.perf_counter()
         pairs = read_parallel_corpus(inputs.parallel_corpus, limit=cfg.max_sentence_pairs)
         align_seed = int(rng.integers(0, 2**63 - 1))  # drawn always, so the stream does not depend on the aligner
+        fasttext_seed = int(rng.integers(0, 2**31 - 1))  # drawn always, so the stream does not depend on the fallback
         src_words = words_with_tokens(inputs.source_tokenizer, [s for s, _ in pairs])
         tgt_words = words_with_tokens(inputs.target_tokenizer, [t for _, t in pairs])
         keep = [
@@ -661,6 +1094,12 @@ class TikToTok:
         def number_pieces(t: int) -> list[int]:
             return _canon.encode_canon(inputs.source_tokenizer, target[t], spec=spec)
 
+        space = None
+        t3 = time.perf_counter()
+        if cfg.fallback == "fasttext-knn":
+            space = self._fallback_space(inputs, pairs, fasttext_seed, source, target, n_source)
+        t4 = time.perf_counter()
+
         mapping, info = tiktotok_mapping(
             target,
             source,
@@ -671,7 +1110,10 @@ class TikToTok:
             specials=overlap.specials,
             config=cfg,
             number_pieces=number_pieces,
+            fallback_space=space,
         )
+        if space is not None:
+            info["fallback"]["fasttext"] = space.info
         info["overlap"] = overlap.report()
         info["corpus"] = {
             "sentence_pairs_read": len(pairs),
@@ -685,10 +1127,65 @@ class TikToTok:
             {
                 "read_tokenize_s": round(t1 - t0, 4),
                 "align_count_s": round(t2 - t1, 4),
+                "fasttext_s": round(t4 - t3, 4),
                 "total_s": round(time.perf_counter() - t0, 4),
             }
         )
         return InitResult(mapping=mapping, tokenizer=inputs.target_tokenizer, info=info)
+
+    def _fallback_space(
+        self,
+        inputs: TransferInputs,
+        pairs: Sequence[tuple[str, str]],
+        seed: int,
+        source: Sequence[_canon.Canon | None],
+        target: Sequence[_canon.Canon | None],
+        n_source: int,
+    ) -> FallbackSpace:
+        """Train token-level fastText on both sides of the parallel corpus; vectors for every token id."""
+        cfg = self.config
+        cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
+        params = {
+            "dim": cfg.fasttext_dim, "epoch": cfg.fasttext_epochs, "min_count": cfg.fasttext_min_count,
+            "model": cfg.fasttext_model, "minn": cfg.fasttext_minn, "maxn": cfg.fasttext_maxn,
+            "bucket": cfg.fasttext_bucket, "seed": seed, "threads": cfg.fasttext_threads,
+        }  # fmt: skip
+        info: dict[str, Any] = {
+            "trained_on": "both sides of inputs.parallel_corpus",
+            "sentences": len(pairs),
+            "seed": seed,
+        }
+        sides = (
+            ("target", inputs.target_tokenizer, [t for _, t in pairs], target, len(target), cfg.fasttext_ngram_vectors),
+            ("source", inputs.source_tokenizer, [s for s, _ in pairs], source, n_source, False),
+        )
+        out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        with tempfile.TemporaryDirectory(prefix="tokxfer-tiktotok-") as tmp:
+            for side, tok, lines, canon, n_rows, ngrams in sides:
+                skip = np.ones(n_rows, dtype=bool)
+                skip[: min(n_rows, len(canon))] = [c is None or not c.text for c in canon[:n_rows]]
+                report: dict[str, Any] = {}
+                t0 = time.perf_counter()
+                text = _side_text(lines, tok, cache, Path(tmp), side)
+                report["pretokenize_s"] = round(time.perf_counter() - t0, 3)
+                try:
+                    model = _fasttext.train_fasttext(text, cache_dir=cache, report=report, **params)
+                except _fasttext.EmptyVocabularyError as e:
+                    logger.warning("Tik-to-Tok fasttext-knn: %s side: %s; no vectors on that side", side, e)
+                    report.update(error=str(e), params=params)
+                    model = None
+                if model is None:
+                    vecs, kinds = np.zeros((n_rows, cfg.fasttext_dim), np.float32), np.zeros(n_rows, np.int8)
+                else:
+                    vecs, kinds = fasttext_token_space(model, tok, n_rows, skip=skip, ngrams=ngrams)
+                report.update(
+                    in_vocabulary=int(np.sum(kinds == IN_VOCABULARY)),
+                    ngrams=int(np.sum(kinds == NGRAMS)),
+                    no_vector=int(np.sum((kinds == NO_VECTOR) & ~skip)),
+                )
+                info[side] = report
+                out[side] = (vecs, kinds)
+        return FallbackSpace(out["target"][0], out["target"][1], out["source"][0], out["source"][1], info)
 
 
 def _examples(mapping: TokenMapping, word_pairs: Mapping, inputs: TransferInputs, k: int) -> list[dict]:

@@ -343,8 +343,8 @@ def test_empty_and_malformed_corpus(world, tmp_path):
 
 
 def test_config_validation_names_the_field():
-    with pytest.raises(ValueError, match="fallback.*not implemented"):
-        TikToTokConfig(fallback="fasttext-knn")
+    with pytest.raises(ValueError, match=r"fallback must be one of \('random', 'fasttext-knn'\)"):
+        TikToTokConfig(fallback="knn")
     with pytest.raises(ValueError, match="min_count"):
         TikToTokConfig(min_count=0)
     with pytest.raises(ValueError, match="symmetrization"):
