@@ -342,9 +342,12 @@ def test_extension_keeps_added_tokens_above_the_model_vocab(target_corpus):
     assert ext("der <mask> katze")["input_ids"].count(mask_id) == 1
 
 
-def test_extension_of_bpe_is_not_implemented(target_corpus):
-    with pytest.raises(NotImplementedError, match="BPE"):
-        extend_tokenizer(bytelevel(), unigram(TARGET_TEXT), target_corpus, top_n=5)
+def test_extension_of_a_bytelevel_source_emits_the_new_tokens(target_corpus):
+    src = bytelevel()
+    ext, new_ids = extend_tokenizer(src, unigram(TARGET_TEXT), target_corpus, top_n=5)
+    assert new_ids and new_ids[0] == len(src)
+    emitted = {i for line in TARGET_TEXT for i in ext(line)["input_ids"]}
+    assert emitted & set(new_ids), "no added token is ever emitted on the target text"
 
 
 @pytest.mark.parametrize("name", ["overlap", "mean-of-pieces", "random-mapping"])
