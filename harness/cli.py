@@ -285,8 +285,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("leaderboard", help="render leaderboard tables from records")
     sp.add_argument("spec", nargs="?", help="leaderboard spec YAML")
-    sp.add_argument("--all", action="store_true", help="every spec in leaderboards/specs/")
-    sp.add_argument("--runs-dir", default="runs")
+    sp.add_argument("--all", action="store_true",
+                    help="every spec in leaderboards/specs/, from the committed records in leaderboards/records/, "
+                         "into leaderboards/tables/")
+    sp.add_argument("--runs-dir", default=None,
+                    help="where the experiments' records are (default: ./runs; with --all: leaderboards/records)")
+    sp.add_argument("--collect", metavar="RUNS_DIR", default=None,
+                    help="with --all: first copy the specs' experiments' records from RUNS_DIR into leaderboards/records")
     sp.add_argument("--out", default=None, help="output directory (default: next to the records)")
     sp.set_defaults(fn=cmd_leaderboard)
 

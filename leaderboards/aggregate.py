@@ -113,11 +113,11 @@ class Observation:
 def _value(record: Mapping, column: Column, language: str) -> float | None:
     m = column.metric
     if m.source == "metrics":
-        v = ((record.get("metrics") or {}).get(language) or {}).get(m.name)
+        v = ((record.get("metrics") or {}).get(language) or {}).get(m.record_key)
     else:
         if _get(record, "config.target.language") != language:
             return None
-        v = (_get(record, m.source) or {}).get(m.name)
+        v = (_get(record, m.source) or {}).get(m.record_key)
     return float(v) if _is_number(v) else None
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -12,6 +13,9 @@ from leaderboards.spec import load_spec
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
+RECORDS_DIR = Path(__file__).resolve().parent / "records"
+"""Committed records of the world experiments behind the top-level specs (``<experiment>/records/*.json``):
+``tokxfer leaderboard --all`` renders every world table from them, in seconds, on a clean clone."""
 
 
 def _records_for(spec, runs_dir: Path) -> list[dict]:
@@ -31,17 +35,53 @@ def render_spec_file(spec_path: str | Path, runs_dir: str | Path, out_dir: str |
     return render_markdown(table)
 
 
+def collect_records(specs: list[Path], runs_dir: Path, records_dir: Path = RECORDS_DIR) -> list[str]:
+    """Copy the records of every spec's experiments found under ``runs_dir`` into ``records_dir``.
+
+    An experiment's committed records are replaced as a whole (never merged with older ones, so a
+    table never mixes two runs); experiments not found under ``runs_dir`` keep theirs. Returns the
+    experiments copied.
+    """
+    done = []
+    for sp in specs:
+        for exp in load_spec(sp).experiments:
+            src = Path(runs_dir) / exp / "records"
+            if exp in done or not src.is_dir():
+                continue
+            files = sorted(src.glob("*.json"))
+            if not files:
+                continue
+            dst = Path(records_dir) / exp / "records"
+            tmp = dst.with_name("records.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            for f in files:
+                shutil.copy2(f, tmp / f.name)
+            shutil.rmtree(dst, ignore_errors=True)
+            tmp.rename(dst)
+            done.append(exp)
+            print(f"collected {len(files)} records of {exp} from {src} into {dst}", file=sys.stderr)
+    return done
+
+
 def leaderboard_command(args) -> int:
     if args.all == bool(args.spec):
         print("tokxfer leaderboard: give one SPEC or --all", file=sys.stderr)
         return 2
+    if args.collect and not args.all:
+        print("tokxfer leaderboard: --collect goes with --all", file=sys.stderr)
+        return 2
     specs = sorted(SPECS_DIR.glob("*.yaml")) if args.all else [Path(args.spec)]
-    out = Path(args.out) if args.out else (TABLES_DIR if args.all else Path(args.runs_dir) / "leaderboards")
+    runs_dir = Path(args.runs_dir) if args.runs_dir else (RECORDS_DIR if args.all else Path("runs"))
+    if args.collect:
+        collect_records(specs, Path(args.collect), RECORDS_DIR)
+        runs_dir = RECORDS_DIR
+    out = Path(args.out) if args.out else (TABLES_DIR if args.all else runs_dir / "leaderboards")
     missing = []
     for sp in specs:
         spec = load_spec(sp)
         try:
-            md = render_spec_file(sp, args.runs_dir, out)
+            md = render_spec_file(sp, runs_dir, out)
         except FileNotFoundError as e:
             missing.append(str(e))
             continue

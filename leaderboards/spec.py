@@ -78,6 +78,9 @@ class MetricSpec:
         decimals: digits after the decimal point when rendered.
         scale: factor applied before rendering (100 shows a fraction as a percentage).
         display: column header text (defaults to ``name``).
+        key: the record's key for the metric when it differs from ``name`` — two tasks may use one
+            key on different scales (QA's ``f1`` is a percentage like the SQuAD script's, NER's
+            ``f1`` a fraction like seqeval's), so a spec names them apart (``qa_f1: {key: f1}``).
     """
 
     name: str
@@ -86,6 +89,12 @@ class MetricSpec:
     decimals: int = 2
     scale: float = 1.0
     display: str = ""
+    key: str = ""
+
+    @property
+    def record_key(self) -> str:
+        """The key read from the record."""
+        return self.key or self.name
 
     @property
     def label(self) -> str:
@@ -258,7 +267,7 @@ def _str_list(value: Any, origin: str, ctx: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display"}
+_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key"}
 
 
 def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> MetricSpec:
@@ -282,6 +291,7 @@ def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> Me
         decimals=decimals,
         scale=float(scale),
         display=str(raw.get("display", "")),
+        key=str(raw.get("key", "")),
     )
 
 
