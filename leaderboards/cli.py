@@ -8,7 +8,7 @@ from pathlib import Path
 
 from leaderboards.aggregate import aggregate, load_records
 from leaderboards.regression import check_regression, default_golden_path, update_golden
-from leaderboards.render import render_markdown, write_all
+from leaderboards.render import render_markdown, write_all, write_index
 from leaderboards.spec import load_spec
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
@@ -64,7 +64,37 @@ def collect_records(specs: list[Path], runs_dir: Path, records_dir: Path = RECOR
     return done
 
 
+def _write_plots(table, records: list[dict], out: Path) -> list[tuple[str, str]]:
+    """Write the spec's figures under ``<out>/plots/<spec name>/``; return ``[(path relative to out, caption)]``.
+
+    A figure that cannot be made (or matplotlib itself failing) is a warning on stderr naming the
+    spec and the figure, never a failed command: the tables are already written.
+    """
+    name = table.spec.name
+    if not table.rows:
+        print(f"warning: spec {name!r}: no measured rows, no plots", file=sys.stderr)
+    try:
+        from leaderboards.plots import write_spec_plots
+
+        plots = write_spec_plots(table, records, out / "plots" / name)
+    except Exception as e:  # e.g. a broken matplotlib install: the tables still stand
+        print(f"warning: spec {name!r}: no plots written ({type(e).__name__}: {e})", file=sys.stderr)
+        return []
+    figures = []
+    for p in plots:
+        if p.path is None:
+            print(f"warning: spec {name!r}: plot {p.name!r} not written: {p.error}", file=sys.stderr)
+        else:
+            figures.append((p.path.relative_to(out).as_posix(), p.caption))
+    return figures
+
+
 def leaderboard_command(args) -> int:
+    """Render one spec (or every packaged spec with ``--all``) into ``--out``.
+
+    Per spec: ``<spec>.{md,csv,tex,html}`` and its figures ``plots/<spec>/*.png``; then one
+    ``index.html`` with every rendered table followed by its figures (relative links).
+    """
     if args.all == bool(args.spec):
         print("tokxfer leaderboard: give one SPEC or --all", file=sys.stderr)
         return 2
@@ -77,16 +107,25 @@ def leaderboard_command(args) -> int:
         collect_records(specs, Path(args.collect), RECORDS_DIR)
         runs_dir = RECORDS_DIR
     out = Path(args.out) if args.out else (TABLES_DIR if args.all else runs_dir / "leaderboards")
-    missing = []
+    missing, skipped = [], []
+    tables, figures = [], {}
     for sp in specs:
         spec = load_spec(sp)
         try:
-            md = render_spec_file(sp, runs_dir, out)
+            records = _records_for(spec, runs_dir)
+            table = aggregate(records, spec)
+            write_all(table, out)
         except FileNotFoundError as e:
             missing.append(str(e))
+            skipped.append(spec.name)
             continue
-        print(md)
+        print(render_markdown(table))
         print(f"\n→ {out}/{spec.name}.{{md,csv,tex,html}}\n")
+        tables.append(table)
+        figures[spec.name] = _write_plots(table, records, out)
+    if tables:
+        index = write_index(tables, out, figures=figures, skipped=skipped)
+        print(f"→ {index} (every table with its plots under {out / 'plots'})\n")
     for m in missing:
         print(f"skipped: {m}", file=sys.stderr)
     return 1 if missing and not args.all else 0

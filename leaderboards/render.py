@@ -15,7 +15,7 @@ import html
 import io
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from leaderboards.aggregate import FLAGS, Cell, Row, Table, best_methods
@@ -30,6 +30,7 @@ __all__ = [
     "render_latex",
     "render_html",
     "write_all",
+    "write_index",
 ]
 
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
@@ -326,6 +327,13 @@ tr.paper td { font-style: italic; color: #555; background: #f7f7f7; }
 sup { color: #a33; }
 ul.notes { font-size: .9em; color: #444; }
 """
+_INDEX_CSS = """nav ul { columns: 2; font-size: .9em; }
+section.board { margin-bottom: 3rem; }
+.plots { display: flex; flex-wrap: wrap; gap: 1.5rem; align-items: flex-start; }
+figure.plot { margin: 0; max-width: 48rem; }
+figure.plot img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figure.plot figcaption { font-size: .85em; color: #444; margin-top: .3rem; }
+"""
 
 
 def _html_cell(cell: Cell, column: Column, table: Table, bold: bool) -> str:
@@ -378,14 +386,70 @@ def _html_table(table: Table) -> str:
     return "\n".join(parts)
 
 
-def render_html(tables: Table | Iterable[Table], title: str = "tokxfer leaderboards") -> str:
-    """A self-contained HTML page (inline CSS, no scripts) holding one or more tables."""
+def _html_figures(figures: Iterable[tuple[str, str]]) -> str:
+    items = [
+        f'<figure class="plot"><img src="{html.escape(src, quote=True)}" alt="{html.escape(caption, quote=True)}">'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for src, caption in figures
+    ]
+    return '<div class="plots">\n' + "\n".join(items) + "\n</div>" if items else ""
+
+
+def _anchor(name: str) -> str:
+    return "board-" + "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)
+
+
+def render_html(
+    tables: Table | Iterable[Table],
+    title: str = "tokxfer leaderboards",
+    figures: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    skipped: Sequence[str] = (),
+) -> str:
+    """A self-contained HTML page (inline CSS, no scripts, no external resources) holding one or
+    more tables.
+
+    Args:
+        tables: one table or several.
+        title: page title.
+        figures: spec name → ``[(image path relative to the page, caption), …]``, shown below that
+            spec's table. With figures the page also gets a table of contents and one section per
+            table (the index page of ``tokxfer leaderboard``).
+        skipped: names of specs that were not rendered (listed at the top).
+
+    Example:
+        >>> page = render_html(table, figures={table.spec.name: [("plots/qs/bars.png", "bars")]})  # doctest: +SKIP
+    """
     if isinstance(tables, Table):
         tables = [tables]
-    body = "\n".join(_html_table(t) for t in tables)
+    tables = list(tables)
+    css = _CSS
+    if figures is None and not skipped:
+        body = "\n".join(_html_table(t) for t in tables)
+    else:
+        css += _INDEX_CSS
+        figures = figures or {}
+        parts = []
+        if len(tables) > 1:
+            parts.append(
+                "<nav><ul>"
+                + "".join(f'<li><a href="#{_anchor(t.spec.name)}">{html.escape(t.spec.name)}</a></li>' for t in tables)
+                + "</ul></nav>"
+            )
+        if skipped:
+            parts.append(
+                '<p class="skipped">Not rendered (no records): ' + html.escape(", ".join(skipped)) + ".</p>"
+            )
+        for t in tables:
+            figs = _html_figures(figures.get(t.spec.name, ()))
+            parts.append(
+                f'<section class="board" id="{_anchor(t.spec.name)}">\n{_html_table(t)}'
+                + (f"\n{figs}" if figs else "")
+                + "\n</section>"
+            )
+        body = "\n".join(parts)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-        f"<title>{html.escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{css}</style>\n</head>\n<body>\n"
         f"<h1>{html.escape(title)}</h1>\n{body}\n</body>\n</html>\n"
     )
 
@@ -406,8 +470,34 @@ def write_all(table: Table, out_dir: str | os.PathLike) -> dict[str, Path]:
         ("html", render_html(table, title=f"tokxfer leaderboard: {table.spec.name}")),
     ):
         p = out / f"{table.spec.name}.{ext}"
-        tmp = p.with_name(f".{p.name}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(p)
+        _write_text(p, text)
         paths[ext] = p
     return paths
+
+
+def _write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def write_index(
+    tables: Iterable[Table],
+    out_dir: str | os.PathLike,
+    figures: Mapping[str, Sequence[tuple[str, str]]] | None = None,
+    skipped: Sequence[str] = (),
+    title: str = "tokxfer leaderboards",
+) -> Path:
+    """Write ``<out_dir>/index.html``: every table, each followed by its figures (see :func:`render_html`).
+
+    The page is a pure function of its arguments (no date, no absolute path), so rendering the
+    same records twice gives the same bytes.
+
+    Returns:
+        The written path.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / "index.html"
+    _write_text(path, render_html(list(tables), title=title, figures=figures or {}, skipped=skipped))
+    return path
