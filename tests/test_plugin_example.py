@@ -34,3 +34,12 @@ def test_readme_example_method_registers_and_satisfies_the_contract(tiny_world, 
     assert m.n_target == len(tgt) and m.counts()["copied"] > 0 and m.counts()["combined"] > 0
     sums = np.add.reduceat(m.weights, m.indptr[:-1])
     assert np.allclose(sums, 1.0, atol=1e-5)
+
+
+def test_vs_baselines_preset_needs_and_accepts_the_plugin(capsys):
+    """The "my method vs all baselines" preset names the README's method and is valid with its plugin."""
+    from harness.cli import CONFIG_DIR, main
+
+    preset = str(CONFIG_DIR / "vs-baselines.yaml")
+    assert main(["validate", preset, "--plugin", str(EXAMPLE)]) == 0
+    assert "54 trials" in capsys.readouterr().out
