@@ -14,6 +14,7 @@ import random
 from pathlib import Path
 
 import pytest
+from _tokfixtures import _wrap_roberta
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
@@ -49,17 +50,6 @@ SOURCE_TEXT = _sentences(SOURCE_WORDS, 300, 0)
 TARGET_TEXT = _sentences(TARGET_WORDS, 300, 1)
 
 
-def _wrap(bk: Tokenizer) -> PreTrainedTokenizerFast:
-    return PreTrainedTokenizerFast(
-        tokenizer_object=bk,
-        bos_token="<s>",
-        eos_token="</s>",
-        unk_token="<unk>",
-        pad_token="<pad>",
-        mask_token="<mask>",
-    )
-
-
 @functools.cache
 def bytelevel_bpe(which: str = "source", vocab: int = 600) -> PreTrainedTokenizerFast:
     """GPT-2-style byte-level BPE."""
@@ -70,7 +60,7 @@ def bytelevel_bpe(which: str = "source", vocab: int = 600) -> PreTrainedTokenize
         vocab_size=vocab, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     bk.train_from_iterator(SOURCE_TEXT if which == "source" else TARGET_TEXT, trainer)
-    return _wrap(bk)
+    return _wrap_roberta(bk)
 
 
 @functools.cache
@@ -95,7 +85,7 @@ def sentencepiece_bpe(which: str = "source", llama: bool = False, vocab: int = 3
         )
     else:
         bk.decoder = decoders.Sequence([decoders.ByteFallback(), decoders.Metaspace()])
-    return _wrap(bk)
+    return _wrap_roberta(bk)
 
 
 SOURCES = {
@@ -319,7 +309,7 @@ def test_bpe_with_a_continuing_subword_prefix_is_not_implemented(corpus):
     bk.train_from_iterator(SOURCE_TEXT, trainers.BpeTrainer(vocab_size=150, special_tokens=SPECIALS,
                                                            continuing_subword_prefix="##"))  # fmt: skip
     with pytest.raises(NotImplementedError, match="continuing_subword_prefix"):
-        extend_tokenizer(_wrap(bk), TARGETS["bytelevel"](), corpus, top_n=5)
+        extend_tokenizer(_wrap_roberta(bk), TARGETS["bytelevel"](), corpus, top_n=5)
 
 
 def test_wordpiece_new_ids_follow_added_tokens_above_the_model_vocab(tmp_path):
@@ -354,7 +344,7 @@ def test_candidates_considered_late_see_the_merges_added_before():
     bk = Tokenizer(models.BPE({p: i for i, p in enumerate(SPECIALS + letters)}, []))
     bk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bk.decoder = decoders.ByteLevel()
-    src = _wrap(bk)
+    src = _wrap_roberta(bk)
     n_old = vocab_size(src)
     pool = [
         _extension.ExtensionCandidate(k, Canon(p.encode(), False), p, 100 - k)
