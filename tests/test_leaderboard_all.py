@@ -1,0 +1,66 @@
+"""``tokxfer leaderboard --all``: every committed world table is what the committed records produce.
+
+The records behind the top-level specs are committed under ``leaderboards/records/`` (put there by
+``tokxfer leaderboard --all --collect RUNS_DIR``), so a clean clone regenerates every world table in
+one command without re-running an experiment, and this test fails when a table is edited by hand
+or its records change without re-rendering.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from leaderboards.cli import collect_records
+from leaderboards.spec import load_spec
+
+ROOT = Path(__file__).resolve().parent.parent  # the checkout (tox installs the package elsewhere)
+SPECS = sorted((ROOT / "leaderboards" / "specs").glob("*.yaml"))
+RECORDS = ROOT / "leaderboards" / "records"
+TABLES = ROOT / "leaderboards" / "tables"
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory):
+    out = tmp_path_factory.mktemp("tables")
+    assert main(["leaderboard", "--all", "--runs-dir", str(RECORDS), "--out", str(out)]) == 0
+    return out
+
+
+@pytest.mark.parametrize("spec_path", SPECS, ids=[p.stem for p in SPECS])
+def test_every_world_spec_has_committed_records(spec_path):
+    spec = load_spec(spec_path)
+    for exp in spec.experiments:
+        files = list((RECORDS / exp / "records").glob("*.json"))
+        assert files, f"{spec_path.name}: no committed records for experiment {exp!r} under {RECORDS}"
+        for f in files:
+            assert json.loads(f.read_text())["experiment"] == exp, f
+
+
+@pytest.mark.parametrize("spec_path", SPECS, ids=[p.stem for p in SPECS])
+@pytest.mark.parametrize("ext", ["md", "csv", "tex"])
+def test_committed_table_matches_committed_records(rendered, spec_path, ext):
+    name = load_spec(spec_path).name
+    fresh = (rendered / f"{name}.{ext}").read_text()
+    committed = (TABLES / f"{name}.{ext}").read_text()
+    assert fresh == committed, f"leaderboards/tables/{name}.{ext} differs from what its records produce; run tokxfer leaderboard --all"
+
+
+def test_collect_replaces_an_experiments_records_as_a_whole(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text((ROOT / "leaderboards" / "specs" / "quickstart-tiny.yaml").read_text())
+    runs = tmp_path / "runs" / "quickstart-tiny" / "records"
+    runs.mkdir(parents=True)
+    (runs / "a.json").write_text("{}")
+    dest = tmp_path / "committed"
+    old = dest / "quickstart-tiny" / "records"
+    old.mkdir(parents=True)
+    (old / "stale.json").write_text("{}")
+    assert collect_records([spec], tmp_path / "runs", dest) == ["quickstart-tiny"]
+    assert sorted(p.name for p in old.iterdir()) == ["a.json"]
+    # an experiment missing from the runs keeps its committed records
+    assert collect_records([spec], tmp_path / "nothing", dest) == []
+    assert sorted(p.name for p in old.iterdir()) == ["a.json"]
