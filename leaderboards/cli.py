@@ -27,11 +27,17 @@ def _records_for(spec, runs_dir: Path) -> list[dict]:
     return load_records(dirs)
 
 
+def _render(spec, runs_dir: Path, out_dir: str | Path):
+    """Aggregate one spec's records and write .md/.csv/.tex/.html into ``out_dir``; return ``(table, records)``."""
+    records = _records_for(spec, Path(runs_dir))
+    table = aggregate(records, spec)
+    write_all(table, out_dir)
+    return table, records
+
+
 def render_spec_file(spec_path: str | Path, runs_dir: str | Path, out_dir: str | Path) -> str:
     """Aggregate one spec's records, write .md/.csv/.tex/.html into ``out_dir``, return the Markdown."""
-    spec = load_spec(spec_path)
-    table = aggregate(_records_for(spec, Path(runs_dir)), spec)
-    write_all(table, out_dir)
+    table, _ = _render(load_spec(spec_path), runs_dir, out_dir)
     return render_markdown(table)
 
 
@@ -107,26 +113,23 @@ def leaderboard_command(args) -> int:
         collect_records(specs, Path(args.collect), RECORDS_DIR)
         runs_dir = RECORDS_DIR
     out = Path(args.out) if args.out else (TABLES_DIR if args.all else runs_dir / "leaderboards")
-    missing, skipped = [], []
+    missing: dict[str, str] = {}  # spec name -> why it was not rendered
     tables, figures = [], {}
     for sp in specs:
         spec = load_spec(sp)
         try:
-            records = _records_for(spec, runs_dir)
-            table = aggregate(records, spec)
-            write_all(table, out)
+            table, records = _render(spec, runs_dir, out)
         except FileNotFoundError as e:
-            missing.append(str(e))
-            skipped.append(spec.name)
+            missing[spec.name] = str(e)
             continue
         print(render_markdown(table))
         print(f"\n→ {out}/{spec.name}.{{md,csv,tex,html}}\n")
         tables.append(table)
         figures[spec.name] = _write_plots(table, records, out)
     if tables:
-        index = write_index(tables, out, figures=figures, skipped=skipped)
+        index = write_index(tables, out, figures=figures, skipped=list(missing))
         print(f"→ {index} (every table with its plots under {out / 'plots'})\n")
-    for m in missing:
+    for m in missing.values():
         print(f"skipped: {m}", file=sys.stderr)
     return 1 if missing and not args.all else 0
 

@@ -27,7 +27,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from leaderboards.aggregate import Table, matches_where, record_method, summarize
+from leaderboards.aggregate import Table, _get, matches_where, record_method, summarize
 
 __all__ = ["plot_language_bars", "plot_curves", "plot_gold_alignment", "SpecPlot", "write_spec_plots", "lapt_curves"]
 
@@ -256,14 +256,6 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "x"
 
 
-def _get(obj, *keys):
-    for k in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(k)
-    return obj
-
-
 def lapt_curves(records: Iterable[Mapping]) -> list[str]:
     """Names of the LAPT loss curves in the records, sorted.
 
@@ -274,7 +266,7 @@ def lapt_curves(records: Iterable[Mapping]) -> list[str]:
     """
     names = set()
     for r in records:
-        for st in _get(r, "config", "stages") or []:
+        for st in _get(r, "config.stages") or []:
             if isinstance(st, Mapping) and st.get("name") == LAPT_STAGE:
                 names.add(f"{st.get('id') or LAPT_STAGE}.loss")
         if "lapt_loss" in (r.get("curves") or {}):
@@ -308,7 +300,7 @@ def _spec_records(table: Table, records: Iterable[Mapping]) -> list[dict]:
         r
         for r in records
         if matches_where(r, spec.where)
-        and _get(r, "config", "task", "name") in tasks
+        and _get(r, "config.task.name") in tasks
         and record_method(r) in methods
         and (not seeds or r.get("seed") in seeds)
     ]
@@ -352,8 +344,8 @@ def _planned(table: Table, records: list[dict]) -> list[tuple[str, str, Callable
         if not c.is_average and c.metric.source == "init.diagnostics" and c.metric.record_key == "gold_top1"
     ))
     for lang in gold_langs:
-        present = {k for r in records if _get(r, "config", "target", "language") == lang
-                   for k in (_get(r, "init", "diagnostics") or {})}
+        present = {k for r in records if _get(r, "config.target.language") == lang
+                   for k in (_get(r, "init.diagnostics") or {})}
         metrics = [k for k in ("gold_top1", "gold_top5") if k in present] or ["gold_top1"]
         plans.append((
             f"gold-alignment-{_safe(lang)}",

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from leaderboards.aggregate import FLAGS, aggregate, matches_where
+from leaderboards.render import write_text_atomic
 from leaderboards.spec import Column, LeaderboardSpec, MetricSpec, RowSpec
 
 __all__ = [
@@ -380,8 +381,6 @@ def update_golden(
     }
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(golden, indent=2, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
+    write_text_atomic(path, json.dumps(golden, indent=2, sort_keys=False) + "\n")
     return golden
 

@@ -31,6 +31,7 @@ __all__ = [
     "render_html",
     "write_all",
     "write_index",
+    "write_text_atomic",
 ]
 
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
@@ -470,12 +471,13 @@ def write_all(table: Table, out_dir: str | os.PathLike) -> dict[str, Path]:
         ("html", render_html(table, title=f"tokxfer leaderboard: {table.spec.name}")),
     ):
         p = out / f"{table.spec.name}.{ext}"
-        _write_text(p, text)
+        write_text_atomic(p, text)
         paths[ext] = p
     return paths
 
 
-def _write_text(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write UTF-8 text beside ``path`` and rename it into place (a crash never leaves half a file)."""
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
@@ -499,5 +501,5 @@ def write_index(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.html"
-    _write_text(path, render_html(list(tables), title=title, figures=figures or {}, skipped=skipped))
+    write_text_atomic(path, render_html(list(tables), title=title, figures=figures or {}, skipped=skipped))
     return path
