@@ -245,6 +245,42 @@ def pretokenize(
     return out
 
 
+def pretokenize_cached(
+    corpus: Path, tokenizer: Any, cache: Path | None, tmp: Path, *, token_format: TokenFormat = "string"
+) -> Path:
+    """:func:`pretokenize` ``corpus`` once per (corpus content, tokenizer, format) under ``cache``.
+
+    The result is ``<cache>/fasttext/pretok-<key>.txt`` and is reused by every method and trial
+    that pre-tokenizes the same text with the same tokenizer; with ``cache=None`` it is written
+    into the scratch folder ``tmp`` instead.
+    """
+    if cache is None:
+        return pretokenize(corpus, tokenizer, Path(tmp) / "pretokenized.txt", token_format=token_format)
+    key = hashlib.sha256(
+        "\0".join([file_sha256(corpus), tokenizer_fingerprint(tokenizer), token_format, str(CACHE_VERSION)]).encode()
+    ).hexdigest()
+    out = Path(cache) / "fasttext" / f"pretok-{key[:24]}.txt"
+    if not out.is_file():
+        pretokenize(corpus, tokenizer, out, token_format=token_format)
+    return out
+
+
+def train_fasttext_or_none(
+    text: Path, *, cache_dir: Path | None, report: dict, who: str, consequence: str, **params: Any
+) -> Any:
+    """:func:`train_fasttext`, or ``None`` when no word reaches ``min_count``.
+
+    The reason is logged as ``"<who>: <reason>; <consequence>"`` and written into ``report`` with
+    the parameters, so a method can fall back explicitly instead of failing the trial.
+    """
+    try:
+        return train_fasttext(text, cache_dir=cache_dir, report=report, **params)
+    except EmptyVocabularyError as e:
+        logger.warning("%s: %s; %s", who, e, consequence)
+        report.update(error=str(e), params=params)
+        return None
+
+
 def fasttext_cache_key(text: Path, params: dict) -> str:
     """The cache key of a fastText model: sha256 over the text's bytes and the training params."""
     import fasttext

@@ -38,7 +38,6 @@ which takes auxiliary vectors as arrays; :class:`Focus` only gathers its inputs.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import tempfile
 import time
@@ -429,7 +428,7 @@ class Focus:
                 else:
                     corpus = self._corpus(inputs)
                     t0 = time.perf_counter()
-                    pretok = self._pretokenized(corpus, tok, cache, Path(tmp))
+                    pretok = _fasttext.pretokenize_cached(corpus, tok, cache, Path(tmp), token_format=cfg.aux_token_format)
                     info["pretokenize_s"] = round(time.perf_counter() - t0, 3)
                     report: dict = {}
                     model = self._train(pretok, cache, report, seed)
@@ -461,12 +460,10 @@ class Focus:
 
     def _train(self, text: Path, cache: Path | None, report: dict, seed: int) -> Any:
         """Train fastText; ``None`` (recorded in ``report``) when no token reaches ``aux_min_count``."""
-        try:
-            return _fasttext.train_fasttext(text, cache_dir=cache, report=report, **self._fasttext_kwargs(seed))
-        except _fasttext.EmptyVocabularyError as e:
-            logger.warning("FOCUS: %s; no auxiliary vectors", e)
-            report.update(error=str(e), params=self._fasttext_kwargs(seed))
-            return None
+        return _fasttext.train_fasttext_or_none(
+            text, cache_dir=cache, report=report, who="FOCUS", consequence="no auxiliary vectors",
+            **self._fasttext_kwargs(seed),
+        )
 
     @staticmethod
     def _corpus(inputs: TransferInputs) -> Path:
@@ -476,21 +473,6 @@ class Focus:
                 "(or set aux_model_path to a trained fastText model)"
             )
         return Path(inputs.target_corpus)
-
-    def _pretokenized(self, corpus: Path, tok: Any, cache: Path | None, tmp: Path) -> Path:
-        """The corpus pre-tokenized for fastText, cached by corpus content + tokenizer + format."""
-        if cache is None:
-            return _fasttext.pretokenize(corpus, tok, tmp / "pretokenized.txt", token_format=self.config.aux_token_format)
-        key = hashlib.sha256(
-            "\0".join([
-                _fasttext.file_sha256(corpus), _fasttext.tokenizer_fingerprint(tok),
-                self.config.aux_token_format, str(_fasttext.CACHE_VERSION),
-            ]).encode()
-        ).hexdigest()
-        out = cache / "fasttext" / f"pretok-{key[:24]}.txt"
-        if not out.is_file():
-            _fasttext.pretokenize(corpus, tok, out, token_format=self.config.aux_token_format)
-        return out
 
 
 _PRESET_FIELDS = ("aux_model", "aux_dim", "aux_neg", "fuzzy")

@@ -106,7 +106,6 @@ Example:
 from __future__ import annotations
 
 import bisect
-import hashlib
 import json
 import logging
 import tempfile
@@ -1003,22 +1002,10 @@ def fasttext_token_space(
 
 def _side_text(lines: Sequence[str], tok: Any, cache: Path | None, tmp: Path, side: str) -> Path:
     """One side of the parallel corpus pre-tokenized for fastText (cached by content + tokenizer)."""
-    lines = [" ".join(line.splitlines()) for line in lines]  # fastText reads one sentence per line
-    if cache is None:
-        raw = tmp / f"{side}.txt"
-        raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        return _fasttext.pretokenize(raw, tok, tmp / f"{side}.tok.txt")
-    h = hashlib.sha256()
-    for part in ("tiktotok-side", _fasttext.tokenizer_fingerprint(tok), "string", str(_fasttext.CACHE_VERSION)):
-        h.update(part.encode("utf-8") + b"\0")
-    for line in lines:
-        h.update(line.encode("utf-8") + b"\n")
-    out = cache / "fasttext" / f"pretok-tiktotok-{h.hexdigest()[:24]}.txt"
-    if not out.is_file():
-        raw = tmp / f"{side}.txt"
-        raw.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        _fasttext.pretokenize(raw, tok, out)
-    return out
+    raw = tmp / f"{side}.txt"
+    # fastText reads one sentence per line
+    raw.write_text("\n".join(" ".join(line.splitlines()) for line in lines) + "\n", encoding="utf-8")
+    return _fasttext.pretokenize_cached(raw, tok, cache, tmp / side)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -1168,12 +1155,10 @@ class TikToTok:
                 t0 = time.perf_counter()
                 text = _side_text(lines, tok, cache, Path(tmp), side)
                 report["pretokenize_s"] = round(time.perf_counter() - t0, 3)
-                try:
-                    model = _fasttext.train_fasttext(text, cache_dir=cache, report=report, **params)
-                except _fasttext.EmptyVocabularyError as e:
-                    logger.warning("Tik-to-Tok fasttext-knn: %s side: %s; no vectors on that side", side, e)
-                    report.update(error=str(e), params=params)
-                    model = None
+                model = _fasttext.train_fasttext_or_none(
+                    text, cache_dir=cache, report=report, who=f"Tik-to-Tok fasttext-knn: {side} side",
+                    consequence="no vectors on that side", **params,
+                )
                 if model is None:
                     vecs, kinds = np.zeros((n_rows, cfg.fasttext_dim), np.float32), np.zeros(n_rows, np.int8)
                 else:
