@@ -578,6 +578,9 @@ class VIPI:
         'one-random'
     """
 
+    combines = True
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
+
     def __init__(self, config: VipiConfig) -> None:
         self.config = config
 
