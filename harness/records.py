@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 1
 REQUIRED_FIELDS = ("schema_version", "trial_id", "status")
 
 
@@ -31,16 +31,11 @@ class RecordError(ValueError):
     """A record file is unreadable, truncated, or from a newer schema."""
 
 
-def _v1_to_v2(rec: dict) -> dict:
-    """Schema 2 adds the top-level ``flags`` of :mod:`harness.sanity`; a schema-1 record was never
-    checked, so its flags are unknown (``None``), not "none found" (``[]``)."""
-    return {**rec, "schema_version": 2, "flags": rec.get("flags")}
-
-
 # migrations[n] turns a record of schema n into schema n+1. Old records kept in
 # tests/fixtures/records/ must keep loading through these.
-# Schema history: 1 — first release; 2 — top-level ``flags`` (sanity guards; ``None`` when unchecked).
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _v1_to_v2}
+# Optional fields added without a version bump (old records simply lack them; readers treat a
+# missing field as unknown): ``flags`` — the sanity guards' findings (harness/sanity.py).
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
 
 
 def now_iso() -> str:

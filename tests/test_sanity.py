@@ -171,30 +171,33 @@ def test_ids_beyond_the_embedding_matrix_are_refused():
         check_ids(tok, _Model(5))
 
 
-# ---------------------------------------------------------------- records: schema 2 and migration
+# ---------------------------------------------------------------- records: an optional field
 
 
-def test_schema_1_records_migrate_to_unchecked_flags():
+def test_records_with_and_without_flags_load():
     fixtures = Path(__file__).parent / "fixtures" / "records"
-    old = records.load_record(fixtures / "schema1-ok.json")
-    assert old["schema_version"] == records.SCHEMA_VERSION == 2 and old["flags"] is None
-    new = records.load_record(fixtures / "schema2-flagged.json")
+    old = records.load_record(fixtures / "schema1-ok.json")  # written before the guards: unknown
+    assert "flags" not in old
+    new = records.load_record(fixtures / "schema1-flagged.json")
     assert _codes(new["flags"]) == ["loss_at_uniform", "no_combined_rows", "nondeterministic:eflomal"]
-    # the committed fixture is what the guards compute from it
+    # the fixture's flags are what the guards compute from it
     assert check_record(new, _Combines) == new["flags"]
 
 
 # ---------------------------------------------------------------- leaderboard cells
 
 
-def _lb_record(method, seed, loss, flags=None, schema=2):
-    return {
-        "schema_version": schema, "tokxfer_version": "0.1.0", "trial_id": f"{method}-{seed}", "status": "ok",
-        "seed": seed, "flags": flags,
+def _lb_record(method, seed, loss, flags=None):
+    rec = {
+        "schema_version": 1, "tokxfer_version": "0.1.0", "trial_id": f"{method}-{seed}", "status": "ok",
+        "seed": seed,
         "config": {"method": {"id": method, "name": method}, "task": {"name": "mlm-at-init"},
                    "target": {"language": "near"}, "seed": seed},
         "metrics": {"near": {"loss": loss}},
     }  # fmt: skip
+    if flags is not None:  # None: a record written before the guards existed has no "flags"
+        rec["flags"] = flags
+    return rec
 
 
 def _table(recs):
@@ -215,7 +218,7 @@ def test_flagged_records_mark_their_cells_in_every_format():
     recs = [
         _lb_record("focus", 1, 8.5, uniform), _lb_record("focus", 2, 8.4, []),
         _lb_record("tiktotok", 1, 6.0, nondet), _lb_record("tiktotok", 2, 6.1, nondet),
-        _lb_record("vipi", 1, 6.5, []), _lb_record("vipi", 2, 6.6, None),  # None: an unchecked old record
+        _lb_record("vipi", 1, 6.5, []), _lb_record("vipi", 2, 6.6, None),  # an old record without flags
     ]  # fmt: skip
     table = _table(recs)
     rows = {r.method: r for r in table.rows}
@@ -244,7 +247,7 @@ def test_unflagged_records_render_as_before():
     from leaderboards.render import render_markdown
 
     clean = [_lb_record("focus", s, 6.0 + s / 10, []) for s in (1, 2)]
-    old = [_lb_record("focus", s, 6.0 + s / 10, None, schema=1) for s in (1, 2)]
+    old = [_lb_record("focus", s, 6.0 + s / 10, None) for s in (1, 2)]
     for recs in (clean, old):
         md = render_markdown(_table(recs))
         assert "sanity guard" not in md and "!" not in md.split("\n- ")[0]
@@ -287,6 +290,6 @@ def test_runner_puts_flags_in_the_record_and_logs_them(tmp_path, tiny_source, ti
     codes = _codes(rec["flags"])
     assert "all_fallback" in codes and "nondeterministic:test-component" in codes
     on_disk = json.loads((runs_dir / "guards" / "records" / f"{spec.trial_id}.json").read_text())
-    assert on_disk["flags"] == rec["flags"] and on_disk["schema_version"] == 2
+    assert on_disk["flags"] == rec["flags"] and on_disk["schema_version"] == records.SCHEMA_VERSION
     warned = [r.getMessage() for r in caplog.records if "sanity flag" in r.getMessage()]
     assert len(warned) == len(codes) and all(spec.trial_id in w for w in warned)
