@@ -11,7 +11,7 @@ Flags (``{"code": ..., "message": ...}``):
   lies within :data:`UNIFORM_TOLERANCE` (2 %) of ``ln |V|``, the loss of a uniform guess over the
   ``|V|`` = ``init.n_target`` rows: the model predicts no better than chance, the symptom of an
   initialization that transferred nothing (a FOCUS run with no usable anchors, rows installed in
-  the wrong order …). Not raised where chance level is the expected result: the method's class
+  the wrong order …) — or of a source model that is itself at chance (the CI-sized world). Not raised where chance level is the expected result: the method's class
   sets ``uninformed = True`` (a control such as a random mapping), the method re-initializes the
   whole model (``directives["reinitialize_body"]``, from-scratch), or no row was copied or
   combined (``random``, TransInner).
@@ -148,8 +148,8 @@ def check_record(record: Mapping, method_cls: Any = None) -> list[dict]:
                 flags.append(flag(
                     "loss_at_uniform",
                     f"{lang}: {name} at initialization is {loss:.4f} nats, within {UNIFORM_TOLERANCE:.0%} of "
-                    f"ln|V| = ln {int(n_target)} = {uniform:.4f} (a uniform guess): the initialization "
-                    "transferred nothing usable",
+                    f"ln|V| = ln {int(n_target)} = {uniform:.4f}: the model predicts like a uniform guess "
+                    "(the initialization transferred nothing usable, or the source model is itself at chance)",
                 ))
     for lang, name, loss in losses:
         if loss < NEAR_ZERO_LOSS:
