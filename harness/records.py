@@ -33,6 +33,8 @@ class RecordError(ValueError):
 
 # migrations[n] turns a record of schema n into schema n+1. Old records kept in
 # tests/fixtures/records/ must keep loading through these.
+# Optional fields added without a version bump (old records simply lack them; readers treat a
+# missing field as unknown): ``flags`` — the sanity guards' findings (harness/sanity.py).
 MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
 
 

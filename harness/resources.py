@@ -127,18 +127,50 @@ def target_corpus(target: TargetSpec, world: Any) -> Path | None:
     return None
 
 
-def check_corpus(path: Path) -> Path:
-    """Raise when a corpus file is empty or not UTF-8 (naming the file and the byte offset)."""
+def check_corpus(path: Path, *, chunk_size: int = 1 << 20) -> Path:
+    """Raise when a corpus file is empty or not UTF-8 (naming the file and the byte offset).
+
+    The file is read in chunks through an incremental UTF-8 decoder, so a multibyte character
+    split across a chunk boundary is decoded whole, an invalid byte anywhere (also in the last
+    bytes of a chunk) is reported, and a character cut off by the end of the file is an error.
+
+    Args:
+        path: the corpus file.
+        chunk_size: bytes read at a time (memory stays bounded by it).
+
+    Returns:
+        ``path``, unchanged.
+
+    Raises:
+        ResourceError: the file is empty, or not valid UTF-8 (with the absolute byte offset of
+            the first invalid byte).
+
+    Example:
+        >>> import tempfile
+        >>> p = Path(tempfile.mkdtemp()) / "c.txt"
+        >>> _ = p.write_bytes("héllo\\n".encode())
+        >>> check_corpus(p, chunk_size=2) == p
+        True
+    """
+    import codecs
+
     if path.stat().st_size == 0:
         raise ResourceError(f"{path}: corpus is empty")
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")
     with open(path, "rb") as f:
-        offset = 0
-        while chunk := f.read(1 << 20):
+        offset = 0  # bytes handed to the decoder before the current chunk
+        while True:
+            chunk = f.read(chunk_size)
+            final = not chunk
             try:
-                chunk.decode("utf-8")
+                decoder.decode(chunk, final=final)
             except UnicodeDecodeError as e:
-                if e.start < len(chunk) - 4:  # not just a multibyte char cut by the chunk boundary
-                    raise ResourceError(f"{path}: not UTF-8 (invalid byte at offset {offset + e.start})") from None
+                # e.object is the decoder's pending bytes (carried over from earlier chunks) + chunk
+                pending = len(e.object) - len(chunk)
+                at = offset - pending + e.start
+                raise ResourceError(f"{path}: not UTF-8 (invalid byte at offset {at}: {e.reason})") from None
+            if final:
+                break
             offset += len(chunk)
     return path
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import records, registry, resources, seeding
+from harness import records, registry, resources, sanity, seeding
 from harness.config import ExperimentConfig, TrialSpec, component_config, config_hash
 from harness.protocols import PROVENANCE_NAMES, InitResult, TaskContext, TokenMapping, TransferInputs
 
@@ -195,6 +195,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
         target_language=spec.target.language, mode=spec.mode, extend_top_n=spec.extend_top_n, world=world,
         cache_key=cache_key,
     )
+    sanity.check_ids(init.tokenizer, init.model)  # ids beyond the embedding matrix can only be a bug
     dev = device()
     model = init.model.to(dev)
     ctx = TaskContext(
@@ -228,7 +229,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     if artifacts_dir is not None:
         artifacts_dir.mkdir(parents=True, exist_ok=True)
         write_init_info(artifacts_dir / "init_info.json", init)
-    return {
+    record = {
         "schema_version": records.SCHEMA_VERSION,
         "tokxfer_version": records.package_version(),
         "git": records.git_info(),
@@ -254,6 +255,9 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
         "started_at": started,
         "finished_at": records.now_iso(),
     }
+    record["flags"] = sanity.check_record(record, registry.get("method", spec.method.name).cls)
+    sanity.log_flags(record)
+    return record
 
 
 def failed_record(spec: TrialSpec, exc: BaseException, started: str) -> dict:
@@ -268,6 +272,7 @@ def failed_record(spec: TrialSpec, exc: BaseException, started: str) -> dict:
         "config": spec.resolved(),
         "seed": spec.seed,
         "metrics": {},
+        "flags": None,  # the sanity guards need a finished trial
         "environment": records.environment(),
         "started_at": started,
         "finished_at": records.now_iso(),

@@ -4,7 +4,9 @@ This is a pure function of its inputs (:func:`aggregate`); reading records from 
 apart in :func:`load_records`. Nothing is silently averaged: a cell whose seeds are incomplete,
 whose records come from different schema/tokxfer versions, or that holds two records for one
 seed (two configurations mixed in one cell) still shows its mean but carries a flag, and failed
-trials are counted separately (never averaged, never dropped without a trace).
+trials are counted separately (never averaged, never dropped without a trace). Cells built from
+records that :mod:`harness.sanity` flagged (the record's ``flags``) carry the ``sanity`` or
+``nondeterministic`` flag and the codes behind it (:attr:`Cell.guards`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ __all__ = [
     "best_methods",
     "rounded",
     "Observation",
+    "record_flag_codes",
 ]
 
 FLAGS: dict[str, tuple[str, str]] = {
@@ -43,8 +46,32 @@ FLAGS: dict[str, tuple[str, str]] = {
     "mixed_versions": ("‡", "records from different schema/tokxfer versions"),
     "duplicate_seeds": ("§", "several records for one seed (different configurations in one cell)"),
     "failed": ("¶", "some trials of this cell failed (counted, not averaged)"),
+    "sanity": ("!", "a sanity guard flagged a trial of this cell (the number is kept; see the records' flags)"),
+    "nondeterministic": ("?", "a trial of this cell used a component that is not reproducible from the seed"),
 }
 """Flag name → (footnote marker, legend text), in rendering order."""
+
+NONDETERMINISTIC_PREFIX = "nondeterministic:"
+"""Record flags (:mod:`harness.sanity`) with this code prefix mark cells ``nondeterministic``; every
+other record flag marks them ``sanity``."""
+
+
+def record_flag_codes(record: Mapping) -> frozenset[str]:
+    """Codes of the sanity flags a record carries (``flags`` is ``None`` or absent when unchecked).
+
+    Example:
+        >>> sorted(record_flag_codes({"flags": [{"code": "loss_near_zero", "message": "…"}]}))
+        ['loss_near_zero']
+    """
+    flags = record.get("flags") or []
+    return frozenset(str(f["code"]) for f in flags if isinstance(f, Mapping) and f.get("code"))
+
+
+def _cell_flags(codes: Iterable[str]) -> set[str]:
+    out = set()
+    for c in codes:
+        out.add("nondeterministic" if c.startswith(NONDETERMINISTIC_PREFIX) else "sanity")
+    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -108,6 +135,7 @@ class Observation:
     value: float
     version: str
     trial_id: str
+    guards: frozenset[str] = frozenset()
 
 
 def _value(record: Mapping, column: Column, language: str) -> float | None:
@@ -155,7 +183,7 @@ def cell_observations(
         if v is None:
             continue
         seed = r.get("seed", _get(r, "config.seed"))
-        obs.append(Observation(seed, v, record_version(r), str(r.get("trial_id"))))
+        obs.append(Observation(seed, v, record_version(r), str(r.get("trial_id")), record_flag_codes(r)))
     return obs, failed
 
 
@@ -178,6 +206,7 @@ class Cell:
         failed: failed trials belonging to this cell.
         versions: distinct record versions behind the values.
         reference: whether this is a paper number (not measured here).
+        guards: codes of the sanity flags of the records behind the values (:mod:`harness.sanity`).
     """
 
     mean: float | None
@@ -189,6 +218,7 @@ class Cell:
     failed: int = 0
     versions: tuple[str, ...] = ()
     reference: bool = False
+    guards: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -244,6 +274,10 @@ class Table:
         used = {f for row in self.rows for c in row.cells.values() for f in c.flags}
         return [f for f in FLAGS if f in used]
 
+    def guards_used(self) -> list[str]:
+        """Sanity-flag codes of the records behind the table's cells, sorted."""
+        return sorted({g for row in self.rows for c in row.cells.values() for g in c.guards})
+
 
 def summarize(values: Iterable[float]) -> tuple[float | None, float | None, int]:
     """Mean, sample std (ddof=1; ``None`` for fewer than two values) and n.
@@ -277,6 +311,8 @@ def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...])
         flags.add("mixed_versions")
     if failed:
         flags.add("failed")
+    guards = sorted({g for o in obs for g in o.guards})
+    flags |= _cell_flags(guards)
     mean, std, n = summarize(o.value for o in obs)
     return Cell(
         mean=mean,
@@ -287,6 +323,7 @@ def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...])
         flags=frozenset(flags),
         failed=failed,
         versions=versions,
+        guards=tuple(guards),
     )
 
 
@@ -295,6 +332,7 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
     flags: set[str] = set()
     per_lang: list[dict[Any, list[float]]] = []
     versions: set[str] = set()
+    guards: set[str] = set()
     failed = 0
     for obs, f in components:
         failed += f
@@ -304,6 +342,7 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
         for o in obs:
             by_seed[o.seed].append(o.value)
             versions.add(o.version)
+            guards |= o.guards
         if any(len(v) > 1 for v in by_seed.values()):
             flags.add("duplicate_seeds")
         per_lang.append(by_seed)
@@ -315,6 +354,7 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
         flags.add("mixed_versions")
     if failed:
         flags.add("failed")
+    flags |= _cell_flags(guards)
     values = [float(np.mean([np.mean(d[s]) for d in per_lang])) for s in complete]
     mean, std, n = summarize(values)
     return Cell(
@@ -326,6 +366,7 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
         flags=frozenset(flags),
         failed=failed,
         versions=tuple(sorted(versions)),
+        guards=tuple(sorted(guards)),
     )
 
 

@@ -18,7 +18,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from leaderboards.aggregate import FLAGS, Cell, Row, Table, best_methods
+from leaderboards.aggregate import FLAGS, NONDETERMINISTIC_PREFIX, Cell, Row, Table, best_methods
 from leaderboards.spec import Column, MetricSpec
 
 __all__ = [
@@ -36,7 +36,14 @@ __all__ = [
 
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
 """Where the committed rendered tables live."""
-LATEX_FLAGS = {"missing_seeds": r"\dag{}", "mixed_versions": r"\ddag{}", "duplicate_seeds": r"\S{}", "failed": r"\P{}"}
+LATEX_FLAGS = {
+    "missing_seeds": r"\dag{}",
+    "mixed_versions": r"\ddag{}",
+    "duplicate_seeds": r"\S{}",
+    "failed": r"\P{}",
+    "sanity": "!",
+    "nondeterministic": "?",
+}
 
 
 def format_number(value: float, metric: MetricSpec) -> str:
@@ -72,8 +79,18 @@ def column_header(column: Column, with_task: bool = False) -> str:
     return f"{column.task} {head}" if with_task else head
 
 
+def _legend_text(table: Table, flag: str) -> str:
+    """The legend of one flag; for sanity flags, with the codes found behind the table's cells."""
+    text = FLAGS[flag][1]
+    if flag in ("sanity", "nondeterministic"):
+        codes = [g for g in table.guards_used() if g.startswith(NONDETERMINISTIC_PREFIX) == (flag == "nondeterministic")]
+        if codes:
+            text += f" ({', '.join(codes)})"
+    return text
+
+
 def _legend_lines(table: Table) -> list[str]:
-    return [f"{FLAGS[f][0]} {FLAGS[f][1]}" for f in table.flags_used()]
+    return [f"{FLAGS[f][0]} {_legend_text(table, f)}" for f in table.flags_used()]
 
 
 def _summary_lines(table: Table) -> list[str]:
@@ -304,7 +321,7 @@ def render_latex(table: Table) -> str:
             out.append(" & ".join(cells) + r" \\")
     out += [r"\bottomrule", r"\end{tabular}"]
     legend = [
-        f"{LATEX_FLAGS[f]} {latex_escape(FLAGS[f][1])}" for f in table.flags_used()
+        f"{LATEX_FLAGS[f]} {latex_escape(_legend_text(table, f))}" for f in table.flags_used()
     ]
     caption = " ".join(latex_escape(line.replace("`", "")) for line in _summary_lines(table))
     if legend:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import functools
 import json
 import re
+import string
 import unicodedata
 import weakref
 from collections.abc import Iterable
@@ -388,22 +389,54 @@ def decode_canon(canon: Canon) -> str:
         return ""
 
 
-def is_symbolic(canon: Canon) -> bool:
-    """Whether a token consists only of digits, punctuation/symbols and whitespace.
+SYMBOLIC_RULES = ("reference", "wide")
+"""Rules of :func:`is_symbolic` (the FOCUS "symbolic overlap" ablation and fuzzy matching)."""
 
-    Punctuation includes the unicode symbol categories (``$ + < = > ^ ` | ~`` are symbols, not
-    punctuation, in unicode). Bytes that are not valid UTF-8 are not symbolic; an empty text (a
-    bare word-start marker, i.e. a space) is.
+DEFAULT_SYMBOLIC_RULE = "reference"
+"""The default rule: the FOCUS reference code's (``deepfocus.vocab_helper.is_numerical_symbol_etc``)."""
+
+_ASCII_PUNCTUATION = frozenset(string.punctuation)
+
+
+def is_symbolic(canon: Canon, rule: str = DEFAULT_SYMBOLIC_RULE) -> bool:
+    """Whether a token counts as "symbolic" (numbers, punctuation, whitespace) under ``rule``.
+
+    Rules (:data:`SYMBOLIC_RULES`):
+
+    - ``"reference"`` (default) — the FOCUS reference code's rule: the token's text (marker
+      removed) is *all numeric* (``str.isnumeric``: digits of any script, ``½``, ``三``), or *all
+      ASCII punctuation* (``string.punctuation``, which includes ``$ + < = > ^ ` | ~``), or *all
+      whitespace*. Mixed tokens (``1,5``), other symbols (``€``, emoji) and non-ASCII punctuation
+      (``…``, ``«``) are not symbolic. The bare word-start marker (empty text, a space) is.
+    - ``"wide"`` — every character is a decimal digit, whitespace, or in a Unicode punctuation or
+      symbol category (``P*``, ``S*``), mixing allowed: also ``1,5``, ``€``, ``😀``, ``…``.
+
+    Bytes that are not valid UTF-8 are never symbolic.
+
+    Args:
+        canon: the canonical token.
+        rule: one of :data:`SYMBOLIC_RULES`.
+
+    Raises:
+        ValueError: unknown ``rule``.
 
     Example:
-        >>> is_symbolic(Canon(b"1,5", True)), is_symbolic(Canon(b"a1", False))
+        >>> is_symbolic(Canon(b"1,5", True)), is_symbolic(Canon(b"1,5", True), "wide")
+        (False, True)
+        >>> is_symbolic(Canon(b"...", False)), is_symbolic(Canon(b"a1", False), "wide")
         (True, False)
     """
     try:
         s = canon.text.decode("utf-8")
     except UnicodeDecodeError:
+        if rule not in SYMBOLIC_RULES:
+            raise ValueError(f"is_symbolic: rule must be one of {SYMBOLIC_RULES}, got {rule!r}") from None
         return False
-    return all(c.isdigit() or c.isspace() or unicodedata.category(c)[0] in "PS" for c in s)
+    if rule == "reference":
+        return s.isnumeric() or all(c in _ASCII_PUNCTUATION for c in s) or s.isspace()
+    if rule == "wide":
+        return all(c.isdigit() or c.isspace() or unicodedata.category(c)[0] in "PS" for c in s)
+    raise ValueError(f"is_symbolic: rule must be one of {SYMBOLIC_RULES}, got {rule!r}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -422,9 +455,9 @@ class Overlap:
 
     Attributes:
         exact: ``(n, 2)`` int64 ``[target_id, source_id]``, exact canonical matches (specials excluded).
-        fuzzy: ``(m, 2)`` extra pairs from fuzzy matching (only symbolic tokens — digits,
-            punctuation, whitespace — ignoring case and word start), disjoint from ``exact``'s
-            target ids.
+        fuzzy: ``(m, 2)`` extra pairs from fuzzy matching (only symbolic tokens — numbers,
+            punctuation, whitespace, see :func:`is_symbolic` — ignoring case and word start),
+            disjoint from ``exact``'s target ids.
         specials: ``(k, 2)`` ``[target_id, source_id]`` matched by role (or, for role-less specials,
             by identical content).
         n_target / n_source: vocabulary sizes (rows).
@@ -502,7 +535,14 @@ def match_specials(source_tok: Any, target_tok: Any) -> tuple[np.ndarray, list[s
     return _pairs(pairs), unmatched
 
 
-def compute_overlap(source_tok: Any, target_tok: Any, *, fuzzy: bool = True, n_source: int | None = None) -> Overlap:
+def compute_overlap(
+    source_tok: Any,
+    target_tok: Any,
+    *,
+    fuzzy: bool = True,
+    n_source: int | None = None,
+    symbolic_rule: str = DEFAULT_SYMBOLIC_RULE,
+) -> Overlap:
     """Exact, fuzzy and special-token matches between two tokenizers.
 
     Args:
@@ -511,6 +551,7 @@ def compute_overlap(source_tok: Any, target_tok: Any, *, fuzzy: bool = True, n_s
         fuzzy: also match symbolic tokens ignoring case and word start (FOCUS), where exact failed.
         n_source: only source ids below this are matched (rows of the source embedding matrix);
             default: the source vocabulary size.
+        symbolic_rule: which tokens fuzzy matching considers symbolic (see :func:`is_symbolic`).
 
     Example:
         >>> from tokenizers import Tokenizer, models
@@ -524,6 +565,8 @@ def compute_overlap(source_tok: Any, target_tok: Any, *, fuzzy: bool = True, n_s
     """
     s_canon, s_byte, s_spec = _canonical_detail(source_tok)
     t_canon, _, t_spec = _canonical_detail(target_tok)
+    if symbolic_rule not in SYMBOLIC_RULES:
+        raise ValueError(f"compute_overlap: symbolic_rule must be one of {SYMBOLIC_RULES}, got {symbolic_rule!r}")
     limit = len(s_canon) if n_source is None else min(int(n_source), len(s_canon))
     index = _index(s_canon, s_byte, limit)
     exact, missing = [], []
@@ -533,14 +576,14 @@ def compute_overlap(source_tok: Any, target_tok: Any, *, fuzzy: bool = True, n_s
         s = index.get(c)
         if s is not None:
             exact.append((t, s))
-        elif fuzzy and is_symbolic(c):
+        elif fuzzy and is_symbolic(c, symbolic_rule):
             missing.append((t, c))
     fuzzy_pairs = []
     if missing:
         # Fuzzy key: lower-cased text, word start ignored; prefer the same word-start flag.
         fz: dict[bytes, dict[bool, int]] = {}
         for c, s in index.items():
-            if is_symbolic(c):
+            if is_symbolic(c, symbolic_rule):
                 fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
         for t, c in missing:
             cands = fz.get(c.text.decode("utf-8").lower().encode("utf-8"))
@@ -711,7 +754,9 @@ __all__ = [
     "FAMILIES",
     "FamilySpec",
     "Overlap",
+    "DEFAULT_SYMBOLIC_RULE",
     "ROLES",
+    "SYMBOLIC_RULES",
     "assemble_mapping",
     "bytes_to_unicode",
     "canonical_vocab",

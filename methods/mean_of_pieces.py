@@ -65,6 +65,9 @@ class MeanOfPiecesInit:
     FALLBACK tokens with their reason.
     """
 
+    combines = True
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
+
     def __init__(self, config: MeanOfPiecesConfig) -> None:
         self.config = config
 

@@ -9,8 +9,9 @@ For every target token:
    word-start, all following pieces are continuation tokens (a word-start target may also begin with
    the bare marker token ``▁``/``Ġ`` when the source has one, followed by continuation pieces —
    exactly how a SentencePiece tokenizer may spell ``▁foo`` as ``▁`` + ``foo``). Keep the
-   partitions with the fewest pieces, then among those the ones containing the longest piece. Each
-   kept partition gives the average of its pieces' rows; the token's row is the average over the
+   partitions with the fewest pieces, then among those the ones containing the longest piece —
+   longest in *characters*, as the paper compares strings (``"éab"`` = ``"é"+"ab"`` and
+   ``"éa"+"b"`` tie; counting UTF-8 bytes would keep only the second). Each kept partition gives the average of its pieces' rows; the token's row is the average over the
    kept partitions (``COMBINED``; ``COPIED`` in the rare case that this is one source row, e.g.
    ``aa`` = ``a`` + ``a`` — the convention of :func:`methods._canon.assemble_mapping`);
 3. no partition → ``FALLBACK`` (a random row drawn by the harness).
@@ -136,7 +137,8 @@ class PartitionSet:
 
     Attributes:
         n_pieces: number of pieces of every kept partition (0 when there is none).
-        longest: length in bytes of the longest piece (the same in every kept partition).
+        longest: length in characters of the longest piece (the same in every kept partition; see
+            :func:`_char_len`).
         count: number of kept partitions (a Python int; may be large).
         weights: source id → weight such that the token's row is ``Σ weights[s] · Es[s]`` — the
             average over kept partitions of the average of their pieces (sums to 1).
@@ -153,15 +155,30 @@ class PartitionSet:
     capped: bool = False
 
 
+def _char_len(piece: bytes) -> int:
+    """Length of a piece in characters: its UTF-8 characters, each maximal invalid byte sequence
+    (a byte-level piece that cuts a character) counting as one, as in ``decode(errors="replace")``.
+
+    Example:
+        >>> _char_len("éa".encode()), _char_len(b"ab"), _char_len(b"\\xc3")
+        (2, 2, 1)
+    """
+    if piece.isascii():
+        return len(piece)
+    return len(piece.decode("utf-8", errors="replace"))
+
+
 class _DAG:
     """The DAG of optimal pieces of one target token, with path counts (internal).
 
     Nodes are byte positions ``0..n`` in "continuation mode" plus the virtual start. ``edges[i]``
-    lists ``(j, source_id)`` for continuation pieces ``text[i:j]`` that lie on a minimal-piece path
-    to ``n``; ``start`` lists ``(j, source_id, length)`` for the admissible first pieces (for a
-    word-start token: word-start pieces ``text[0:j]`` and the bare marker with ``j = 0``; for a
-    continuation token: a single virtual edge ``(0, -1, 0)`` that is not a piece).
-    Path counts distinguish whether a piece of length ``longest`` has been used (``h``).
+    lists ``(j, source_id, length)`` for continuation pieces ``text[i:j]`` that lie on a
+    minimal-piece path to ``n``; ``start`` lists ``(j, source_id, length)`` for the admissible first
+    pieces (for a word-start token: word-start pieces ``text[0:j]`` and the bare marker with
+    ``j = 0``; for a continuation token: a single virtual edge ``(0, -1, 0)`` that is not a piece).
+    ``length`` is the piece's length in characters (:func:`_char_len`), not bytes: the paper
+    compares token strings, and ``"éa"`` is as long as ``"ab"``. Path counts distinguish whether
+    a piece of length ``longest`` has been used (``h``).
     """
 
     def __init__(self, text: bytes, word_start: bool, index: SourcePieceIndex) -> None:
@@ -176,25 +193,25 @@ class _DAG:
         # f[i]: minimal number of continuation pieces covering text[i:]
         f = [inf] * (n + 1)
         f[n] = 0
-        raw: list[list[tuple[int, int]]] = [[] for _ in range(n + 1)]
+        raw: list[list[tuple[int, int, int]]] = [[] for _ in range(n + 1)]
         for i in range(n - 1, -1, -1):
             best = inf
             row = raw[i]
             for j in range(i + 1, min(n, i + lmax) + 1):
                 sid = cont.get(text[i:j])
                 if sid is not None and f[j] < inf:
-                    row.append((j, sid))
+                    row.append((j, sid, _char_len(text[i:j])))
                     if f[j] + 1 < best:
                         best = f[j] + 1
             f[i] = best
         # first pieces
-        cand: list[tuple[int, int, int]] = []  # (j, sid, piece length)
+        cand: list[tuple[int, int, int]] = []  # (j, sid, piece length in characters)
         if word_start:
             ws = index.word_start
             for j in range(1, min(n, lmax) + 1):
                 sid = ws.get(text[:j])
                 if sid is not None and f[j] < inf:
-                    cand.append((j, sid, j))
+                    cand.append((j, sid, _char_len(text[:j])))
             if index.marker is not None and f[0] < inf:
                 cand.append((0, index.marker, 0))
             total = min((1 + f[j] for j, _, _ in cand), default=inf)
@@ -207,7 +224,7 @@ class _DAG:
         self.ok = True
         self.n_pieces = int(total)
         # keep only edges on minimal paths
-        self.edges = [[(j, s) for j, s in raw[i] if f[i] == f[j] + 1] for i in range(n + 1)]
+        self.edges = [[(j, s, ln) for j, s, ln in raw[i] if f[i] == f[j] + 1] for i in range(n + 1)]
         # reachable positions from the start along optimal edges, and the longest piece among them
         reach = [False] * (n + 1)
         longest = 0
@@ -216,9 +233,9 @@ class _DAG:
             longest = max(longest, ln)
         for i in range(n + 1):
             if reach[i]:
-                for j, _ in self.edges[i]:
+                for j, _, ln in self.edges[i]:
                     reach[j] = True
-                    longest = max(longest, j - i)
+                    longest = max(longest, ln)
         self.longest = longest
         # backward counts: A[i] all optimal completions; H[i] completions containing a longest piece
         A = [0] * (n + 1)
@@ -226,9 +243,9 @@ class _DAG:
         A[n] = 1
         for i in range(n - 1, -1, -1):
             a = h = 0
-            for j, _ in self.edges[i]:
+            for j, _, ln in self.edges[i]:
                 a += A[j]
-                h += A[j] if j - i == longest else H[j]
+                h += A[j] if ln == longest else H[j]
             A[i], H[i] = a, h
         self.A, self.H = A, H
         # B(j, used): completions from j that end with a longest piece used
@@ -256,8 +273,8 @@ class _DAG:
             f0, f1 = F0[i], F1[i]
             if not (f0 or f1):
                 continue
-            for j, sid in self.edges[i]:
-                if j - i == longest:
+            for j, sid, ln in self.edges[i]:
+                if ln == longest:
                     k = f0 + f1
                     usage[sid] += k * self.A[j]
                     F1[j] += k
@@ -278,8 +295,8 @@ class _DAG:
                 if used:
                     yield prefix
                 return
-            for j, sid in sorted(self.edges[i], key=lambda e: -e[0]):
-                u = used or j - i == longest
+            for j, sid, ln in sorted(self.edges[i], key=lambda e: -e[0]):
+                u = used or ln == longest
                 if self._b(j, u):
                     yield from walk(j, u, prefix + (sid,))
 
@@ -301,7 +318,7 @@ class _DAG:
         out = [sid] if sid >= 0 else []
         i = j
         while i < self.n:
-            opts = [(j, sid, used or j - i == longest) for j, sid in self.edges[i]]
+            opts = [(j, sid, used or ln == longest) for j, sid, ln in self.edges[i]]
             j, sid, used = opts[_choose(rng, [self._b(j, u) for j, _, u in opts])]
             out.append(sid)
             i = j
@@ -560,6 +577,9 @@ class VIPI:
         >>> method.config.variant
         'one-random'
     """
+
+    combines = True
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
 
     def __init__(self, config: VipiConfig) -> None:
         self.config = config

@@ -183,20 +183,49 @@ def test_canonical_vocab_covers_every_id_and_nones_specials():
 
 
 @pytest.mark.parametrize(
-    "canon, expected",
+    "text, reference, wide",
     [
-        (Canon(b"1,5", True), True),
-        (Canon(b"...", False), True),
-        (Canon(b"$", False), True),
-        (Canon(b"", True), True),
-        (Canon("٣".encode(), False), True),
-        (Canon(b"a1", False), False),
-        (Canon(b"A", True), False),
-        (Canon(b"\xc3", False), False),
+        ("1,5", False, True),  # mixed digits and punctuation: only the wide rule
+        ("...", True, True),
+        ("$", True, True),  # ASCII symbols are in string.punctuation
+        ("", True, True),  # the bare word-start marker (a space)
+        ("٣", True, True),  # digits of any script
+        ("½", True, False),  # numeric but not a digit
+        ("€", False, True),  # currency symbol
+        ("😀", False, True),  # emoji (category So)
+        ("…", False, True),  # non-ASCII punctuation
+        ("«»", False, True),
+        ("12😀", False, True),
+        ("a1", False, False),
+        ("A", False, False),
+        (" ", True, True),
     ],
 )
-def test_is_symbolic(canon, expected):
-    assert is_symbolic(canon) is expected
+def test_is_symbolic_reference_rule_is_the_default(text, reference, wide):
+    for ws in (True, False):
+        canon = Canon(text.encode(), ws)
+        assert is_symbolic(canon) is reference
+        assert is_symbolic(canon, "reference") is reference
+        assert is_symbolic(canon, "wide") is wide
+
+
+def test_is_symbolic_rejects_invalid_utf8_and_unknown_rules():
+    assert is_symbolic(Canon(b"\xc3", False)) is False and is_symbolic(Canon(b"\xc3", False), "wide") is False
+    with pytest.raises(ValueError, match="rule must be one of"):
+        is_symbolic(Canon(b"1", True), "digits")
+
+
+def test_fuzzy_overlap_follows_the_symbolic_rule():
+    src = from_vocab("sentencepiece", RB + ["▁1,5", "▁€", "▁..."])
+    tgt = from_vocab("sentencepiece", RB + ["1,5", "€", "..."])
+    t_cv = canonical_vocab(tgt)
+    ref = compute_overlap(src, tgt)
+    wide = compute_overlap(src, tgt, symbolic_rule="wide")
+    assert ref.exact.size == 0 and wide.exact.size == 0
+    assert sorted(t_cv[t].text for t, _ in ref.fuzzy) == [b"..."]
+    assert sorted(t_cv[t].text for t, _ in wide.fuzzy) == sorted([b"...", b"1,5", "€".encode()])
+    with pytest.raises(ValueError, match="symbolic_rule"):
+        compute_overlap(src, tgt, symbolic_rule="x")
 
 
 # ---------------------------------------------------------------------------- special roles

@@ -285,3 +285,46 @@ def test_token_mapping_validation():
         TokenMapping.from_coo(1, 2, [0], [1], [1.0], provenance=[FALLBACK])
     with pytest.raises(ValueError, match="has no entries but is not FALLBACK"):
         TokenMapping.from_coo(1, 2, [], [], [], provenance=[COPIED])
+
+
+# ---------------------------------------------------------------- corpus check
+
+
+def test_check_corpus_accepts_a_character_split_by_the_chunk_boundary(tmp_path):
+    from harness.resources import check_corpus
+
+    p = tmp_path / "c.txt"
+    p.write_bytes(b"a" * 1_048_575 + "é hello world\n".encode())  # é's two bytes straddle the 1 MiB boundary
+    assert check_corpus(p) == p
+    # the same at every boundary position of a small chunk size
+    p.write_bytes("aé€😀\n".encode() * 3)
+    for size in range(1, 9):
+        assert check_corpus(p, chunk_size=size) == p
+
+
+@pytest.mark.parametrize(
+    "data, offset, reason",
+    [
+        (b"a" * 7 + b"\xff" + b"b" * 8, 7, "invalid start byte"),  # last byte of a 4-byte chunk
+        (b"abc" + "é".encode() + b"\xff", 5, "invalid start byte"),
+        (b"ab\xe2\x82xyz", 2, "invalid continuation byte"),
+        (b"hello\xe2\x82", 5, "unexpected end of data"),  # truncated by the end of the file
+    ],
+)
+def test_check_corpus_names_file_and_offset_of_invalid_bytes(tmp_path, data, offset, reason):
+    from harness.resources import ResourceError, check_corpus
+
+    p = tmp_path / "bad.txt"
+    p.write_bytes(data)
+    for size in (1, 2, 3, 4, 1 << 20):
+        with pytest.raises(ResourceError, match=rf"bad\.txt: not UTF-8 \(invalid byte at offset {offset}: {reason}"):
+            check_corpus(p, chunk_size=size)
+
+
+def test_check_corpus_rejects_empty_file(tmp_path):
+    from harness.resources import ResourceError, check_corpus
+
+    p = tmp_path / "empty.txt"
+    p.write_bytes(b"")
+    with pytest.raises(ResourceError, match="empty.txt: corpus is empty"):
+        check_corpus(p)

@@ -17,6 +17,11 @@ from methods._canon import Canon
 from methods.vipi import VIPI, SourcePieceIndex, VipiConfig, optimal_partitions, vipi_mapping
 
 
+def chars(piece: bytes) -> int:
+    """Length in characters (a broken UTF-8 sequence counts as one, like ``errors="replace"``)."""
+    return len(piece.decode("utf-8", errors="replace"))
+
+
 def brute_force(text: bytes, word_start: bool, source: list[Canon | None]) -> list[tuple[int, ...]]:
     """All kept partitions by plain recursion (exponential; short strings only)."""
     ws: dict[bytes, int] = {}
@@ -39,13 +44,13 @@ def brute_force(text: bytes, word_start: bool, source: list[Canon | None]) -> li
         for j in range(i + 1, len(text) + 1):
             s = cont.get(text[i:j])
             if s is not None:
-                rec(j, ids + [s], lens + [j - i])
+                rec(j, ids + [s], lens + [chars(text[i:j])])
 
     if word_start:
         for j in range(1, len(text) + 1):
             s = ws.get(text[:j])
             if s is not None:
-                rec(j, [s], [j])
+                rec(j, [s], [chars(text[:j])])
         if marker is not None:
             rec(0, [marker], [0])
     else:
@@ -78,7 +83,7 @@ def test_partitions_match_brute_force_on_random_vocabularies():
     r = random.Random(1234)
     n_split = n_multi = 0
     for case in range(1500):
-        alphabet = "ab" if case % 2 else "abc"
+        alphabet = ("ab", "abc", "aé", "aé€")[case % 4]  # multibyte letters: lengths count characters
         source = random_vocab(r, alphabet)
         text = "".join(r.choice(alphabet) for _ in range(r.randint(1, 9))).encode()
         word_start = r.random() < 0.5
@@ -113,6 +118,25 @@ def test_fewest_pieces_then_longest_piece():
     # fewest pieces first, then longest: x+yyy (2, longest 3) beats xy+yy (2, longest 2)
     src2 = [Canon(b"x", True), Canon(b"xy", True), Canon(b"yyy", False), Canon(b"yy", False), Canon(b"y", False)]
     assert optimal_partitions(b"xyyy", True, SourcePieceIndex(src2)).partitions == [(0, 2)]
+
+
+def test_longest_piece_is_measured_in_characters():
+    # "éab": é+ab and éa+b both have 2 pieces whose longest piece has 2 characters, so both are kept
+    # (in UTF-8 bytes "éa" has 3 and "ab" 2, which would keep only éa+b)
+    src = [None, Canon("é".encode(), True), Canon(b"ab", False), Canon("éa".encode(), True), Canon(b"b", False)]
+    ps = optimal_partitions("éab".encode(), True, SourcePieceIndex(src))
+    assert sorted(ps.partitions) == [(1, 2), (3, 4)] and ps.longest == 2 and ps.count == 2
+    exact = optimal_partitions("éab".encode(), True, SourcePieceIndex(src), enumerate_all=False)
+    assert exact.weights == pytest.approx({1: 0.25, 2: 0.25, 3: 0.25, 4: 0.25})
+    m, _ = vipi_mapping(
+        [None, Canon("éab".encode(), True)], src, n_source=len(src), exact=np.zeros((0, 2)), specials=np.zeros((0, 2)),
+        config=VipiConfig(), rng=np.random.default_rng(0),
+    )  # fmt: skip
+    ids, ws = m.row(1)
+    assert ids.tolist() == [1, 2, 3, 4] and np.allclose(ws, 0.25)
+    # "€x"+"y" and "€"+"xy" tie at 2 characters (in bytes "€x" has 4 and "xy" 2)
+    src2 = [Canon("€x".encode(), True), Canon(b"y", False), Canon("€".encode(), True), Canon(b"xy", False)]
+    assert sorted(optimal_partitions("€xy".encode(), True, SourcePieceIndex(src2)).partitions) == [(0, 1), (2, 3)]
 
 
 def test_bare_marker_may_open_a_word_start_partition():
