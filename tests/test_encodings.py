@@ -7,13 +7,9 @@ Models are tiny random RoBERTa / GPT-2 / Marian (hidden size 16) built here; no 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-
-from harness import registry
-from methods.encodings._wrapper import EncodingError, load_encoded, read_pretrained
 from test_lm_tasks import iwslt_task, make_gpt2, make_roberta, mt_files  # noqa: F401  (fixture)
 from test_tasks import (
     FAST,
@@ -24,6 +20,9 @@ from test_tasks import (
     make_tokenizer,
     task_files,  # noqa: F401  (fixture)
 )
+
+from harness import registry
+from methods.encodings._wrapper import EncodingError, load_encoded, read_pretrained
 
 ENCODINGS = ("none", "additive", "attached", "xlp")
 
