@@ -111,6 +111,12 @@ def test_attached_inserts_one_token_after_cls_and_decoder_start_replaced(tok):
     # the language token changes the outputs, differently per language
     p2 = e.prepare(batch, ["src", "near"])
     assert not torch.allclose(wrapped(**p2).logits[0], out[0])
+    # encoder–decoder: target-side labels are never shifted, even as long as the source
+    s2s_batch = dict(batch, labels=batch["input_ids"].clone())
+    s2s = enc("attached", init="zero").wrap(make_mlm(tok), ["near"]).to_seq2seq(_marian(len(tok)), ["src"],
+                                                                               decoder_start_token_id=0)  # fmt: skip
+    ps = s2s.prepare_batch(s2s_batch, ["near", "near"], ["src", "src"])
+    assert torch.equal(ps["labels"], s2s_batch["labels"]) and ps["input_ids"].shape[1] == batch["input_ids"].shape[1] + 1
     # causal LMs: the token goes first
     g = enc("attached").wrap(make_gpt2(tok), ["near"], seed=3)
     assert g.insert_at == 0
@@ -269,6 +275,19 @@ def test_save_load_round_trip_keeps_the_encoding(tok, tmp_path, name):
         enc("none").wrap(make_mlm(tok), ["far"], pretrained=read_pretrained(tmp_path))
 
 
+def test_deepcopy_rebinds_the_hooks_to_the_copied_parameters(tok):
+    import copy
+
+    e = enc("xlp")
+    wrapped = e.wrap(make_mlm(tok, dropout=0.0).eval(), ["near"], seed=1)
+    p = e.prepare(_batch(tok), ["near", "near"])
+    ref = wrapped(**p).logits
+    clone = copy.deepcopy(wrapped)
+    with torch.no_grad():
+        clone.tables["input"].weight.mul_(2.0)
+    assert torch.equal(wrapped(**p).logits, ref) and not torch.allclose(clone(**p).logits, ref)
+
+
 @pytest.mark.parametrize("name", ["additive", "xlp"])
 def test_fold_gives_a_plain_model_with_the_same_outputs(tok, tmp_path, name):
     from transformers import GPT2LMHeadModel, RobertaForMaskedLM
@@ -319,7 +338,7 @@ def test_new_language_initialization_options(tok):
     b = enc("xlp", init="random").wrap(make_mlm(tok), ["near"], seed=5).tables["input"].weight
     c = enc("xlp", init="random").wrap(make_mlm(tok), ["near"], seed=6).tables["input"].weight
     assert torch.equal(a, b) and not torch.equal(a, c)
-    assert abs(float(a.std()) - 16**-0.5) < 0.05
+    assert abs(float(a.detach().std()) - 16**-0.5) < 0.05
 
 
 # -------------------------------------------------------------------- tasks with encodings

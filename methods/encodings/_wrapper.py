@@ -52,6 +52,8 @@ ENCODING_FILE = "language_encoding.json"
 WEIGHTS_FILE = "language_encoding.safetensors"
 FORMAT_VERSION = 1
 NEUTRAL_INITS = ("identity", "zero")
+ENCODER_KEYS = ("input_ids", "attention_mask", "token_type_ids")
+"""Per-token keys of an encoder–decoder batch that belong to the encoder input (``attached`` inserts into these only)."""
 POSITION_KEYS = ("start_positions", "end_positions")
 """1-D batch keys holding token indices (extractive QA); ``attached`` shifts them past the inserted token."""
 
@@ -382,7 +384,8 @@ class EncodedModel(nn.Module):
     def prepare_batch(self, batch: dict, languages: Sequence[str], decoder_languages: Sequence[str] | None = None) -> dict:
         """Add language ids to a collated batch; ``attached`` also inserts the language-token column.
 
-        For ``attached``, every ``[batch, length]`` tensor gets a column at :attr:`insert_at`:
+        For ``attached``, every ``[batch, length]`` tensor of the input side (for an encoder–decoder
+        only :data:`ENCODER_KEYS`; never ``decoder_*``) gets a column at :attr:`insert_at`:
         ``input_ids`` a copy of its neighbour's id (a valid, non-padding id whose embedding the
         hook replaces), ``attention_mask`` 1, ``labels`` -100, anything else its neighbour's value;
         ``start_positions``/``end_positions`` at or after the column move one to the right.
@@ -411,10 +414,14 @@ class EncodedModel(nn.Module):
         if not 0 <= c <= length:
             raise EncodingError(f"attached: insert_at={c} is outside sequences of length {length}")
         src = max(c - 1, 0)
+        seq2seq = "decoder" in self.tables
         for key, value in batch.items():
             if not torch.is_tensor(value):
                 continue
-            if value.ndim == 2 and value.shape == ids.shape:
+            # an encoder–decoder's labels and decoder_* tensors are target-side: never shifted,
+            # even when the target happens to be as long as the source
+            target_side = key.startswith("decoder_") or (seq2seq and key not in ENCODER_KEYS)
+            if value.ndim == 2 and value.shape == ids.shape and not target_side:
                 if key == "attention_mask":
                     col = torch.ones(n, 1, dtype=value.dtype)
                 elif key == "labels":
@@ -422,7 +429,7 @@ class EncodedModel(nn.Module):
                 else:
                     col = value[:, src : src + 1]
                 out[key] = torch.cat([value[:, :c], col, value[:, c:]], dim=1)
-            elif key in POSITION_KEYS and value.ndim == 1:
+            elif key in POSITION_KEYS and value.ndim == 1 and not seq2seq:
                 out[key] = value + (value >= c).to(value.dtype)
         added = torch.zeros(n, length + 1, dtype=torch.bool)
         added[:, c] = True
