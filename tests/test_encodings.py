@@ -66,17 +66,35 @@ def test_ls_lists_four_encodings_with_descriptions(capsys):
 # ------------------------------------------------------------------------------ equivalence
 
 
+def _llama(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=64,
+                                        pad_token_id=tok.pad_token_id)).eval()  # fmt: skip
+
+
+def _bert(tok):
+    from transformers import BertConfig, BertForMaskedLM
+
+    torch.manual_seed(0)
+    return BertForMaskedLM(BertConfig(vocab_size=len(tok), hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                      num_attention_heads=2, max_position_embeddings=64, hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0, pad_token_id=tok.pad_token_id)).eval()  # fmt: skip
+
+
 @pytest.mark.parametrize("name", ["additive", "xlp"])
 def test_neutral_init_equals_plain_encoder_and_causal_lm(tok, name):
     batch = _batch(tok)
-    for model in (make_mlm(tok, dropout=0.0).eval(), make_gpt2(tok).eval()):
+    for model in (make_mlm(tok, dropout=0.0).eval(), _bert(tok), make_gpt2(tok).eval(), _llama(tok)):
         ref = model(**batch).logits
         e = enc(name)
         wrapped = e.wrap(model, ["near", "src"], seed=1)
         out = wrapped(**e.prepare(batch, ["near", "src"])).logits
         assert torch.equal(out, ref), f"{name} on {type(model).__name__}"
         info = wrapped.encoding_info()
-        d = model.config.hidden_size if hasattr(model.config, "hidden_size") else model.config.n_embd
+        d = model.get_input_embeddings().weight.shape[1]
         assert info["parameters_added"] == 2 * (d * d if name == "xlp" else d)
 
 
