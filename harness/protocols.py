@@ -172,18 +172,33 @@ class EmbeddingInitializer(Protocol):
     def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult: ...
 
 
+LANGUAGE_IDS_KEY = "language_ids"
+"""Batch key of the language index of each sequence (LongTensor ``[batch]``; the encoder side)."""
+DECODER_LANGUAGE_IDS_KEY = "decoder_language_ids"
+"""Batch key of the decoder-side language index of each sequence (encoder–decoder models)."""
+ADDED_POSITIONS_KEY = "added_positions"
+"""Batch key of a bool ``[batch, length]`` mask of the positions an encoding inserted (``attached``);
+per-token outputs are mapped back to the tokenizer's positions by dropping them."""
+
+
 @runtime_checkable
 class LanguageEncoding(Protocol):
     """A way of telling the model which language a sequence is in (none, additive, attached, XLP).
 
-    ``wrap`` returns a model whose forward accepts the usual HF batch plus ``language_ids``
-    (a LongTensor of language indices, one per sequence); ``prepare`` turns a tokenized batch
-    and its language codes into that input (adding tokens for ``attached``).
+    ``wrap(model, languages, *, seed=None, pretrained=None)`` returns a model whose forward (and
+    ``generate``) accepts the usual HF batch plus :data:`LANGUAGE_IDS_KEY` (a LongTensor of
+    language indices, one per sequence) and, for ``attached``, :data:`ADDED_POSITIONS_KEY`; the
+    ``none`` encoding returns the model unchanged. ``seed`` is the trial seed (random
+    initialization of new languages); ``pretrained`` holds the encoding parameters a source model
+    was pretrained with (languages present there keep them, new ones are initialized by the
+    encoding's ``init`` option). ``prepare`` turns a tokenized batch and its language codes into
+    that input for the model it last wrapped (inserting the language token for ``attached`` and
+    keeping labels, masks and answer positions aligned).
     """
 
     def __init__(self, config: Any) -> None: ...
 
-    def wrap(self, model: Any, languages: list[str]) -> Any: ...
+    def wrap(self, model: Any, languages: list[str], **options: Any) -> Any: ...
 
     def prepare(self, batch: dict, languages: list[str]) -> dict: ...
 

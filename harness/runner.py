@@ -206,7 +206,11 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     enc_entry = registry.get("encoding", spec.encoding.name)
     encoding = enc_entry.make(component_config("encoding", spec.encoding))
     ctx.encoding = encoding
-    ctx.model = encoding.wrap(ctx.model, [spec.target.language])
+    # the target, and the source language for cross-lingual settings; seed: random init of new languages
+    languages = list(dict.fromkeys([spec.target.language] + ([ctx.source_language] if ctx.source_language else [])))
+    from methods.encodings._wrapper import read_pretrained  # a source pretrained with an encoding keeps it
+
+    ctx.model = encoding.wrap(ctx.model, languages, seed=spec.seed, pretrained=read_pretrained(src_path))
     curves: dict = {}
     stage_info: dict = {}
     t0 = time.perf_counter()
@@ -246,6 +250,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
         "counts": result.counts,
         "curves": curves,
         "task_info": result.info,
+        "encoding": ctx.model.encoding_info() if getattr(ctx.model, "is_language_encoded", False) else None,
         "timings": {
             "resources_s": t_resources, **{f"init_{k}": v for k, v in init.timings.items()}, "stages_s": t_stages,
             "task_s": t_task, "total_s": time.perf_counter() - t_start,

@@ -309,3 +309,106 @@ def ner_label_names(
     if top >= len(names):
         raise DataError(f"NER tag id {top} is outside the {len(names)} labels {names}")
     return names
+
+
+# ------------------------------------------------------------------------- language encodings
+
+
+def batch_preparer(model: Any, encoding: Any = None) -> Any:
+    """``(batch, languages) -> batch`` that readies a collated batch for ``model``'s language encoding.
+
+    A language-encoded model (``methods.encodings._wrapper.EncodedModel``) prepares its own
+    batches (language ids; the inserted token of ``attached``); otherwise a third-party
+    ``encoding``'s ``prepare`` is used; a plain model gets the batch unchanged.
+    """
+    prepare = getattr(model, "prepare_batch", None)
+    if prepare is not None:
+        return prepare
+    if encoding is not None and getattr(encoding, "registry_name", None) != "none":
+        return encoding.prepare
+    return lambda batch, languages: batch
+
+
+def added_tokens(model: Any) -> int:
+    """Positions a model's language encoding inserts per sequence (1 for ``attached``, else 0).
+
+    Tasks tokenize with ``max_length - added_tokens(model)`` so the prepared sequence fits ``max_length``.
+    """
+    return int(getattr(model, "added_tokens", 0) or 0)
+
+
+def language_collate(collate: Any, model: Any, language: str | None = None, *, encoding: Any = None,
+                     decoder_language: str | None = None) -> Any:  # fmt: skip
+    """Wrap ``collate`` so that its batches carry the language of every sequence.
+
+    Args:
+        collate: ``features -> batch`` (e.g. :func:`tasks.loop.pad_collate`).
+        model: the model the batches are for (see :func:`batch_preparer`).
+        language: the language of every feature; None: each feature's ``"language"`` key (removed
+            before ``collate``), for batches that mix languages.
+        encoding: the trial's encoding object (used only for third-party encodings).
+        decoder_language: the decoder-side language of an encoder–decoder (translation target).
+
+    Returns:
+        The collate itself for a plain model, else a collate whose batches have ``language_ids``
+        (and ``added_positions`` for ``attached``).
+
+    Example:
+        >>> collate = language_collate(lambda f: {"n": len(f)}, model=object())
+        >>> collate([{"x": 1}])
+        {'n': 1}
+    """
+    prepare = getattr(model, "prepare_batch", None)
+    if prepare is None and (encoding is None or getattr(encoding, "registry_name", None) == "none"):
+        return collate
+
+    def fn(features: list[dict]) -> dict:
+        if language is None:
+            missing = [i for i, f in enumerate(features) if "language" not in f]
+            if missing:
+                raise DataError(f"feature {missing[0]} has no 'language' and the collate was given none")
+            langs = [f["language"] for f in features]
+            features = [{k: v for k, v in f.items() if k != "language"} for f in features]
+        else:
+            langs = [language] * len(features)
+        batch = collate(features)
+        if prepare is None:
+            return encoding.prepare(batch, langs)
+        if decoder_language is not None:
+            return prepare(batch, langs, [decoder_language] * len(langs))
+        return prepare(batch, langs)
+
+    return fn
+
+
+def strip_added(batch: dict, values: Any) -> Any:
+    """Drop the positions a language encoding inserted from a per-token output ``[batch, length, ...]``.
+
+    With no ``added_positions`` in ``batch`` the values are returned unchanged; otherwise every
+    row must have the same number of inserted positions.
+
+    Example:
+        >>> import torch
+        >>> b = {"added_positions": torch.tensor([[False, True, False]])}
+        >>> strip_added(b, torch.tensor([[7, 9, 8]])).tolist()
+        [[7, 8]]
+    """
+
+    added = batch.get("added_positions")
+    if added is None:
+        return values
+    keep = ~added.to(values.device)
+    n, length = keep.shape
+    per_row = keep.sum(1)
+    if not bool((per_row == per_row[0]).all()):
+        raise ValueError("strip_added: rows have different numbers of inserted positions")
+    return values[keep].reshape(n, int(per_row[0]), *values.shape[2:]) if n else values[:, : length - 1]
+
+
+def token_lengths(batch: dict) -> list[int]:
+    """Real (non-padding) tokens per row, not counting positions a language encoding inserted."""
+    lengths = batch["attention_mask"].sum(-1)
+    added = batch.get("added_positions")
+    if added is not None:
+        lengths = lengths - added.to(lengths.device).sum(-1)
+    return lengths.tolist()

@@ -27,6 +27,15 @@ Data: ``{"translation": {"<lang>": ..., "<target_language>": ...}}`` from the wo
 (``World.task_file(lang, "translation", split)``), local files (``files``) or the hub
 (``IWSLT/iwslt2017``, config ``iwslt2017-<lang>-en``) through :mod:`tasks.data`.
 
+Language encodings: with an encoded MLM (``ctx.model``), the translation model is wrapped with
+the same encoding — the encoder side starts from the MLM's language parameters (source
+language X), the decoder side gets its own for the target language (neutral start, or random
+when the encoding's ``init`` is ``random``); both are trained with the model (the XLP paper's MT
+models are trained from scratch, XLP included). ``attached`` inserts the source-language token
+into the encoder input (sources are cut to ``max_source_length - 1`` tokens) and uses the
+target-language vector as the decoder-start embedding. The parameters the encoding adds are in
+``info["model"][lang]["encoding"]``.
+
 Training goes through the shared loop (:func:`tasks.loop.finetune`, with a label-smoothed loss and
 the inverse-sqrt schedule); checkpoint selection on dev per ``select_metric``; decoding with beam
 search (``model.generate``) through :func:`tasks.loop.predict`; corpus BLEU with
@@ -35,6 +44,7 @@ search (``model.generate``) through :func:`tasks.loop.predict`; corpus BLEU with
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,13 +56,12 @@ from torch import nn
 
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
-from harness.seeding import seeded_globals
+from harness.seeding import seeded_globals, torch_generator
 from tasks import metrics
-from tasks.data import DataError, limit, load_task_splits
+from tasks.data import DataError, added_tokens, language_collate, limit, load_task_splits
 from tasks.loop import (
     IGNORE_INDEX,
     TrainConfig,
-    check_plain_model,
     finetune,
     finetune_info,
     pad_collate,
@@ -416,7 +425,8 @@ class IwsltBleu:
             mixed_precision=cfg.mixed_precision,
             show_progress=show,
             description=desc,
-            forward_fn=lambda m, b: m.generate(input_ids=b["input_ids"], attention_mask=b["attention_mask"], **gen),
+            # every batch key but the labels: input ids, mask and, with an encoding, the language ids
+            forward_fn=lambda m, b: m.generate(**{k: v for k, v in b.items() if k != "labels"}, **gen),
         )
 
     def _bleu(
@@ -444,7 +454,6 @@ class IwsltBleu:
 
     def run(self, ctx: TaskContext) -> TaskResult:
         """Train and score an X→en model for every language of ``ctx.languages``."""
-        check_plain_model(ctx, "iwslt-bleu")
         cfg = self.config
         decoding = {
             "num_beams": cfg.num_beams,
@@ -469,10 +478,22 @@ class IwsltBleu:
             for s in data
         }
         tgt_tok, tok_info = self.target_tokenizer(ctx, pairs["train"][1], lang)
-        model, model_info = build_translation_model(ctx.tokenizer, tgt_tok, cfg, seed=ctx.seed, source_model=ctx.model)
+        encoded = ctx.model if getattr(ctx.model, "is_language_encoded", False) else None
+        source = encoded.model if encoded is not None else ctx.model
+        model, model_info = build_translation_model(ctx.tokenizer, tgt_tok, cfg, seed=ctx.seed, source_model=source)
         model.to(device)
-        feats = {s: encode_pairs(ctx.tokenizer, tgt_tok, *pairs[s], cfg) for s in pairs}
-        collate = pad_collate(_special_id(ctx.tokenizer, "pad"))
+        if encoded is not None:
+            model = encoded.to_seq2seq(
+                model, [target], decoder_start_token_id=model.config.decoder_start_token_id,
+                generator=torch_generator(ctx.seed, "task", "iwslt", "encoding"),
+            )
+            enc = model.encoding_info()
+            model_info["encoding"] = {k: enc[k] for k in ("name", "sides", "parameters_added")}
+        # the source side leaves room for an attached language token
+        scfg = dataclasses.replace(cfg, max_source_length=cfg.max_source_length - added_tokens(model))
+        feats = {s: encode_pairs(ctx.tokenizer, tgt_tok, *pairs[s], scfg) for s in pairs}
+        collate = language_collate(pad_collate(_special_id(ctx.tokenizer, "pad")), model, lang,
+                                   encoding=ctx.encoding, decoder_language=target)  # fmt: skip
 
         def dev_loss(m: Any) -> dict:
             return self._dev_loss(m, feats["dev"], collate, device, show, f"iwslt dev {lang}")

@@ -56,6 +56,13 @@ Caching: :func:`lapt_cache_key` hashes the caller's initialization key, this con
 directives, the seed, the languages and the *contents* of the training text;
 ``apply(..., cache_key=...)`` then stores the adapted model (and its loss curve) in
 ``<cache>/lapt/<hash>`` via :func:`harness.cache.cached_dir`, so several tasks reuse one LAPT run.
+
+Language encodings: a language-encoded model prepares its own batches (language ids of each
+block's language; ``attached`` inserts its token, so blocks are ``max_length - 1`` tokens and the
+token is labelled -100). LAPT is continued *pre*training, so the encoding's parameters train
+(XLP's projections included, as in the paper's pretraining), and TransInner's embeddings-only
+phase trains them with the embeddings. The cached model keeps its encoding (``save_pretrained``
+writes it beside the weights).
 """
 
 from __future__ import annotations
@@ -74,6 +81,7 @@ import torch
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_stage
 from harness.seeding import derive
+from tasks.data import added_tokens, batch_preparer
 from tasks.loop import TrainConfig, finetune, log, resolve_device
 from tasks.mlm_at_init import mask_example
 
@@ -286,12 +294,16 @@ def hf_model(model: Any) -> Any:
 
 
 def lexical_parameters(model: Any) -> dict[str, torch.nn.Parameter]:
-    """The parameters TransInner trains first: input/output embedding matrices and the output bias.
+    """The parameters TransInner trains first: input/output embedding matrices and the output bias,
+    plus a language encoding's parameters (input-layer parameters as new as the embeddings).
 
     Tied tensors appear once. Keys are names as in ``model.named_parameters()``.
     """
     hf = hf_model(model)
     wanted: list[torch.nn.Parameter] = [hf.get_input_embeddings().weight]
+    tables = getattr(model, "tables", None) if getattr(model, "is_language_encoded", False) else None
+    if tables is not None:
+        wanted.extend(tables.parameters())
     out = hf.get_output_embeddings()
     if out is not None:
         wanted.append(out.weight)
@@ -356,13 +368,13 @@ class _LaptCollate:
     """
 
     def __init__(self, kind: str, tokenizer: Any, *, seed: int, path: tuple[str, ...], mlm_probability: float,
-                 encoding: Any = None, languages: Sequence[str] = ()) -> None:  # fmt: skip
+                 prepare: Callable | None = None, languages: Sequence[str] = ()) -> None:  # fmt: skip
         from tasks.loop import dist_info
 
         self.kind, self.seed, self.path, self.p = kind, seed, path, mlm_probability
         self.rank = dist_info()[0]
         self.calls = 0
-        self.encoding, self.languages = encoding, list(languages)
+        self.prepare, self.languages = prepare, list(languages)
         specials = set(tokenizer.all_special_ids)
         self.special_ids = specials
         self.mask_id = tokenizer.mask_token_id
@@ -391,8 +403,8 @@ class _LaptCollate:
             labels = inputs.clone()
         self.calls += 1
         batch = {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
-        if self.encoding is not None:
-            batch = self.encoding.prepare(batch, [self.languages[f["lang"]] for f in features])
+        if self.prepare is not None:
+            batch = self.prepare(batch, [self.languages[f["lang"]] for f in features])
         return batch
 
 
@@ -447,18 +459,27 @@ def lapt_cache_key(
 
 
 def save_lapt(out_dir: str | Path, model: Any, result: TaskResult) -> Path:
-    """Write the adapted model (``save_pretrained``) and its :class:`TaskResult` into ``out_dir``."""
+    """Write the adapted model (``save_pretrained``; with its language encoding beside it) and its
+    :class:`TaskResult` into ``out_dir``."""
     out_dir = Path(out_dir)
-    hf_model(model).save_pretrained(out_dir / "model")
+    (model if getattr(model, "is_language_encoded", False) else hf_model(model)).save_pretrained(out_dir / "model")
     payload = {"metrics": result.metrics, "counts": result.counts, "curves": result.curves, "info": result.info}
     (out_dir / RESULT_FILE).write_text(json.dumps(payload, indent=1, default=str) + "\n", encoding="utf-8")
     return out_dir
 
 
 def load_lapt(path: str | Path, model_cls: type, device: str = "cpu") -> tuple[Any, TaskResult]:
-    """Load what :func:`save_lapt` wrote: ``(model on device, in eval mode; its TaskResult)``."""
+    """Load what :func:`save_lapt` wrote: ``(model on device, in eval mode; its TaskResult)``.
+
+    ``model_cls`` is the transformers class; a saved language encoding is loaded with it.
+    """
+    from methods.encodings._wrapper import ENCODING_FILE, load_encoded
+
     path = Path(path)
-    model = model_cls.from_pretrained(path / "model").to(device)
+    if (path / "model" / ENCODING_FILE).is_file():
+        model = load_encoded(path / "model", model_cls, device)
+    else:
+        model = model_cls.from_pretrained(path / "model").to(device)
     model.eval()
     payload = json.loads((path / RESULT_FILE).read_text(encoding="utf-8"))
     curves = {k: [tuple(p) for p in v] for k, v in payload["curves"].items()}
@@ -472,7 +493,8 @@ def check_reload(trained: Any, reloaded: Any) -> None:
         RuntimeError: naming the first differing tensors (e.g. a head that ``save_pretrained`` /
             ``from_pretrained`` re-ties although it was untied in memory).
     """
-    a, b = hf_model(trained).state_dict(), reloaded.state_dict()
+    encoded = getattr(trained, "is_language_encoded", False)
+    a, b = (trained if encoded else hf_model(trained)).state_dict(), reloaded.state_dict()
     if set(a) != set(b):
         raise RuntimeError(f"lapt: the saved model reloads with other tensors: {sorted(set(a) ^ set(b))[:5]}")
     bad = [k for k in a if not torch.equal(a[k].detach().cpu(), b[k].detach().cpu())]
@@ -524,7 +546,7 @@ class Lapt:
             ctx: the trial's context (model, tokenizer, languages, seed, device, data_root).
             directives: the initialization method's directives (TransInner keys are used).
             cache_key: the caller's key of the initialized model; when given (and ``config.cache``
-                is on and the model is a plain transformers model) the adapted model is cached
+                is on and the model is a transformers model, language-encoded or not) the adapted model is cached
                 under :func:`lapt_cache_key` and a later identical call loads it.
             cache_root: cache root (default :func:`harness.cache.cache_root`).
 
@@ -536,7 +558,10 @@ class Lapt:
         from transformers import PreTrainedModel
 
         paths = self.train_paths(ctx)
-        if cache_key is None or not self.config.cache or not isinstance(ctx.model, PreTrainedModel):
+        cacheable = isinstance(ctx.model, PreTrainedModel) or (
+            getattr(ctx.model, "is_language_encoded", False) and isinstance(hf_model(ctx.model), PreTrainedModel)
+        )
+        if cache_key is None or not self.config.cache or not cacheable:
             model, result = self._train(ctx, directives, paths)
             result.info["cache"] = (
                 None if cache_key is None or not self.config.cache else "skipped: not a plain transformers model"
@@ -553,14 +578,14 @@ class Lapt:
             trained["model"], trained["result"] = self._train(ctx, directives, paths)
             save_lapt(out, trained["model"], trained["result"])
             # A cache hit must give the very weights a miss gives; refuse to cache otherwise.
-            check_reload(trained["model"], load_lapt(out, type(ctx.model))[0])
+            check_reload(trained["model"], load_lapt(out, type(hf_model(ctx.model)))[0])
 
         entry = cached_dir("lapt", {"lapt_key": key}, build, root=Path(cache_root) if cache_root is not None else None)
         if "model" in trained:
             model, result = trained["model"], trained["result"]
             result.info["cache"] = {"hit": False, "key": key, "path": str(entry)}
             return model, result
-        model, result = load_lapt(entry, type(ctx.model), resolve_device(ctx.device))
+        model, result = load_lapt(entry, type(hf_model(ctx.model)), resolve_device(ctx.device))
         result.info["cache"] = {"hit": True, "key": key, "path": str(entry)}
         log(f"[bold]lapt[/]: reused the cached adapted model {entry}", ctx.progress)
         return model, result
@@ -574,16 +599,19 @@ class Lapt:
         kind = lm_kind(model)
         hp = cfg.resolved(kind)
         device = resolve_device(ctx.device)
-        plain = ctx.encoding is None or getattr(ctx.encoding, "registry_name", None) == "none"
+        plain = getattr(model, "prepare_batch", None) is None and (
+            ctx.encoding is None or getattr(ctx.encoding, "registry_name", None) == "none"
+        )
+        block = hp["max_length"] - added_tokens(model)  # an attached language token takes one position
 
         features: list[dict] = []
         n_lines = {}
         for li, (lang, path) in enumerate(zip(ctx.languages, paths)):
             lines = read_train_lines(path, cfg.max_train_examples)
             n_lines[lang] = len(lines)
-            blocks = build_blocks(ctx.tokenizer, lines, hp["max_length"])
+            blocks = build_blocks(ctx.tokenizer, lines, block)
             if not blocks:
-                raise ValueError(f"lapt: {path} has fewer tokens than one block of max_length={hp['max_length']}")
+                raise ValueError(f"lapt: {path} has fewer tokens than one block of {block} tokens")
             features.extend({"input_ids": b, "lang": li} for b in blocks)
 
         n_steps = int(hp["max_steps"])
@@ -617,7 +645,7 @@ class Lapt:
             train_cfg = self._train_config(hp, steps, embeddings_phase=name == "embeddings")
             collate = _LaptCollate(
                 kind, ctx.tokenizer, seed=ctx.seed, path=path, mlm_probability=cfg.mlm_probability,
-                encoding=None if plain else ctx.encoding, languages=ctx.languages,
+                prepare=None if plain else batch_preparer(model, ctx.encoding), languages=ctx.languages,
             )  # fmt: skip
             if name == "embeddings":
                 res, frozen_ok, trainable = self._embeddings_phase(

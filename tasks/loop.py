@@ -291,24 +291,33 @@ def build_task_model(
     embeddings) of the source is copied into it. Parameters the source lacks (e.g. BERT's
     pooler, which ``BertForMaskedLM`` does not have) keep their seeded random initialization.
 
+    A language-encoded source (``methods.encodings._wrapper.EncodedModel``) gives a task model
+    wrapped with a copy of its encoding (``rewrap(..., finetuning=True)``: XLP projections are
+    frozen unless the encoding says otherwise); its batches then need language ids
+    (:func:`tasks.data.language_collate`).
+
     Args:
-        source_model: an ``*ForMaskedLM`` (or any HF model with ``base_model``).
+        source_model: an ``*ForMaskedLM`` (or any HF model with ``base_model``), possibly language-encoded.
         auto_class: e.g. ``AutoModelForSequenceClassification``.
         seed: the trial seed.
         device: where to put the new model (default: the source model's device).
         **config_updates: attributes set on the copied config before construction.
 
     Returns:
-        ``(model, info)`` with ``info = {"copied": n, "kept_random": [names]}``.
+        ``(model, info)`` with ``info = {"copied": n, "kept_random": [names]}`` and, for an
+        encoded source, ``"encoding"`` (its parameters and whether they train).
 
     Raises:
         TypeError: when ``source_model`` is not an HF model with a ``base_model``.
         ValueError: when the source's base model has weights the new one lacks (architecture mismatch).
     """
+    encoded = source_model if getattr(source_model, "is_language_encoded", False) else None
+    if encoded is not None:
+        source_model = encoded.model
     if not hasattr(source_model, "config") or not hasattr(source_model, "base_model"):
         raise TypeError(
             f"build_task_model: expected a transformers model with .config and .base_model, got "
-            f"{type(source_model).__name__} (language-encoding wrappers are not supported here)"
+            f"{type(source_model).__name__}"
         )
     config = copy.deepcopy(source_model.config)
     for key, value in config_updates.items():
@@ -324,7 +333,12 @@ def build_task_model(
         )
     param = next(source_model.parameters())
     model.to(device=device or param.device, dtype=param.dtype)
-    return model, {"copied": len(src_state), "kept_random": sorted(result.missing_keys)}
+    info = {"copied": len(src_state), "kept_random": sorted(result.missing_keys)}
+    if encoded is not None:
+        model = encoded.rewrap(model, finetuning=True)
+        enc = model.encoding_info()
+        info["encoding"] = {k: enc[k] for k in ("name", "sides", "parameters_added")}
+    return model, info
 
 
 # ---------------------------------------------------------------------------------- predict
@@ -576,21 +590,6 @@ def finetune(
 
 
 # ------------------------------------------------------------------------------ task helpers
-
-
-def check_plain_model(ctx: Any, task: str) -> None:
-    """Refuse fine-tuning with a language encoding (not supported by the task heads yet).
-
-    Raises:
-        NotImplementedError: when ``ctx.encoding`` is set to anything but the ``none`` encoding
-            (which the runner always installs), naming the task.
-    """
-    encoding = getattr(ctx, "encoding", None)
-    if encoding is not None and getattr(encoding, "registry_name", None) != "none":
-        raise NotImplementedError(
-            f"{task}: fine-tuning with a language encoding is not supported yet (the encoding's "
-            "parameters would have to be carried over to the task model); run without one"
-        )
 
 
 def finetune_info(result: FinetuneResult) -> dict:

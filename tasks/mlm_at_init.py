@@ -9,6 +9,7 @@ of the evaluation set divided by their number.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import torch
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import derive
+from tasks.data import added_tokens, batch_preparer
 from tasks.loop import progress
 
 IGNORE_INDEX = -100
@@ -203,12 +205,18 @@ def masked_lm_scores(
 ) -> dict[str, float]:
     """Token-weighted MLM loss and accuracy of ``model`` on pre-masked examples.
 
-    With a language ``encoding``, each batch goes through ``encoding.prepare(batch, languages)``,
-    which must return ``labels`` aligned with its ``input_ids`` (``-100`` at added positions).
+    A language-encoded ``model`` prepares each batch itself (language ids; the inserted token of
+    ``attached``, labelled -100); a third-party ``encoding`` goes through
+    ``encoding.prepare(batch, languages)``, which must return ``labels`` aligned with its
+    ``input_ids`` (``-100`` at added positions). See :func:`tasks.data.batch_preparer`.
 
     Returns:
         ``{"loss", "accuracy", "perplexity", "masked_tokens"}``.
     """
+    prepare = batch_preparer(model, encoding)
+    encoded = getattr(model, "prepare_batch", None) is not None or (
+        encoding is not None and getattr(encoding, "registry_name", None) != "none"
+    )
     was_training = model.training
     model.eval()
     total_nll, total_correct, total_count = 0.0, 0, 0
@@ -216,8 +224,8 @@ def masked_lm_scores(
         starts = range(0, len(examples), batch_size)
         for start in progress(starts, description=f"mlm-at-init {language or ''}".strip(), enabled=show_progress):
             batch = _collate(examples[start : start + batch_size], pad_id)
-            if encoding is not None:
-                batch = encoding.prepare(batch, [language] * batch["input_ids"].shape[0])
+            if encoded:
+                batch = prepare(batch, [language] * batch["input_ids"].shape[0])
                 if "labels" not in batch or batch["labels"].shape != batch["input_ids"].shape:
                     raise ValueError("mlm-at-init: encoding.prepare must keep 'labels' aligned with 'input_ids'")
             labels = batch.pop("labels").to(device)
@@ -277,7 +285,9 @@ class MlmAtInit:
         for lang in ctx.languages:
             path = self.eval_path(ctx, lang)
             texts = read_lines(path, cfg.max_eval_examples)
-            examples = build_masked_examples(ctx.tokenizer, texts, cfg)
+            # an attached language token takes one of the max_length positions
+            ecfg = dataclasses.replace(cfg, max_length=cfg.max_length - added_tokens(ctx.model))
+            examples = build_masked_examples(ctx.tokenizer, texts, ecfg)
             scores = masked_lm_scores(
                 ctx.model,
                 examples,

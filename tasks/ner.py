@@ -5,6 +5,10 @@ word carries the word's label, the other subwords and special tokens are ignored
 loss, and the prediction of a word is the prediction at its first subword. Words cut off by
 ``max_length`` are predicted ``O`` (so their gold entities count as misses; the count of such
 words is recorded in ``info``). The seqeval mode (``default`` or ``strict`` IOB2) is recorded.
+
+With the ``attached`` language encoding, words are tokenized to ``max_length - 1`` tokens; the
+inserted language token has label -100 and is dropped from the predictions before they are
+matched with the words' first subwords.
 """
 
 from __future__ import annotations
@@ -15,13 +19,20 @@ from typing import Any
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import limit, load_task_splits, ner_label_names
+from tasks.data import (
+    added_tokens,
+    language_collate,
+    limit,
+    load_task_splits,
+    ner_label_names,
+    strip_added,
+    token_lengths,
+)
 from tasks.loop import (
     IGNORE_INDEX,
     TrainConfig,
     build_task_model,
     check_max_length,
-    check_plain_model,
     finetune,
     pad_collate,
     predict,
@@ -106,8 +117,8 @@ def entity_scores(
     """seqeval scores of ``model`` on encoded features; also the number of truncated words."""
 
     def output_fn(batch: dict, out: Any) -> list:
-        lengths = batch["attention_mask"].sum(-1).tolist()
-        return [row[:n] for row, n in zip(out.logits.argmax(-1).tolist(), lengths)]
+        lengths = token_lengths(batch)
+        return [row[:n] for row, n in zip(strip_added(batch, out.logits.argmax(-1)).tolist(), lengths)]
 
     token_preds = predict(
         model,
@@ -146,7 +157,6 @@ class Ner:
 
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score separately on every language of ``ctx.languages``."""
-        check_plain_model(ctx, "ner")
         check_max_length(ctx.model, self.config.max_length, "ner")
         mode = self.config.seqeval_mode
         out = TaskResult(
@@ -168,7 +178,6 @@ class Ner:
         cfg = self.config
         device = resolve_device(ctx.device)
         tok = ctx.tokenizer
-        collate = pad_collate(tok.pad_token_id)
         data, info = load_task_splits("ner", lang, files=cfg.files, data_root=ctx.data_root, dataset=cfg.dataset)
         train_ds = limit(data["train"], cfg.max_train_examples)
         dev_ds, test_ds = limit(data["dev"], cfg.max_eval_examples), limit(data["test"], cfg.max_eval_examples)
@@ -184,9 +193,11 @@ class Ner:
             id2label=dict(enumerate(names)),
             label2id={n: i for i, n in enumerate(names)},
         )
-        train, _ = encode_words(tok, train_ds, cfg.max_length)
-        dev, dev_wids = encode_words(tok, dev_ds, cfg.max_length)
-        test, test_wids = encode_words(tok, test_ds, cfg.max_length)
+        collate = language_collate(pad_collate(tok.pad_token_id), model, lang, encoding=ctx.encoding)
+        length = cfg.max_length - added_tokens(model)  # room for an attached language token
+        train, _ = encode_words(tok, train_ds, length)
+        dev, dev_wids = encode_words(tok, dev_ds, length)
+        test, test_wids = encode_words(tok, test_ds, length)
         dev_gold, test_gold = list(dev_ds["ner_tags"]), list(test_ds["ner_tags"])
         truncated: dict[str, int] = {}
 

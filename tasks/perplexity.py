@@ -23,6 +23,21 @@ aggregate; a disagreement raises, because it would mean the samples were misread
 
 lm-eval seeds Python's, NumPy's and torch's global RNGs inside ``simple_evaluate``; the call runs
 under :func:`harness.seeding.seeded_globals`, which restores the caller's global state afterwards.
+
+Language encodings (lm-eval scores plain transformers models only):
+
+- ``additive`` and ``xlp`` change only the word embeddings, so lm-eval scores the wrapped
+  transformers model itself while the encoding's hook applies the evaluated language to every
+  sequence (``EncodedModel.fixed_language``) — the same numbers a model with the encoding folded
+  into its embedding matrix gives, and the same lm-eval code path as the plain model
+  (``info["method"] = "lm-eval"``).
+- ``attached`` inserts a token, which lm-eval cannot do: :func:`own_rolling_perplexity` runs
+  lm-eval's own rolling-window construction (``get_rolling_token_windows`` and
+  ``make_disjoint_window``, windows one token shorter to leave room for the language token) and
+  its token encoding (``HFLM.tok_encode``, prefix token, context length) through our forward
+  loop, with the language token inserted at position 0 of every window and never scored
+  (``info["method"] = "own-loop"``). The same token count, bytes and words enter the metrics;
+  a test checks that the loop reproduces lm-eval's numbers on a plain model.
 """
 
 from __future__ import annotations
@@ -285,6 +300,112 @@ def _plain_model(ctx: TaskContext) -> bool:
     return enc is None or getattr(enc, "registry_name", None) == "none"
 
 
+def own_rolling_perplexity(
+    model: Any,
+    tokenizer: Any,
+    documents: Sequence[str],
+    *,
+    language: str | None = None,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    add_bos_token: bool = False,
+) -> tuple[dict[str, float], dict[str, Any]]:
+    """Token-weighted perplexity and bits per byte with lm-eval's rolling windows and our forward loop.
+
+    Tokens, the prefix token and the context length come from an ``HFLM`` built on the
+    transformers model (as :func:`lm_eval_perplexity` does); each document is cut with
+    ``get_rolling_token_windows(tokens, prefix, window, 1)`` + ``make_disjoint_window``, and the
+    log-probabilities of each window's continuation are summed as lm-eval sums them. A
+    language-encoded ``model`` prepares every window batch for ``language`` (``attached``: the
+    language token is inserted and the window is one token shorter, so the sequence still fits
+    the context) and its inserted positions are dropped from the logits.
+
+    Args:
+        model: a causal LM, or an ``EncodedModel`` around one.
+        tokenizer: its tokenizer.
+        documents: non-empty strings.
+        language: the documents' language (required for an encoded model).
+        batch_size: windows per forward pass.
+        max_length: context length (None: lm-eval's resolution from the model config).
+        add_bos_token: see :attr:`PerplexityConfig.add_bos_token`.
+
+    Returns:
+        ``(scores, info)`` with the keys of :func:`lm_eval_perplexity`.
+    """
+    import torch
+    from lm_eval import utils as lm_utils
+    from lm_eval.models.huggingface import HFLM
+
+    from tasks.data import added_tokens, strip_added
+
+    if not documents or any(not d for d in documents):
+        raise ValueError("perplexity: no documents, or an empty one, to score")
+    encoded = getattr(model, "prepare_batch", None) is not None
+    if encoded and language is None:
+        raise ValueError("perplexity: a language-encoded model needs the documents' language")
+    hf = model.model if encoded else model
+    with _quiet_lm_eval():
+        lm = HFLM(pretrained=hf, tokenizer=tokenizer, batch_size=batch_size, max_length=max_length,
+                  add_bos_token=add_bos_token)  # fmt: skip
+    window = int(lm.max_length) - added_tokens(model)
+    if window < 1:
+        raise ValueError(f"perplexity: a context of {lm.max_length} tokens leaves no room for the language token")
+    rows: list[tuple[int, list[int], list[int]]] = []
+    n_tokens = 0
+    for d, doc in enumerate(documents):
+        tokens = lm.tok_encode(doc)
+        n_tokens += len(tokens)
+        for context, cont in map(
+            lm_utils.make_disjoint_window, lm_utils.get_rolling_token_windows(tokens, lm.prefix_token_id, window, 1)
+        ):
+            rows.append((d, (context + cont)[:-1], cont))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else lm.prefix_token_id
+    device = next(hf.parameters()).device
+    loglik = [0.0] * len(documents)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start : start + batch_size]
+                width = max(len(inp) for _, inp, _ in chunk)
+                ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(chunk), width), dtype=torch.long)
+                for i, (_, inp, _) in enumerate(chunk):
+                    ids[i, : len(inp)] = torch.tensor(inp)
+                    mask[i, : len(inp)] = 1
+                batch = {"input_ids": ids, "attention_mask": mask}
+                if encoded:
+                    batch = model.prepare_batch(batch, [language] * len(chunk))
+                on_device = {k: v.to(device) for k, v in batch.items()}
+                logits = strip_added(batch, model(**on_device).logits).float()
+                logp = torch.log_softmax(logits, dim=-1)
+                for i, (d, inp, cont) in enumerate(chunk):
+                    n = len(inp)
+                    picked = logp[i, n - len(cont) : n].gather(-1, torch.tensor(cont, device=device).unsqueeze(-1))
+                    loglik[d] += float(picked.sum())
+    finally:
+        model.train(was_training)
+    nll = -math.fsum(loglik)
+    n_bytes = metrics.utf8_bytes(documents)
+    n_words = sum(len(t.split()) for t in documents)
+    bpb = metrics.bits_per_byte(nll, n_bytes)
+    scores = {
+        "token_perplexity": metrics.perplexity(nll, n_tokens),
+        "bits_per_byte": bpb,
+        "byte_perplexity": 2.0**bpb,
+        "word_perplexity": metrics.perplexity(nll, n_words),
+        "nll": nll,
+        "tokens": n_tokens,
+        "bytes": n_bytes,
+        "words": n_words,
+        "documents": len(documents),
+    }
+    info = {"window": window, "context_length": int(lm.max_length), "add_bos_token": add_bos_token,
+            "prefix_token_id": int(lm.prefix_token_id), "windows": len(rows)}  # fmt: skip
+    return scores, info
+
+
 @register_task(
     "perplexity",
     config=PerplexityConfig,
@@ -310,27 +431,38 @@ class Perplexity:
 
     def run(self, ctx: TaskContext) -> TaskResult:
         """Score ``ctx.model`` on every language in ``ctx.languages``."""
-        if not _plain_model(ctx):
+        encoded = getattr(ctx.model, "is_language_encoded", False)
+        if not encoded and not _plain_model(ctx):
             raise NotImplementedError(
-                "perplexity: lm-eval scores plain transformers models only; a language encoding "
-                f"({type(ctx.encoding).__name__}) cannot be passed through it"
+                "perplexity: lm-eval scores plain transformers models only; the third-party encoding "
+                f"{type(ctx.encoding).__name__} does not wrap the model as an EncodedModel"
             )
         cfg = self.config
         out = TaskResult(metrics={}, info={"eval_files": {}, "lm_eval": {}})
         for lang in ctx.languages:
             path = self.eval_path(ctx, lang)
             docs = read_documents(path, cfg.max_eval_examples)
-            scores, info = lm_eval_perplexity(
-                ctx.model,
-                ctx.tokenizer,
-                docs,
-                batch_size=cfg.batch_size,
-                max_length=cfg.max_length,
-                add_bos_token=cfg.add_bos_token,
-                seed=ctx.seed,
-                work_dir=ctx.work_dir,
-                agreement_tolerance=cfg.agreement_tolerance,
-            )
+            if encoded and ctx.model.added_tokens:
+                scores, info = own_rolling_perplexity(
+                    ctx.model, ctx.tokenizer, docs, language=lang, batch_size=cfg.batch_size,
+                    max_length=cfg.max_length, add_bos_token=cfg.add_bos_token,
+                )  # fmt: skip
+                info["method"] = "own-loop"
+            else:
+                fixed = ctx.model.fixed_language(lang) if encoded else contextlib.nullcontext()
+                with fixed:
+                    scores, info = lm_eval_perplexity(
+                        ctx.model.model if encoded else ctx.model,
+                        ctx.tokenizer,
+                        docs,
+                        batch_size=cfg.batch_size,
+                        max_length=cfg.max_length,
+                        add_bos_token=cfg.add_bos_token,
+                        seed=ctx.seed,
+                        work_dir=ctx.work_dir,
+                        agreement_tolerance=cfg.agreement_tolerance,
+                    )
+                info["method"] = "lm-eval"
             out.metrics[lang] = {
                 k: scores[k] for k in ("token_perplexity", "bits_per_byte", "byte_perplexity", "word_perplexity")
             }
@@ -339,7 +471,8 @@ class Perplexity:
             }
             out.info["eval_files"][lang] = str(path)
             out.info["lm_eval"][lang] = info | {"nll": scores["nll"]}
-        out.info["lm_eval_version"] = (
-            next(iter(out.info["lm_eval"].values()))["lm_eval_version"] if out.info["lm_eval"] else None
-        )
+        versions = [i["lm_eval_version"] for i in out.info["lm_eval"].values() if "lm_eval_version" in i]
+        out.info["lm_eval_version"] = versions[0] if versions else None
+        if encoded:
+            out.info["encoding"] = {k: ctx.model.encoding_info()[k] for k in ("name", "sides", "parameters_added")}
         return out

@@ -8,10 +8,15 @@ logits of every window are combined into spans of at most ``max_answer_length`` 
 the context, mapped back to characters with the offset mapping, and the highest-scoring span
 over all windows of a question is its prediction (SQuAD v1: always an answer). EM/F1 are in
 [0, 100] (official SQuAD script).
+
+With the ``attached`` language encoding, windows are cut to ``max_length - 1`` tokens; the
+inserted language token shifts ``start_positions``/``end_positions`` in the batch and is dropped
+from the start/end logits before they are matched with the windows' offsets.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +25,11 @@ import numpy as np
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import limit, load_task_splits
+from tasks.data import added_tokens, language_collate, limit, load_task_splits, strip_added, token_lengths
 from tasks.loop import (
     TrainConfig,
     build_task_model,
     check_max_length,
-    check_plain_model,
     finetune,
     pad_collate,
     predict,
@@ -194,8 +198,9 @@ class Qa:
         features, example_index, offsets = enc
 
         def output_fn(batch: dict, out: Any) -> list:
-            lengths = batch["attention_mask"].sum(-1).tolist()
-            s, e = out.start_logits.float().cpu().numpy(), out.end_logits.float().cpu().numpy()
+            lengths = token_lengths(batch)
+            s = strip_added(batch, out.start_logits).float().cpu().numpy()
+            e = strip_added(batch, out.end_logits).float().cpu().numpy()
             return [(s[i, :n], e[i, :n]) for i, n in enumerate(lengths)]
 
         logits = predict(
@@ -225,7 +230,6 @@ class Qa:
 
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score separately on every language of ``ctx.languages``."""
-        check_plain_model(ctx, "qa")
         check_max_length(ctx.model, self.config.max_length, "qa")
         out = TaskResult(metrics={}, info={"data": {}, "finetune": {}})
         for lang in ctx.languages:
@@ -239,13 +243,15 @@ class Qa:
         cfg = self.config
         device = resolve_device(ctx.device)
         tok = ctx.tokenizer
-        collate = pad_collate(tok.pad_token_id)
         data, info = load_task_splits("qa", lang, files=cfg.files, data_root=ctx.data_root, dataset=cfg.dataset)
         train_ds = limit(data["train"], cfg.max_train_examples)
         dev_ds, test_ds = limit(data["dev"], cfg.max_eval_examples), limit(data["test"], cfg.max_eval_examples)
         model, head = build_task_model(ctx.model, AutoModelForQuestionAnswering, seed=ctx.seed, device=device)
-        train = encode_train(tok, train_ds, cfg)
-        dev, test = encode_eval(tok, dev_ds, cfg), encode_eval(tok, test_ds, cfg)
+        collate = language_collate(pad_collate(tok.pad_token_id), model, lang, encoding=ctx.encoding)
+        # windows leave room for an attached language token
+        wcfg = dataclasses.replace(cfg, max_length=cfg.max_length - added_tokens(model))
+        train = encode_train(tok, train_ds, wcfg)
+        dev, test = encode_eval(tok, dev_ds, wcfg), encode_eval(tok, test_ds, wcfg)
         result = finetune(
             model,
             train,

@@ -6,6 +6,9 @@ Settings:
   set, select the epoch on its dev set, score the selected checkpoint on its test set;
 - ``cross-lingual`` (zero-shot transfer): fine-tune once on ``ctx.source_language``, select on
   the source dev set, score on each target language's test set.
+
+With a language encoding, every batch carries the language of its split (training and dev:
+the training language; test: each test language), see :func:`tasks.data.language_collate`.
 """
 
 from __future__ import annotations
@@ -16,12 +19,11 @@ from typing import Any
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import DataError, limit, load_task_splits
+from tasks.data import DataError, added_tokens, language_collate, limit, load_task_splits
 from tasks.loop import (
     TrainConfig,
     build_task_model,
     check_max_length,
-    check_plain_model,
     finetune,
     finetune_info,
     pad_collate,
@@ -126,7 +128,7 @@ class Xnli:
         cfg = self.config
         device = resolve_device(ctx.device)
         tok = ctx.tokenizer
-        collate = pad_collate(tok.pad_token_id)
+        base_collate = pad_collate(tok.pad_token_id)
         model, head_info = build_task_model(
             ctx.model,
             AutoModelForSequenceClassification,
@@ -136,16 +138,23 @@ class Xnli:
             id2label=dict(enumerate(XNLI_LABELS)),
             label2id={n: i for i, n in enumerate(XNLI_LABELS)},
         )
-        train = encode_pairs(tok, train_ds, cfg.max_length)
-        dev = encode_pairs(tok, dev_ds, cfg.max_length)
-        test = {lang: encode_pairs(tok, ds, cfg.max_length) for lang, ds in tests.items()}
+        length = cfg.max_length - added_tokens(model)  # room for an attached language token
+        train = encode_pairs(tok, train_ds, length)
+        dev = encode_pairs(tok, dev_ds, length)
+        test = {lang: encode_pairs(tok, ds, length) for lang, ds in tests.items()}
         show = ctx.progress
+
+        def collate_for(lang: str) -> Any:
+            return language_collate(base_collate, model, lang, encoding=ctx.encoding)
+
+        collate = collate_for(tag)
         result = finetune(
             model,
             train,
             lambda m: accuracy_of(m, dev, collate, cfg, device, show, f"xnli dev {tag}"),
             lambda m: {
-                lang: accuracy_of(m, f, collate, cfg, device, show, f"xnli test {lang}") for lang, f in test.items()
+                lang: accuracy_of(m, f, collate_for(lang), cfg, device, show, f"xnli test {lang}")
+                for lang, f in test.items()
             },
             TrainConfig.from_config(cfg),
             ctx.seed,
@@ -160,7 +169,6 @@ class Xnli:
 
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score on every language of ``ctx.languages``."""
-        check_plain_model(ctx, "xnli")
         check_max_length(ctx.model, self.config.max_length, "xnli")
         cfg = self.config
         out = TaskResult(metrics={}, info={"setting": cfg.setting, "data": {}, "finetune": {}})

@@ -3,7 +3,8 @@
 Two processes are started with ``torch.multiprocessing.spawn`` and rendezvous through a file.
 The model (plain torch, HF's forward contract) has no dropout, so the only differences allowed are floating-point reassociation in the
 gradient all-reduce. The data size (13 examples, global batch 4) makes the last batch hold one
-example, so one rank takes part with zero weight.
+example, so one rank takes part with zero weight. The same run with a language encoding (XLP,
+random projections, two languages mixed in every batch) must also agree.
 """
 
 from __future__ import annotations
@@ -19,13 +20,15 @@ import torch
 N_TRAIN, N_EVAL, VOCAB = 13, 10, 40
 
 
-def _data(n: int, seed: int) -> list[dict]:
+def _data(n: int, seed: int, languages: tuple[str, ...] = ()) -> list[dict]:
     g = torch.Generator().manual_seed(seed)
     rows = []
-    for _ in range(n):
+    for i in range(n):
         length = int(torch.randint(4, 9, (1,), generator=g))
         ids = [0] + torch.randint(5, VOCAB, (length,), generator=g).tolist() + [2]
         rows.append({"input_ids": ids, "attention_mask": [1] * len(ids), "labels": int(ids[1] % 3)})
+        if languages:
+            rows[-1]["language"] = languages[i % len(languages)]
     return rows
 
 
@@ -51,17 +54,36 @@ class TinyClassifier(torch.nn.Module):
         return SimpleNamespace(loss=loss, logits=logits)
 
 
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.emb
+
+
 def _model() -> TinyClassifier:
     torch.manual_seed(0)
     return TinyClassifier()
 
 
-def _run() -> dict:
-    """Fine-tune with the shared loop; returns metrics, curves and final parameters."""
+LANGS = ("a", "b")
+
+
+def _run(encoding: str | None = None) -> dict:
+    """Fine-tune with the shared loop; returns metrics, curves and final parameters.
+
+    ``encoding="xlp"``: the classifier is wrapped with random XLP projections for two languages
+    (trained), and every batch mixes them.
+    """
+    from tasks.data import language_collate
     from tasks.loop import TrainConfig, finetune, pad_collate, predict
 
-    collate = pad_collate(1)
-    train, dev, test = _data(N_TRAIN, 1), _data(N_EVAL, 2), _data(N_EVAL, 3)
+    langs = LANGS if encoding else ()
+    train, dev, test = _data(N_TRAIN, 1, langs), _data(N_EVAL, 2, langs), _data(N_EVAL, 3, langs)
+    model = _model()
+    if encoding:
+        from methods.encodings._wrapper import wrap_model
+        from methods.encodings.xlp import XlpConfig
+
+        model = wrap_model(model, list(LANGS), encoding=encoding, config=XlpConfig(init="random"), seed=3)
+    collate = language_collate(pad_collate(1), model)
 
     def scores(model, feats):
         logits = predict(model, feats, collate, lambda b, o: o.logits.tolist(), batch_size=3, show_progress=False)
@@ -73,7 +95,6 @@ def _run() -> dict:
             "n": len(logits),
         }
 
-    model = _model()
     cfg = TrainConfig(batch_size=4, epochs=3, learning_rate=1e-2, log_every=1)
     res = finetune(
         model,
@@ -96,24 +117,27 @@ def _run() -> dict:
     }
 
 
-def _worker(rank: int, world: int, rendezvous: str, out_dir: str) -> None:
+def _worker(rank: int, world: int, rendezvous: str, out_dir: str, encoding: str | None = None) -> None:
     torch.set_num_threads(1)
     torch.distributed.init_process_group("gloo", init_method=f"file://{rendezvous}", rank=rank, world_size=world)
     try:
-        result = _run()
+        result = _run(encoding)
         Path(out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finally:
         torch.distributed.destroy_process_group()
 
 
 @pytest.mark.slow
-def test_two_process_ddp_matches_single_process(tmp_path):
+@pytest.mark.parametrize("encoding", [None, "xlp"])
+def test_two_process_ddp_matches_single_process(tmp_path, encoding):
     import torch.multiprocessing as mp
 
-    single = _run()
+    single = _run(encoding)
     assert single["curve"] and len(single["curve"]) == 3 * 4  # 4 steps per epoch (13 / 4)
+    if encoding:
+        assert any(k.startswith("tables.input") for k in single["params"])
     os.environ.pop("WORLD_SIZE", None)
-    mp.spawn(_worker, args=(2, str(tmp_path / "rendezvous"), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "rendezvous"), str(tmp_path), encoding), nprocs=2, join=True)
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert ranks[0]["test"] == ranks[1]["test"]  # every rank saw all predictions
     ddp = ranks[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from harness.registry import register_encoding
 
@@ -19,7 +20,13 @@ class NoEncoding:
     def __init__(self, config: NoEncodingConfig):
         self.config = config
 
-    def wrap(self, model, languages: list[str]):
+    def wrap(self, model, languages: list[str], *, pretrained: dict | None = None, **options: Any):
+        """Return ``model`` itself; refuse a source pretrained with an encoding (it would be dropped)."""
+        if pretrained is not None:
+            raise ValueError(
+                f"encoding 'none': the source model was pretrained with the {pretrained['meta']['encoding']!r} "
+                "encoding; use that encoding (or a plain source)"
+            )
         return model
 
     def prepare(self, batch: dict, languages: list[str]) -> dict:

@@ -1,0 +1,64 @@
+"""``xlp``: Cross-lingual Language Projection — a learned ``d x d`` matrix per language.
+
+``W_l x_i`` for the *word* embedding ``x_i`` of every token of a sentence in language ``l``,
+applied before the positional embedding is added (XLP paper §3.2–3.3, Algorithm 1; METHODS.md).
+The matrix multiplies the output of the word-embedding module (see
+:mod:`methods.encodings._wrapper`). Adds ``n_languages x d^2`` parameters.
+
+The paper does not say how ``W_l`` is initialized: the default here is the identity (the wrapped
+model then equals the plain model until trained); ``init="random"`` draws N(0, 1/d) entries.
+The paper fixes the projections during XNLI fine-tuning ("we fix the language-specific projection
+weights during fine-tuning", Appendix B.1): task fine-tuning (xnli, qa, ner) freezes them unless
+``train_in_finetuning``; pretraining-like stages (LAPT) and the translation task (trained from
+scratch, as the paper's MT models are) train them.
+
+For a single language, :meth:`~methods.encodings._wrapper.EncodedModel.fold` exports a plain
+transformers model whose embedding rows are ``W_l e``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from harness.registry import register_encoding
+from methods.encodings import _wrapper
+
+
+@dataclass(frozen=True)
+class XlpConfig:
+    """Configuration of :class:`Xlp`."""
+
+    init: str = "identity"
+    """How a language the source model has no projection for starts: ``identity``/``zero`` (the
+    identity matrix: outputs equal the plain model's), ``random`` (entries N(0, 1/d), or
+    ``random_std``), ``mean`` of the source's projections, or ``copy:<lang>``."""
+    random_std: float | None = None
+    """Std of ``random`` matrix entries; None: ``1/sqrt(d)``."""
+    train_in_finetuning: bool = False
+    """Train the projections in task fine-tuning (xnli, qa, ner); the paper keeps them fixed."""
+
+    def __post_init__(self) -> None:
+        _wrapper.parse_init(self.init, where="xlp.init")
+        if self.random_std is not None and not self.random_std > 0:
+            raise ValueError(f"xlp.random_std must be > 0 or None, got {self.random_std}")
+
+
+@register_encoding("xlp", config=XlpConfig,
+                   description="learned d x d projection per language on the word embeddings, before positions (XLP)")  # fmt: skip
+class Xlp:
+    """A learned linear projection of the word embeddings per language."""
+
+    def __init__(self, config: XlpConfig) -> None:
+        self.config = config
+        self.wrapped: Any = None
+
+    def wrap(self, model: Any, languages: list[str], *, seed: int | None = None, pretrained: dict | None = None) -> Any:
+        """Wrap ``model`` (see :func:`methods.encodings._wrapper.wrap_model`)."""
+        self.wrapped = _wrapper.wrap_model(model, languages, encoding="xlp", config=self.config, seed=seed,
+                                           pretrained=pretrained, train_in_finetuning=self.config.train_in_finetuning)  # fmt: skip
+        return self.wrapped
+
+    def prepare(self, batch: dict, languages: list[str]) -> dict:
+        """Add ``language_ids`` to the batch."""
+        return _wrapper.prepare_for(self, batch, languages)
