@@ -340,3 +340,37 @@ FAMILIES: dict[str, Family] = {
 }
 """Every family the harness claims (BERT, RoBERTa, XLM-R, GPT-2, Llama, Gemma 1/3, XGLM, BART, mBART,
 T5), tied and untied heads."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs every registered method can run on, and the settings that make it fast
+
+FAST_METHOD_CONFIG: dict[str, dict] = {
+    "focus": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_threads": 1, "aux_bucket": 540_672},
+    "wechsel": {"dim": 16, "epochs": 1, "min_count": 1, "threads": 1, "bucket": 540_672},
+    "tiktotok": {"min_count": 1, "aligner": "ibm1"},
+}
+"""Tiny fastText / aligner settings for methods that train auxiliary models; others use defaults."""
+
+DICTIONARY = "hund\tdog\nkatze\tcat\nessen\tfood\ntag\tday\nwelt\tworld\nraum\troom\nkalt\tcold\nFuchs\tfox\nzahlen\tnumbers\n"
+
+
+def transfer_files(directory) -> dict:
+    """Write the target/source corpora, a dictionary and a parallel corpus; return ``transfer_paths``.
+
+    The parallel corpus pairs the i-th source and target fixture sentences (not translations, but
+    enough for an aligner to run).
+    """
+    from pathlib import Path
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "target.txt").write_text("\n".join(TARGET_TEXT) + "\n", encoding="utf-8")
+    (d / "source.txt").write_text("\n".join(SOURCE_TEXT) + "\n", encoding="utf-8")
+    (d / "dict.tsv").write_text(DICTIONARY, encoding="utf-8")
+    pairs = [json.dumps({"source": s, "target": t}) for s, t in zip(SOURCE_TEXT, TARGET_TEXT)]
+    (d / "parallel.jsonl").write_text("\n".join(pairs) + "\n", encoding="utf-8")
+    return {
+        "target_corpus": d / "target.txt", "source_corpus": d / "source.txt", "dictionary": d / "dict.tsv",
+        "parallel_corpus": d / "parallel.jsonl", "source_word_vectors": None, "target_word_vectors": None,
+    }  # fmt: skip
