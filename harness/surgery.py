@@ -303,5 +303,6 @@ def reinitialize_all(model: nn.Module, seed_ctx) -> None:
                 t._is_hf_initialized = False
     with seed_ctx, torch.no_grad():
         model.initialize_weights()
-    if hasattr(model, "tie_weights"):
-        model.tie_weights()
+    # no ``tie_weights()``: tensors shared before stay shared, and re-tying from the config would tie
+    # heads the checkpoint keeps apart (T5 v1.1 loads untied although transformers 5 forces its
+    # config's ``tie_word_embeddings`` to True)

@@ -249,8 +249,7 @@ class Family:
                 kwargs[f"{k}_token_id"] = v
         if self.kind == "seq2seq" and "decoder_start_token_id" not in kwargs:
             kwargs["decoder_start_token_id"] = ids["eos"] if self.name.startswith("bart") else ids["pad"]
-        cfg = getattr(transformers, self.config_class)(**kwargs)
-        cfg.tie_word_embeddings = self.tied
+        cfg = getattr(transformers, self.config_class)(**kwargs, tie_word_embeddings=self.tied)
         state = torch.random.get_rng_state()
         torch.manual_seed(seed)
         try:
@@ -259,6 +258,11 @@ class Family:
             torch.random.set_rng_state(state)
         with torch.no_grad():  # HF zero-inits biases and scaled-norm weights: make them non-trivial
             g = torch.Generator().manual_seed(seed + 1)
+            head = model.get_output_embeddings()
+            if not self.tied and head.weight is model.get_input_embeddings().weight:
+                # transformers 5 always ties T5 (T5Config forces tie_word_embeddings=True); a T5 v1.1
+                # checkpoint loads untied because its lm_head differs from ``shared``: make it differ
+                head.weight = torch.nn.Parameter(torch.randn(head.weight.shape, generator=g))
             for p in model.parameters():
                 if p.dim() == 1:
                     p.add_(0.1 * torch.randn(p.shape, generator=g))
@@ -266,12 +270,6 @@ class Family:
                 b = mod._buffers.get("final_logits_bias")
                 if b is not None:
                     b.add_(0.1 * torch.randn(b.shape, generator=g))
-            if self.kind == "seq2seq":  # untied T5 keeps encoder/decoder token embeddings apart from
-                shared = model.get_input_embeddings().weight  # ``shared``; in checkpoints they are equal
-                for stack in (model.get_encoder(), model.get_decoder()):
-                    w = stack.get_input_embeddings().weight
-                    if w is not shared:
-                        w.copy_(shared)
         return model.eval()
 
     def inputs(self, ids: list[int]) -> dict:
@@ -334,12 +332,14 @@ FAMILIES: dict[str, Family] = {
                "ffn_dim": 32, "max_position_embeddings": 64}, _xglm_unigram),  # fmt: skip
         Family("bart", "seq2seq", "BartForConditionalGeneration", "BartConfig", _BART, lambda t: bytelevel(tuple(t))),
         Family("mbart", "seq2seq", "MBartForConditionalGeneration", "MBartConfig", _BART, _roberta_unigram),
+        Family("t5", "seq2seq", "T5ForConditionalGeneration", "T5Config", {"d_model": 16, "d_kv": 8, "d_ff": 32,
+               "num_layers": 1, "num_decoder_layers": 1, "num_heads": 2}, lambda t: t5_unigram(tuple(t))),  # fmt: skip
         Family("t5-untied", "seq2seq", "T5ForConditionalGeneration", "T5Config", {"d_model": 16, "d_kv": 8, "d_ff": 32,
                "num_layers": 1, "num_decoder_layers": 1, "num_heads": 2}, lambda t: t5_unigram(tuple(t)), tied=False),  # fmt: skip
     ]
 }
 """Every family the harness claims (BERT, RoBERTa, XLM-R, GPT-2, Llama, Gemma 1/3, XGLM, BART, mBART,
-T5), tied and untied heads."""
+T5 (original, tied and output-scaled; v1.1-style untied)), tied and untied heads."""
 
 
 # ---------------------------------------------------------------------------------------------

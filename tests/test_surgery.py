@@ -114,10 +114,11 @@ def _token_embeddings(model) -> dict[str, torch.Tensor]:
 def test_separate_encoder_and_decoder_embeddings_are_each_mapped():
     fam = FAMILIES["t5-untied"]
     model, tok = _model(fam)
+    # a checkpoint whose encoder/decoder token embeddings differ from ``shared`` loads with them apart
     enc = model.get_encoder().get_input_embeddings()
-    assert enc.weight is not model.get_input_embeddings().weight  # transformers 5 keeps them apart when untied
-    with torch.no_grad():
-        enc.weight.mul_(2)
+    dec = model.get_decoder().get_input_embeddings()
+    enc.weight = torch.nn.Parameter(enc.weight.detach() * 2)
+    dec.weight = torch.nn.Parameter(dec.weight.detach().clone())
     before = _token_embeddings(model)
     cols, res = _permutation(tok, vocab_size(tok) - 1)
     surgery.install(model, res, seeding.torch_generator(0, "t"))
@@ -125,6 +126,7 @@ def test_separate_encoder_and_decoder_embeddings_are_each_mapped():
     for n in ("shared", "encoder.embed_tokens", "decoder.embed_tokens"):
         assert torch.equal(after[n], before[n][cols]), n
     assert not torch.equal(after["shared"], after["encoder.embed_tokens"])
+    assert model.get_decoder().get_input_embeddings().weight is not model.get_input_embeddings().weight
 
 
 def test_bias_options_zero_and_keep_apply_to_final_logits_bias():
