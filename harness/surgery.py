@@ -2,7 +2,11 @@
 
 Every row is set explicitly — ``resize_token_embeddings`` is never used to create rows (its
 default samples new rows from a fitted normal). The same mapping is applied to the input
-embeddings, to untied output embeddings and to the MLM-head bias (METHODS.md, "Output side").
+embeddings, to untied output embeddings, to the MLM-head bias and to BART-family
+``final_logits_bias`` (METHODS.md, "Output side"). New rows go into the model's existing modules
+(only their weight tensors change), so an embedding module that scales its output
+(``*ScaledWordEmbedding``: Gemma, XGLM, BART/mBART/M2M100, BioGPT) keeps doing so and an identity
+mapping leaves every logit bit-identical.
 
 Example:
     >>> import torch, numpy as np
