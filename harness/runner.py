@@ -84,13 +84,16 @@ def initialize_model(
         **transfer_paths,
     )
     result = _cached_init(cache_key, lambda: method.initialize(inputs, seeding.numpy_rng(seed, "init", method_name)), tgt)
+    from_scratch = bool(result.directives.get("reinitialize_body"))
+    if mode == "extend":
+        result = _keep_original_rows(result, src_tok, tgt, from_scratch)
     t_method = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     gen = seeding.torch_generator(seed, "init", "materialize")
     surgery.install(model, result, gen, bias=bias)
-    if result.directives.get("reinitialize_body"):
-        surgery.reinitialize_body(model, seeding.seeded_globals(seed, "init", "from-scratch"))
+    if from_scratch:
+        surgery.reinitialize_all(model, seeding.seeded_globals(seed, "init", "from-scratch"))
     new_emb = model.get_input_embeddings().weight.detach().float().cpu()
     # gold diagnostics compare target-tokenizer rows with source rows; they say nothing when the
     # method keeps the source tokenizer (``original``), so they are left out there
@@ -100,6 +103,27 @@ def initialize_model(
         model=model, tokenizer=result.tokenizer, result=result, source_tokenizer=src_tok, source_embeddings=src_emb,
         diagnostics=diag, timings={"load_s": t_load, "method_s": t_method, "install_s": time.perf_counter() - t0},
     )
+
+
+def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch: bool) -> InitResult:
+    """Extension mode: old ids keep their source rows bit-exactly; only new ids come from the method.
+
+    Applied to every method's result (see :func:`methods._extension.keep_original_rows`), except
+    where nothing is extended (a method that keeps the source tokenizer, ``original``) or nothing is
+    kept by design (``from-scratch`` re-initializes every parameter); ``info["extension"]`` says which.
+    """
+    from methods._canon import special_ids, vocab_size
+    from methods._extension import keep_original_rows
+
+    if from_scratch:
+        return dataclasses.replace(result, info={**result.info, "extension": {
+            "original_rows_kept": False, "reason": "from-scratch re-initializes every parameter"}})
+    if result.tokenizer is not extended_tok:
+        return dataclasses.replace(result, info={**result.info, "extension": {
+            "original_rows_kept": True, "reason": "the method keeps the source tokenizer; nothing was added"}})
+    mapping, ext = keep_original_rows(result.mapping, vocab_size(src_tok), special_ids(src_tok))
+    return dataclasses.replace(result, mapping=mapping, info={**result.info, "extension": {
+        "original_rows_kept": True, **ext}})
 
 
 def _cached_init(key: dict | None, compute, tokenizer) -> InitResult:

@@ -487,3 +487,67 @@ def _verify_bpe(cfg: dict, backend: Any, added: list[ExtensionCandidate], n_old:
                 f"BPE extension bug: added piece {c.piece!r} (id {n_old + k}) is segmented by the rebuilt model "
                 f"as {[t.value for t in toks]}"
             )
+
+
+# ------------------------------------------------------------------------------ original rows
+
+
+def keep_original_rows(mapping: Any, n_original: int, special: set[int] | frozenset[int] = frozenset()) -> tuple[Any, dict]:
+    """Force target rows ``0 .. n_original - 1`` of an extension mapping to the identity.
+
+    In extension mode the target tokenizer is the source tokenizer with new tokens appended, so
+    old token ``i`` has id ``i`` on both sides and its row must stay the source's row bit-exactly,
+    whatever a method computed for it: ``random`` / ``transinner`` would draw it at random,
+    ``random-mapping`` would scramble it, a method restricted to part of the overlap (FOCUS or
+    WECHSEL with ``overlap: symbolic``) would recombine it, and canonical matching would give the
+    byte-fallback piece ``<0x41>`` the row of its regular twin ``A``. Only the new rows (ids
+    ``>= n_original``) come from the method (Wang et al. 2020: "initialize only the new rows").
+
+    Args:
+        mapping: the method's :class:`~harness.protocols.TokenMapping` over the extended vocabulary.
+        n_original: the source tokenizer's vocabulary size (old ids are ``0 .. n_original - 1``).
+        special: source special-token ids; their rows get provenance SPECIAL, the others COPIED.
+
+    Returns:
+        ``(mapping, info)`` where ``info`` has ``n_original``, ``n_added`` (rows from the method),
+        ``method_rows_overridden`` (old rows where the method's mapping was not the identity — a
+        count to report, not an error) and ``added_counts`` (provenance counts of the new rows).
+
+    Example:
+        >>> from harness.protocols import TokenMapping, FALLBACK, COMBINED
+        >>> m = TokenMapping.from_coo(4, 3, [1, 3, 3], [0, 0, 2], [1.0, 0.5, 0.5], [FALLBACK, 1, FALLBACK, COMBINED])
+        >>> kept, info = keep_original_rows(m, 3, {0})
+        >>> kept.indices.tolist(), kept.provenance.tolist(), info["method_rows_overridden"]
+        ([0, 1, 2, 0, 2], [0, 1, 1, 2], 3)
+    """
+    from harness.protocols import COPIED, FALLBACK, PROVENANCE_NAMES, SPECIAL, TokenMapping
+
+    n = int(n_original)
+    if not 0 <= n <= min(mapping.n_target, mapping.n_source):
+        raise ValueError(
+            f"keep_original_rows: n_original={n} must be within the mapping's {mapping.n_target} target and "
+            f"{mapping.n_source} source rows"
+        )
+    counts = np.diff(mapping.indptr)
+    # a method's row t < n is already the identity when it is one entry (t, weight 1) that is not random
+    single = counts[:n] == 1
+    first = mapping.indices[np.minimum(mapping.indptr[:n], max(len(mapping.indices) - 1, 0))] if n else np.zeros(0)
+    wfirst = mapping.weights[np.minimum(mapping.indptr[:n], max(len(mapping.weights) - 1, 0))] if n else np.zeros(0)
+    identity = single & (first == np.arange(n)) & (wfirst == 1.0) & (mapping.provenance[:n] != FALLBACK)
+    prov_old = np.full(n, COPIED, dtype=np.int8)
+    sp = np.array(sorted(i for i in special if 0 <= i < n), dtype=np.int64)
+    prov_old[sp] = SPECIAL
+    lo = mapping.indptr[n]
+    indptr = np.concatenate([np.arange(n + 1, dtype=np.int64), n + (mapping.indptr[n + 1 :] - lo)])
+    indices = np.concatenate([np.arange(n, dtype=np.int64), mapping.indices[lo:]])
+    weights = np.concatenate([np.ones(n, dtype=np.float32), mapping.weights[lo:]])
+    provenance = np.concatenate([prov_old, mapping.provenance[n:]])
+    kept = TokenMapping(mapping.n_target, mapping.n_source, indptr, indices, weights, provenance)
+    new_prov = mapping.provenance[n:]
+    info = {
+        "n_original": n,
+        "n_added": int(mapping.n_target - n),
+        "method_rows_overridden": int(n - identity.sum()),
+        "added_counts": {name: int(np.sum(new_prov == code)) for code, name in PROVENANCE_NAMES.items()},
+    }
+    return kept, info

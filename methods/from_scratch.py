@@ -20,8 +20,15 @@ class FromScratchConfig:
     "from-scratch", config=FromScratchConfig, description="all parameters random (FullRand); source weights unused"
 )
 class FromScratchInit:
-    """All embedding rows FALLBACK — specials too, since nothing pretrained may leak in — and
-    ``directives={"reinitialize_body": True}`` so the harness re-initializes the transformer body.
+    """A model with the source's architecture and nothing pretrained (METHODS.md: FullRand).
+
+    Returns an all-FALLBACK mapping (only its shape matters) and the directive
+    ``{"reinitialize_body": True}``: after installing it, the harness re-initializes *every*
+    parameter — embeddings, output head and bias included — with the architecture's own
+    ``_init_weights`` under the trial seed (:func:`harness.surgery.reinitialize_all`). No row is
+    drawn from the source's statistics, so the result does not depend on the source weights at
+    all, only on its config, the target vocabulary size and the seed. (The directive keeps its
+    historical name; it covers the whole model.) In extension mode no original row is kept either.
 
     The overlap is computed only to be reported.
     """

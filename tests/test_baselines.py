@@ -14,10 +14,11 @@ import pytest
 import torch
 from _tokfixtures import TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 
+from harness import registry
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TransferInputs
 from harness.registry import get
 from methods._canon import canonical_vocab, compute_overlap, encode_canon, special_roles, vocab_size
-from methods._extension import extend_tokenizer, extension_candidates
+from methods._extension import extend_tokenizer, extension_candidates, keep_original_rows
 
 BASELINE_MODULES = [
     "random_normal",
@@ -350,7 +351,7 @@ def test_extension_of_a_bytelevel_source_emits_the_new_tokens(target_corpus):
     assert emitted & set(new_ids), "no added token is ever emitted on the target text"
 
 
-@pytest.mark.parametrize("name", ["overlap", "mean-of-pieces", "random-mapping"])
+@pytest.mark.parametrize("name", ["overlap", "mean-of-pieces", "random-mapping", "random", "transinner"])
 def test_methods_work_with_the_extended_source_tokenizer(name, target_corpus):
     src = unigram()
     ext, new_ids = extend_tokenizer(src, unigram(TARGET_TEXT), target_corpus, top_n=20)
@@ -359,13 +360,93 @@ def test_methods_work_with_the_extended_source_tokenizer(name, target_corpus):
     ov = compute_overlap(src, ext)
     n_special = len(src.all_special_ids)
     assert len(ov.exact) == vocab_size(src) - n_special  # every old token overlaps
-    if name == "random-mapping":
-        return
-    copied = _pairs(res, COPIED)
     byte_dupes = {t for t, s in ov.exact if t != s}
-    assert all((t, t) in copied for t in range(vocab_size(src)) if t not in src.all_special_ids and t not in byte_dupes)
+    assert len(byte_dupes) >= 20  # <0x..> pieces canonically equal to a regular piece
+    # what the runner does in extension mode: old ids keep their rows, whatever the method computed
+    kept, info = keep_original_rows(res.mapping, vocab_size(src), set(src.all_special_ids))
+    assert info["n_original"] == vocab_size(src) and info["n_added"] == 20
+    if name in ("random", "transinner", "random-mapping"):  # these never copy the overlap themselves
+        assert info["method_rows_overridden"] >= 0.95 * (vocab_size(src) - n_special)
+    elif name == "overlap":  # only the byte-fallback twins were wrong
+        assert info["method_rows_overridden"] == len(byte_dupes)
+    dense = _dense(InitResult(kept, ext), emb)
+    np.testing.assert_array_equal(dense[: vocab_size(src)], emb.numpy())  # bit-exact, byte pieces included
+    assert _pairs(InitResult(kept, ext), COPIED) >= {(t, t) for t in range(vocab_size(src)) if t not in src.all_special_ids}
+    for code in (COPIED, COMBINED, FALLBACK, SPECIAL):  # new rows are the method's own
+        assert np.array_equal(kept.provenance[new_ids] == code, res.mapping.provenance[new_ids] == code)
     new_prov = res.mapping.provenance[new_ids]
     if name == "overlap":
         assert np.all((new_prov == FALLBACK) | (new_prov == COPIED))  # COPIED only for fuzzy symbolic pairs
-    else:
+    elif name == "mean-of-pieces":
         assert np.sum(new_prov == COMBINED) >= 10
+
+
+def test_keep_original_rows_rejects_more_original_rows_than_the_mapping_has():
+    from harness.protocols import TokenMapping
+
+    m = TokenMapping.from_coo(3, 2, [0], [1], [1.0], [COPIED, FALLBACK, FALLBACK])
+    with pytest.raises(ValueError, match="n_original=3"):
+        keep_original_rows(m, 3)
+
+
+# ---------------------------------------------------------------------------- extension keeps original rows
+
+
+@pytest.fixture(scope="module")
+def extension_source(tmp_path_factory):
+    """A tiny untied XLM-R-style MLM whose SentencePiece tokenizer has byte-fallback pieces."""
+    from _tokfixtures import FAMILIES, SOURCE_TEXT, transfer_files
+
+    d = tmp_path_factory.mktemp("ext-source")
+    fam = FAMILIES["xlm-r-untied"]
+    tok = fam.tokenizer(SOURCE_TEXT)
+    model = fam.build(tok)
+    model.save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    return {"dir": d / "model", "tok": tok, "model": model, "paths": transfer_files(d / "files")}
+
+
+@pytest.mark.parametrize("name", sorted(registry.names("method")))
+def test_extension_keeps_every_original_row_bit_exactly(name, extension_source):
+    """Every method, in extension mode: old ids keep their input row, output row and MLM bias exactly.
+
+    Before, the runner handed the extended tokenizer to the method as a new vocabulary: ``random``
+    and ``transinner`` redrew almost every old row, ``random-mapping`` scrambled them all, and the
+    overlap gave byte-fallback pieces (``<0x41>``) the rows of their regular twins (``A``).
+    """
+    from _tokfixtures import FAST_METHOD_CONFIG
+
+    from harness.registry import build_config
+    from harness.runner import initialize_model
+
+    src = extension_source
+    entry = get("method", name)
+    cfg = build_config(entry.config_cls, FAST_METHOD_CONFIG.get(name, {}))
+    init = initialize_model(
+        source_model=str(src["dir"]), source_tokenizer=None, target_tok=unigram(TARGET_TEXT), method_name=name,
+        method_config=cfg, seed=1, model_kind="mlm", transfer_paths=src["paths"], mode="extend", extend_top_n=20,
+    )
+    n_old = vocab_size(src["tok"])
+    model, source = init.model, src["model"]
+    if name == "from-scratch":  # by design nothing pretrained survives, old rows included
+        assert init.result.info["extension"] == {
+            "original_rows_kept": False, "reason": "from-scratch re-initializes every parameter"}
+        assert not torch.equal(model.get_input_embeddings().weight[:n_old], source.get_input_embeddings().weight)
+        return
+    with torch.no_grad():
+        assert torch.equal(model.get_input_embeddings().weight[:n_old], source.get_input_embeddings().weight)
+        assert torch.equal(model.get_output_embeddings().weight[:n_old], source.get_output_embeddings().weight)
+        assert torch.equal(model.lm_head.bias[:n_old], source.lm_head.bias)
+    ext = init.result.info["extension"]
+    assert ext["original_rows_kept"] is True
+    n_new = init.result.mapping.n_target
+    if name == "original":  # keeps the source tokenizer: nothing was added
+        assert n_new == n_old and init.tokenizer is init.source_tokenizer
+    else:
+        assert n_new == n_old + 20 and ext["n_original"] == n_old and ext["n_added"] == 20
+        byte_ids = [i for p, i in src["tok"].get_vocab().items() if p.startswith("<0x")]
+        assert len(byte_ids) == 256  # the byte-fallback rows that canonical matching pairs with regular pieces
+    m = init.result.mapping
+    assert np.array_equal(m.indices[m.indptr[:n_old]], np.arange(n_old))
+    assert set(np.flatnonzero(m.provenance[:n_old] == SPECIAL)) == set(src["tok"].all_special_ids)
+    assert np.all(m.provenance[:n_old] != FALLBACK) and np.all(m.provenance[:n_old] != COMBINED)
