@@ -116,9 +116,11 @@ class FocusConfig:
     aux_seed: int | None = None
     """fastText seed; ``None`` draws it from the trial's generator (so aux training varies with the seed)."""
 
-    aux_token_format: Literal["string", "id"] = "string"
+    aux_token_format: Literal["string", "id", "raw"] = "string"
     """How tokens are written for token-level fastText: escaped vocabulary strings (keeps n-grams
-    meaningful, like the reference) or token ids."""
+    meaningful, like the reference, and every token one distinct word), token ids, or the unescaped
+    vocabulary strings the reference writes (``"raw"``, needed to look up tokens containing a backslash
+    in a model the reference trained; see :mod:`methods._fasttext`)."""
 
     overlap: Literal["full", "symbolic"] = "full"
     """Which overlap tokens are copied and used as anchors: all, or only symbolic ones (ablation)."""
@@ -156,8 +158,8 @@ class FocusConfig:
             raise ValueError(f"extension_aux must be 'language' or 'extended', got {self.extension_aux!r}")
         if not isinstance(self.special_anchors, bool):
             raise ValueError(f"special_anchors must be a bool, got {self.special_anchors!r}")
-        if self.aux_token_format not in ("string", "id"):
-            raise ValueError(f"aux_token_format must be 'string' or 'id', got {self.aux_token_format!r}")
+        if self.aux_token_format not in ("string", "id", "raw"):
+            raise ValueError(f"aux_token_format must be 'string', 'id' or 'raw', got {self.aux_token_format!r}")
         for name in ("aux_dim", "aux_epochs", "aux_min_count", "aux_neg", "aux_bucket", "aux_threads", "sparsemax_k", "chunk_rows"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -175,15 +177,18 @@ class FocusConfig:
     def reference(cls, **overrides: Any) -> FocusConfig:
         """The public reference implementation's settings (``deepfocus``).
 
-        CBOW, dim 100, neg 10, no fuzzy matching, and ``</s>`` (any special token with an auxiliary
-        vector) usable as an anchor. Its fastText epochs (3) and ``minCount`` (10) are the paper's.
+        CBOW, dim 100, neg 10, no fuzzy matching, ``</s>`` (any special token with an auxiliary
+        vector) usable as an anchor, and tokens written unescaped for fastText (``aux_token_format="raw"``,
+        so a fastText model trained by the reference code can be given as ``aux_model_path``). Its
+        fastText epochs (3) and ``minCount`` (10) are the paper's.
 
         Example:
             >>> ref = FocusConfig.reference()
             >>> ref.aux_model, ref.special_anchors
             ('cbow', True)
         """
-        values = {"aux_model": "cbow", "aux_dim": 100, "aux_neg": 10, "fuzzy": False, "special_anchors": True}
+        values = {"aux_model": "cbow", "aux_dim": 100, "aux_neg": 10, "fuzzy": False, "special_anchors": True,
+                  "aux_token_format": "raw"}
         values.update(overrides)
         return cls(**values)
 
