@@ -82,7 +82,9 @@ class FocusConfig:
 
     aux_model_path: str | None = None
     """A precomputed fastText ``.bin`` to use instead of training one. For ``token-fasttext`` it must
-    have been trained on text written by :func:`methods._fasttext.pretokenize` (same ``aux_token_format``)."""
+    have been trained on text written by :func:`methods._fasttext.pretokenize` (same ``aux_token_format``;
+    ``"raw"`` for a model the reference code trained) with the target tokenizer, or in extension mode with
+    ``extension_aux="language"`` with the language-specific ``inputs.extension_tokenizer``."""
 
     aux_dim: int = 300
     """fastText dimension (paper 300; reference code 100)."""
