@@ -183,3 +183,18 @@ def test_special_anchor_is_fasttexts_line_end(setup, tmp_path):
     cos = (aux @ q) / (np.linalg.norm(aux, axis=1) * np.linalg.norm(q) + 1e-12)
     best = [t for t in np.flatnonzero(ref.mapping.provenance == COMBINED) if cos[t] == cos[ref.mapping.provenance == COMBINED].max()]
     assert uses and best[0] in uses  # the row most similar to </s> uses it
+
+
+def test_raw_token_format_writes_vocabulary_strings_as_the_reference_does(tmp_path):
+    from tests.test_focus import SPECIALS, _from_pieces
+
+    tok = _from_pieces(SPECIALS + ["▁a", "▁", "\\", "b"])
+    raw, esc = _fasttext.fasttext_words(tok, "raw"), _fasttext.fasttext_words(tok, "string")
+    assert raw[len(SPECIALS):] == ["▁a", "▁", "\\", "b"] and esc[len(SPECIALS) + 2] == "\\\\"
+    assert raw[2] == "</s>" and esc[2] == "\\_</s>"  # raw: the special is fastText's line-end word
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("a \\ b\n" * 3, encoding="utf-8")
+    out = _fasttext.pretokenize(corpus, tok, tmp_path / "c.tok.txt", token_format="raw")
+    assert out.read_text(encoding="utf-8").splitlines()[0] == " ".join(tok.tokenize("a \\ b"))
+    with pytest.raises(ValueError, match="raw"):
+        _fasttext.fasttext_words(tok, "bytes")
