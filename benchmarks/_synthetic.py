@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -97,3 +98,132 @@ def make_inputs(scale: float = 1.0, seed: int = 0) -> SyntheticFocusInputs:
     has_aux[:N_SPECIALS] = False
     aux[~has_aux] = 0.0
     return SyntheticFocusInputs(n_source, n_target, source, specials, overlap, aux, has_aux)
+
+
+# ----------------------------------------------------------------------------------------------
+# Synthetic text for end-to-end benchmarks (tokenizers, fastText and methods run on files)
+# ----------------------------------------------------------------------------------------------
+
+SOURCE_LETTERS = ("bcdfghjklmnprstvwz", "aeiouy")
+TARGET_LETTERS = ("bdfghkllmnprsstvz", "aeiouäö")
+SHARED_WORD_FRACTION = 0.03
+ZIPF_A = 1.05
+
+
+def make_lexicon(n_words: int, seed: int, letters: tuple[str, str], shared: list[str] | None = None) -> list[str]:
+    """``n_words`` distinct pseudo-words in frequency-rank order (rank 0 most frequent).
+
+    Words are 1-4 syllables (consonant-vowel, sometimes a closing consonant) over the language's
+    ``letters`` (consonants, vowels); frequent ranks get short words, as in natural languages.
+    ``shared`` words (names, loans common to two languages) are spread over the ranks.
+
+    Example:
+        >>> make_lexicon(3, 0, SOURCE_LETTERS)[:1] == make_lexicon(3, 0, SOURCE_LETTERS)[:1]
+        True
+    """
+    rng = np.random.default_rng(seed)
+    cons, vows = np.array(list(letters[0])), np.array(list(letters[1]))
+    words: set[str] = set(shared or ())
+    out: list[str] = []
+    while len(out) < n_words:
+        n = max(n_words - len(out), 64)
+        n_syl = rng.choice([1, 2, 3, 4], size=n, p=[0.15, 0.4, 0.3, 0.15])
+        for k in n_syl:
+            w = "".join(cons[rng.integers(len(cons))] + vows[rng.integers(len(vows))]
+                        + (cons[rng.integers(len(cons))] if rng.random() < 0.25 else "") for _ in range(k))
+            if w not in words:
+                words.add(w)
+                out.append(w)
+    out = out[:n_words]
+    out.sort(key=lambda w: len(w) + rng.random() * 6)  # short words tend to be frequent
+    for w in shared or ():  # anywhere but among the most frequent (function) words
+        out.insert(int(rng.integers(min(50, len(out)), len(out) + 1)), w)
+    return out[:n_words]
+
+
+def write_corpus(path: Path, lexicon: list[str], n_lines: int, seed: int, *, n_topics: int = 0) -> Path:
+    """Write ``n_lines`` sentences of Zipf-distributed words from ``lexicon`` (deterministic in ``seed``).
+
+    Every sentence has a topic: about half of its words are function words (the 100 most frequent
+    ranks, shared by all topics), the rest are drawn, Zipf-distributed, from the topic's own words
+    (ranks ``100 + topic + i * n_topics``). Words that share topics share contexts, so embeddings
+    trained on the text have neighbourhoods (as on natural text) instead of near-uniform
+    similarities. Sentences have 4-18 words, a capitalized first word, commas, numbers, parentheses,
+    quotes and rarely a backslash path (so that a few tokens contain characters fastText tools
+    escape), and end in ``.``, ``?`` or ``!``.
+
+    Args:
+        path: output file (UTF-8, one sentence per line).
+        lexicon: words in frequency-rank order.
+        n_lines: sentences to write.
+        seed: generator seed.
+        n_topics: topics; default ``len(lexicon) // 300`` (at least 1).
+    """
+    rng = np.random.default_rng(seed)
+    n_func = min(100, len(lexicon) // 10)
+    n_topics = n_topics or max((len(lexicon) - n_func) // 300, 1)
+    per_topic = (len(lexicon) - n_func) // n_topics
+
+    def zipf(n: int) -> np.ndarray:
+        p = 1.0 / (np.arange(n, dtype=np.float64) + 2.7) ** ZIPF_A
+        return p / p.sum()
+
+    lengths = rng.integers(4, 19, size=n_lines)
+    total = int(lengths.sum())
+    topic = np.repeat(rng.integers(0, n_topics, size=n_lines), lengths)
+    func = rng.random(total) < 0.5
+    ids = np.where(
+        func,
+        rng.choice(n_func, size=total, p=zipf(n_func)),
+        n_func + topic + n_topics * rng.choice(per_topic, size=total, p=zipf(per_topic)),
+    )
+    lex = np.array(lexicon, dtype=object)
+    ends = np.array([".", ".", ".", "?", "!"], dtype=object)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pos = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        for n in lengths:
+            ws = list(lex[ids[pos : pos + n]])
+            pos += n
+            r = rng.random(5)
+            if r[0] < 0.2:
+                ws.insert(int(rng.integers(0, len(ws))), str(int(rng.integers(0, 3000))))
+            if r[1] < 0.3:
+                i = int(rng.integers(1, len(ws)))
+                ws[i - 1] += ","
+            if r[2] < 0.05:
+                i = int(rng.integers(0, len(ws)))
+                ws[i] = f"({ws[i]})" if r[3] < 0.5 else f'"{ws[i]}"'
+            if r[4] < 0.01:
+                ws.append(f"C:\\{ws[0]}\\{ws[-1]}")
+            ws[0] = ws[0][:1].upper() + ws[0][1:]
+            f.write(" ".join(ws) + ends[int(rng.integers(len(ends)))] + "\n")
+    return path
+
+
+def make_corpora(out_dir: Path, scale: float = 1.0, seed: int = 0) -> dict[str, Path]:
+    """Source- and target-language text files for end-to-end benchmarks.
+
+    At ``scale=1``: lexicons of 80k (source) / 60k (target) words, 3 % of the target's shared with the
+    source (names, loans), 300k / 200k lines (~3.6M / ~2.4M words), enough for 32k / 16k
+    SentencePiece vocabularies and a token-level fastText with ``minCount=10``. Smaller scales keep at
+    least 8k / 6k words and 30k / 60k lines: with less text, cbow vectors (3 epochs) have near-uniform
+    cosines, and sparsemax then spreads weight over every anchor, which no real corpus does.
+
+    Returns:
+        ``{"source": path, "target": path}`` under ``out_dir``.
+    """
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    n_src_words = max(int(80_000 * scale), 8000)
+    n_tgt_words = max(int(60_000 * scale), 6000)
+    source_lex = make_lexicon(n_src_words, seed, SOURCE_LETTERS)
+    rng = np.random.default_rng(seed + 1)
+    shared = [source_lex[i] for i in rng.choice(len(source_lex), int(n_tgt_words * SHARED_WORD_FRACTION), replace=False)]
+    target_lex = make_lexicon(n_tgt_words, seed + 2, TARGET_LETTERS, shared=shared)
+    out_dir = Path(out_dir)
+    return {
+        "source": write_corpus(out_dir / "source.txt", source_lex, max(int(300_000 * scale), 30_000), seed + 3),
+        "target": write_corpus(out_dir / "target.txt", target_lex, max(int(200_000 * scale), 60_000), seed + 4),
+    }

@@ -123,6 +123,9 @@ class TransferInputs:
         source_word_vectors / target_word_vectors: fastText ``.bin`` files (optional; a method
             that needs them and finds ``None`` trains them from the corpora and says so).
         cache_dir: directory for content-hashed intermediate artifacts (aux embeddings …).
+        extension_tokenizer: in extension mode (``target_tokenizer`` is the source tokenizer
+            extended with target-language tokens), the language-specific target tokenizer the new
+            tokens were taken from; ``None`` in replacement mode.
     """
 
     source_tokenizer: Any
@@ -137,6 +140,7 @@ class TransferInputs:
     source_word_vectors: Path | None = None
     target_word_vectors: Path | None = None
     cache_dir: Path | None = None
+    extension_tokenizer: Any = None
 
 
 @dataclass

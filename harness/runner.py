@@ -81,7 +81,7 @@ def initialize_model(
     inputs = TransferInputs(
         source_tokenizer=src_tok, target_tokenizer=tgt, source_embeddings=src_emb,
         source_language=source_language, target_language=target_language, cache_dir=resources.cache_dir(),
-        **transfer_paths,
+        extension_tokenizer=target_tok if mode == "extend" else None, **transfer_paths,
     )
     result = _cached_init(cache_key, lambda: method.initialize(inputs, seeding.numpy_rng(seed, "init", method_name)), tgt)
     from_scratch = bool(result.directives.get("reinitialize_body"))

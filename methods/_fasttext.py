@@ -31,7 +31,11 @@ Pre-tokenized corpora: :func:`pretokenize` writes each line as whitespace-joined
 :func:`escape_token` so that tokens containing whitespace, the empty string and fastText's own
 ``</s>`` stay distinct single words (``token_format="string"``, like the FOCUS reference code,
 which keeps fastText's character n-grams meaningful); ``token_format="id"`` writes token ids
-instead (no n-gram sharing between unrelated tokens, at the cost of any subword signal).
+instead (no n-gram sharing between unrelated tokens, at the cost of any subword signal);
+``token_format="raw"`` writes the vocabulary strings unescaped, exactly as the reference code
+(``deepfocus``: ``" ".join(tokenizer.tokenize(line))``) does, so that a model trained by it can be
+used as given: a token containing whitespace then splits into several fastText words, a literal
+``</s>`` is fastText's line end, and tokens containing a backslash are looked up as they are.
 
 Example:
     >>> escape_token("▁a b"), escape_token(""), escape_token("</s>")
@@ -70,7 +74,7 @@ __all__ = [
     "string_vectors",
 ]
 
-TokenFormat = Literal["string", "id"]
+TokenFormat = Literal["string", "id", "raw"]
 
 CACHE_VERSION = 1
 """Bumped when the training call or pre-tokenization format changes, invalidating cached models."""
@@ -132,17 +136,20 @@ def fasttext_words(tokenizer: Any, token_format: TokenFormat = "string") -> list
 
     Args:
         tokenizer: a Hugging Face tokenizer (``len(tokenizer)`` ids, ``convert_ids_to_tokens``).
-        token_format: ``"string"`` (escaped vocabulary strings) or ``"id"`` (decimal ids).
+        token_format: ``"string"`` (escaped vocabulary strings), ``"id"`` (decimal ids) or ``"raw"``
+            (vocabulary strings as they are, like the FOCUS reference code).
 
     Returns:
-        A list of ``len(tokenizer)`` distinct words.
+        A list of ``len(tokenizer)`` words, distinct except with ``"raw"``.
     """
     n = len(tokenizer)
     if token_format == "id":
         return [str(i) for i in range(n)]
-    if token_format != "string":
-        raise ValueError(f"token_format must be 'string' or 'id', got {token_format!r}")
+    if token_format not in ("string", "raw"):
+        raise ValueError(f"token_format must be 'string', 'id' or 'raw', got {token_format!r}")
     toks = tokenizer.convert_ids_to_tokens(list(range(n)))
+    if token_format == "raw":
+        return [t if t is not None else "" for t in toks]
     words = [escape_token(t if t is not None else "") for t in toks]
     if len(set(words)) != n:  # two ids with one string (rare: duplicated added tokens); keep them apart
         seen: set[str] = set()

@@ -14,14 +14,20 @@
 4. Tokens without an auxiliary vector (rarer than ``aux_min_count``) are FALLBACK: the harness
    draws them from N(mean(Es), std(Es)) with the trial's generator.
 
-Special tokens are matched by role and copied (SPECIAL); they are never anchors (fastText's
-``</s>`` is its line-end symbol, not the model's special token).
+Special tokens are matched by role and copied (SPECIAL). By default (the paper) they are never
+anchors: fastText's ``</s>`` is its line-end symbol, not the model's special token. The reference
+code (``deepfocus``) matches the target's ``</s>`` exactly to the source's and looks it up in the
+fastText model, where ``</s>`` always exists (every line end), so ``</s>`` becomes an anchor and
+receives sparsemax weight in a few percent of the rows; ``special_anchors=True`` (set by
+:meth:`FocusConfig.reference`) reproduces that: specials with an auxiliary vector join the anchors,
+a special's vector being that of its token string as written in the vocabulary (``</s>`` -> fastText's
+own ``</s>``). Their rows stay SPECIAL copies.
 
 Paper vs. reference code (METHODS.md): the paper (App. B) trains fastText with "mostly default
 hyper-parameters" — fastText's defaults are skipgram, ``neg=5`` — at ``dim=300``, 3 epochs,
 ``minCount=10``; the defaults of :class:`FocusConfig` follow the paper. The public code
-(``deepfocus``) uses CBOW, ``dim=100``, ``neg=10`` and by default no fuzzy matching;
-:meth:`FocusConfig.reference` returns that configuration.
+(``deepfocus``) uses CBOW, ``dim=100``, ``neg=10``, by default no fuzzy matching, and ``</s>`` as an
+anchor (above); :meth:`FocusConfig.reference` returns that configuration.
 
 Ablations (paper Table 4): ``overlap="symbolic"`` restricts ``O`` to tokens made only of digits,
 punctuation and whitespace (the other overlapping tokens then become additional tokens);
@@ -29,8 +35,17 @@ punctuation and whitespace (the other overlapping tokens then become additional 
 strings from a *word-level* fastText model (``inputs.target_word_vectors``, ``aux_model_path``, or
 one trained here on the raw target corpus with the ``aux_*`` hyper-parameters).
 
-Extension mode needs nothing special: the target tokenizer is the extended source tokenizer, so
-the original tokens are the (copied) overlap and the new tokens are the additional tokens.
+Extension mode (``inputs.extension_tokenizer`` set: ``inputs.target_tokenizer`` is the source
+tokenizer extended with tokens of the language-specific ``extension_tokenizer``): every original row
+is kept (copied from its own id, specials by role, whatever ``overlap`` says) and only the new tokens
+are initialized. Following the paper and the reference code (``deepfocus``'s ``extend_tokenizer``),
+with ``extension_aux="language"`` (default) the auxiliary fastText is trained on the target corpus
+tokenized with the *language-specific* tokenizer (an ``aux_model_path`` must have been trained that
+way), and only original tokens that are also in the language-specific vocabulary (and have a vector)
+are anchors. Extended-tokenizer ids are matched to language-specific ids by canonical form (the
+reference compares vocabulary strings, which is the same for tokenizers of one family).
+``extension_aux="extended"`` is the simpler variant: fastText on text tokenized with the extended
+tokenizer, every original token with a vector an anchor.
 
 The numeric core is the pure function :func:`focus_mapping` (and :func:`focus_weights` below it),
 which takes auxiliary vectors as arrays; :class:`Focus` only gathers its inputs.
@@ -67,7 +82,9 @@ class FocusConfig:
 
     aux_model_path: str | None = None
     """A precomputed fastText ``.bin`` to use instead of training one. For ``token-fasttext`` it must
-    have been trained on text written by :func:`methods._fasttext.pretokenize` (same ``aux_token_format``)."""
+    have been trained on text written by :func:`methods._fasttext.pretokenize` (same ``aux_token_format``;
+    ``"raw"`` for a model the reference code trained) with the target tokenizer, or in extension mode with
+    ``extension_aux="language"`` with the language-specific ``inputs.extension_tokenizer``."""
 
     aux_dim: int = 300
     """fastText dimension (paper 300; reference code 100)."""
@@ -101,15 +118,27 @@ class FocusConfig:
     aux_seed: int | None = None
     """fastText seed; ``None`` draws it from the trial's generator (so aux training varies with the seed)."""
 
-    aux_token_format: Literal["string", "id"] = "string"
+    aux_token_format: Literal["string", "id", "raw"] = "string"
     """How tokens are written for token-level fastText: escaped vocabulary strings (keeps n-grams
-    meaningful, like the reference) or token ids."""
+    meaningful, like the reference, and every token one distinct word), token ids, or the unescaped
+    vocabulary strings the reference writes (``"raw"``, needed to look up tokens containing a backslash
+    in a model the reference trained; see :mod:`methods._fasttext`)."""
 
     overlap: Literal["full", "symbolic"] = "full"
     """Which overlap tokens are copied and used as anchors: all, or only symbolic ones (ablation)."""
 
     fuzzy: bool = True
     """Also match symbolic tokens ignoring case and word start (paper App. B; reference default: off)."""
+
+    special_anchors: bool = False
+    """Let special tokens with an auxiliary vector be anchors (reference code: the target's ``</s>`` gets
+    fastText's line-end vector ``</s>``). Default off (paper): specials are copied, never combined from."""
+
+    extension_aux: Literal["language", "extended"] = "language"
+    """Extension mode only (``inputs.extension_tokenizer`` set): ``"language"`` (paper and reference) trains
+    the auxiliary fastText on text tokenized with the language-specific tokenizer and keeps only anchors in
+    its vocabulary; ``"extended"`` trains on text tokenized with the extended tokenizer and lets every
+    original token with a vector be an anchor."""
 
     sparsemax_k: int = 32
     """Initial top-k slice for the exact sparsemax (performance only; results do not depend on it)."""
@@ -127,8 +156,12 @@ class FocusConfig:
             raise ValueError(f"aux_model must be 'skipgram' or 'cbow', got {self.aux_model!r}")
         if self.overlap not in ("full", "symbolic"):
             raise ValueError(f"overlap must be 'full' or 'symbolic', got {self.overlap!r}")
-        if self.aux_token_format not in ("string", "id"):
-            raise ValueError(f"aux_token_format must be 'string' or 'id', got {self.aux_token_format!r}")
+        if self.extension_aux not in ("language", "extended"):
+            raise ValueError(f"extension_aux must be 'language' or 'extended', got {self.extension_aux!r}")
+        if not isinstance(self.special_anchors, bool):
+            raise ValueError(f"special_anchors must be a bool, got {self.special_anchors!r}")
+        if self.aux_token_format not in ("string", "id", "raw"):
+            raise ValueError(f"aux_token_format must be 'string', 'id' or 'raw', got {self.aux_token_format!r}")
         for name in ("aux_dim", "aux_epochs", "aux_min_count", "aux_neg", "aux_bucket", "aux_threads", "sparsemax_k", "chunk_rows"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
@@ -144,13 +177,20 @@ class FocusConfig:
 
     @classmethod
     def reference(cls, **overrides: Any) -> FocusConfig:
-        """The public reference implementation's settings (``deepfocus``): CBOW, dim 100, neg 10, no fuzzy matching.
+        """The public reference implementation's settings (``deepfocus``).
+
+        CBOW, dim 100, neg 10, no fuzzy matching, ``</s>`` (any special token with an auxiliary
+        vector) usable as an anchor, and tokens written unescaped for fastText (``aux_token_format="raw"``,
+        so a fastText model trained by the reference code can be given as ``aux_model_path``). Its
+        fastText epochs (3) and ``minCount`` (10) are the paper's.
 
         Example:
-            >>> FocusConfig.reference().aux_model
-            'cbow'
+            >>> ref = FocusConfig.reference()
+            >>> ref.aux_model, ref.special_anchors
+            ('cbow', True)
         """
-        values = {"aux_model": "cbow", "aux_dim": 100, "aux_neg": 10, "fuzzy": False}
+        values = {"aux_model": "cbow", "aux_dim": 100, "aux_neg": 10, "fuzzy": False, "special_anchors": True,
+                  "aux_token_format": "raw"}
         values.update(overrides)
         return cls(**values)
 
@@ -210,6 +250,8 @@ def focus_mapping(
     overlap: np.ndarray,
     aux: np.ndarray,
     has_aux: np.ndarray,
+    anchors: np.ndarray | None = None,
+    special_anchors: bool = False,
     k: int = 32,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
 ) -> FocusCore:
@@ -218,10 +260,15 @@ def focus_mapping(
     Args:
         n_target: target vocabulary size (rows).
         n_source: source vocabulary size (rows).
-        specials: ``(k, 2)`` ``[target, source]`` special-token pairs (SPECIAL, never anchors).
+        specials: ``(k, 2)`` ``[target, source]`` special-token pairs (SPECIAL; anchors only with
+            ``special_anchors``).
         overlap: ``(n, 2)`` ``[target, source]`` overlap pairs (COPIED; anchors where they have aux).
         aux: ``n_target x d`` auxiliary vectors (rows without a vector are ignored).
         has_aux: boolean ``n_target`` mask of tokens that have an auxiliary vector.
+        anchors: ``(m, 2)`` ``[target, source]`` pairs that may serve as anchors (where they have aux);
+            default: the overlap pairs. Extension mode copies every original row but restricts the
+            anchors (symbolic overlap, tokens of the language-specific vocabulary).
+        special_anchors: specials with an auxiliary vector are anchors too (reference code's ``</s>``).
         k: initial sparsemax top-k slice.
         chunk_rows: rows scored at once.
 
@@ -251,8 +298,16 @@ def focus_mapping(
     prov = np.full(n_target, FALLBACK, dtype=np.int8)
     prov[specials[:, 0]] = SPECIAL
     prov[overlap[:, 0]] = COPIED
-    anchor_mask = has_aux[overlap[:, 0]]
-    anchor_t, anchor_s = overlap[anchor_mask, 0], overlap[anchor_mask, 1]
+    candidates = overlap if anchors is None else np.asarray(anchors, dtype=np.int64).reshape(-1, 2)
+    if len(candidates) and np.any(prov[candidates[:, 0]] != COPIED):
+        raise ValueError("focus_mapping: every anchor must be an overlap pair (a COPIED target row)")
+    n_special_anchors = 0
+    if special_anchors and len(specials):
+        with_aux = specials[has_aux[specials[:, 0]]]
+        n_special_anchors = len(with_aux)
+        candidates = np.concatenate([with_aux, candidates])
+    anchor_mask = has_aux[candidates[:, 0]]
+    anchor_t, anchor_s = candidates[anchor_mask, 0], candidates[anchor_mask, 1]
     additional = np.flatnonzero(prov == FALLBACK)
     additional_aux = additional[has_aux[additional]]
 
@@ -281,7 +336,8 @@ def focus_mapping(
 
     stats = {
         "anchors": int(len(anchor_t)),
-        "overlap_without_aux": int(len(overlap) - len(anchor_t)),
+        "special_anchors": int(n_special_anchors),
+        "overlap_without_aux": int(np.sum(~has_aux[overlap[:, 0]])),
         "additional": int(len(additional)),
         "additional_with_aux": int(len(additional_aux)),
         "combined": int(len(combined)),
@@ -336,28 +392,38 @@ class Focus:
         n_target = _canon.vocab_size(tgt_tok)
         aux_seed = int(rng.integers(0, 2**31 - 1)) if cfg.aux_seed is None else int(cfg.aux_seed)
 
+        extension = inputs.extension_tokenizer is not None
         t0 = time.perf_counter()
         ov = _canon.compute_overlap(src_tok, tgt_tok, fuzzy=cfg.fuzzy, n_source=n_source)
-        pairs = ov.pairs(fuzzy=cfg.fuzzy)
         overlap_info = {**ov.report(), "mode": cfg.overlap, "fuzzy_matching": cfg.fuzzy}
+        if extension:
+            # every original row is kept; the overlap options only choose the anchors among them
+            originals = _original_ids(src_tok, tgt_tok, n_source, ov.specials)
+            pairs = np.stack([originals, originals], axis=1)
+        else:
+            pairs = ov.pairs(fuzzy=cfg.fuzzy)
+        candidates = pairs
         if cfg.overlap == "symbolic" and len(pairs):
             canon = _canon.canonical_vocab(tgt_tok)
             keep = np.array([canon[t] is not None and _canon.is_symbolic(canon[t]) for t in pairs[:, 0]], dtype=bool)
             overlap_info["symbolic_dropped"] = int((~keep).sum())
-            pairs = pairs[keep]
+            candidates = pairs[keep]
+            if not extension:  # replacement: the other overlapping tokens become additional tokens (paper Table 4)
+                pairs = candidates
         overlap_info["used"] = int(len(pairs))
+        overlap_info["anchor_candidates"] = int(len(candidates))
         t_overlap = time.perf_counter() - t0
 
         t0 = time.perf_counter()
         aux, has_aux, aux_info = self._aux_vectors(inputs, n_target, aux_seed)
         t_aux = time.perf_counter() - t0
-        if len(ov.specials):
+        if len(ov.specials) and not cfg.special_anchors:
             has_aux[ov.specials[:, 0]] = False
 
         t0 = time.perf_counter()
         core = focus_mapping(
             n_target, n_source, specials=ov.specials, overlap=pairs, aux=aux, has_aux=has_aux,
-            k=cfg.sparsemax_k, chunk_rows=cfg.chunk_rows,
+            anchors=candidates, special_anchors=cfg.special_anchors, k=cfg.sparsemax_k, chunk_rows=cfg.chunk_rows,
         )
         t_core = time.perf_counter() - t0
         st = core.stats
@@ -397,6 +463,10 @@ class Focus:
             "focus": st,
             "fallbacks": fallbacks,
             "aux_preset": _preset_name(cfg),
+            "special_anchors": cfg.special_anchors,
+            "extension": None if not extension else {
+                "aux": cfg.extension_aux, "original_rows": int(len(pairs)), "new_rows": st["additional"],
+            },
             "timings": {
                 "overlap_s": round(t_overlap, 3), "aux_s": round(t_aux, 3), "combine_s": round(t_core, 3),
                 "total_s": round(time.perf_counter() - t_start, 3),
@@ -415,9 +485,33 @@ class Focus:
         }
 
     def _aux_vectors(self, inputs: TransferInputs, n_target: int, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
-        """Auxiliary vectors for every target id (``n_target x dim``), the has-vector mask, and info."""
+        """Auxiliary vectors for every target id (``n_target x dim``), the has-vector mask, and info.
+
+        In extension mode with ``extension_aux="language"`` the vectors are those of the
+        language-specific tokenizer's tokens, carried over to the extended tokenizer's ids with the same
+        canonical form (ids without a counterpart have none).
+        """
         cfg = self.config
-        tok = inputs.target_tokenizer
+        tgt = inputs.target_tokenizer
+        language = inputs.extension_tokenizer is not None and cfg.extension_aux == "language"
+        tok = inputs.extension_tokenizer if language else tgt
+        vecs, has, info = self._tokenizer_vectors(inputs, tok, seed)
+        info["tokenizer"] = "extension_tokenizer (language-specific)" if language else "target_tokenizer"
+        if language:
+            vecs, has, matched = _carry_over(vecs, has, tok, tgt, n_target)
+            info["matched_language_tokens"] = matched
+        if len(vecs) < n_target:  # ids beyond len(tok) (unused rows) have no vector
+            vecs = np.concatenate([vecs, np.zeros((n_target - len(vecs), vecs.shape[1]), np.float32)])
+            has = np.concatenate([has, np.zeros(n_target - len(has), bool)])
+        if cfg.special_anchors and cfg.aux == "token-fasttext" and info.get("model") is not None:
+            _special_vectors(info["model"], tgt, vecs, has)
+        info.pop("model", None)
+        info.update(dim=int(vecs.shape[1]), with_vector=int(has.sum()), n_target=int(n_target))
+        return vecs, has, info
+
+    def _tokenizer_vectors(self, inputs: TransferInputs, tok: Any, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
+        """Vectors of ``tok``'s ids (``len(tok) x dim``), the mask, and info (``info["model"]``: the fastText model)."""
+        cfg = self.config
         info: dict[str, Any] = {"kind": cfg.aux}
         cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
         with tempfile.TemporaryDirectory(prefix="tokxfer-focus-") as tmp:
@@ -452,10 +546,7 @@ class Focus:
                 else:
                     strings = [_canon.token_string(tok, i) for i in range(len(tok))]
                     vecs, has = _fasttext.string_vectors(model, strings)
-        if len(vecs) < n_target:  # ids beyond len(tok) (unused rows) have no vector
-            vecs = np.concatenate([vecs, np.zeros((n_target - len(vecs), vecs.shape[1]), np.float32)])
-            has = np.concatenate([has, np.zeros(n_target - len(has), bool)])
-        info.update(dim=int(vecs.shape[1]), with_vector=int(has.sum()), n_target=int(n_target))
+        info["model"] = model
         return vecs, has, info
 
     def _train(self, text: Path, cache: Path | None, report: dict, seed: int) -> Any:
@@ -475,7 +566,51 @@ class Focus:
         return Path(inputs.target_corpus)
 
 
-_PRESET_FIELDS = ("aux_model", "aux_dim", "aux_neg", "fuzzy")
+def _original_ids(src_tok: Any, tgt_tok: Any, n_source: int, specials: np.ndarray) -> np.ndarray:
+    """Ids of the extended tokenizer's original (source) tokens to copy, specials matched by role left out.
+
+    Raises:
+        ValueError: ``tgt_tok`` does not keep every source token at its source id.
+    """
+    src_vocab, tgt_vocab = src_tok.get_vocab(), tgt_tok.get_vocab()
+    moved = [p for p, i in src_vocab.items() if tgt_vocab.get(p) != i]
+    if moved:
+        raise ValueError(
+            f"FOCUS extension mode (inputs.extension_tokenizer set): inputs.target_tokenizer must be the source tokenizer "
+            f"extended with new tokens, keeping every source token at its id; {len(moved)} are not, e.g. {moved[:3]!r}"
+        )
+    ids = np.array(sorted(i for i in src_vocab.values() if i < n_source), dtype=np.int64)
+    return ids[~np.isin(ids, np.asarray(specials, dtype=np.int64).reshape(-1, 2)[:, 0])]
+
+
+def _carry_over(vecs: np.ndarray, has: np.ndarray, language_tok: Any, tgt_tok: Any, n_target: int) -> tuple[np.ndarray, np.ndarray, int]:
+    """Vectors of the language-specific tokenizer's ids moved to the target ids with the same canonical form."""
+    index: dict = {}
+    for i, c in enumerate(_canon.canonical_vocab(language_tok)[: len(vecs)]):
+        if c is not None:
+            index.setdefault(c, i)
+    t_canon = _canon.canonical_vocab(tgt_tok)
+    pairs = np.array([(t, index[c]) for t, c in enumerate(t_canon[:n_target]) if c is not None and c in index], dtype=np.int64)
+    out = np.zeros((n_target, vecs.shape[1]), dtype=np.float32)
+    out_has = np.zeros(n_target, dtype=bool)
+    if len(pairs):
+        out[pairs[:, 0]] = vecs[pairs[:, 1]]
+        out_has[pairs[:, 0]] = has[pairs[:, 1]]
+    return out, out_has, int(len(pairs))
+
+
+def _special_vectors(model: Any, tok: Any, vecs: np.ndarray, has: np.ndarray) -> None:
+    """Give special tokens the fastText vector of their vocabulary string as written (``</s>``: fastText's line end)."""
+    for i in sorted(_canon.special_ids(tok)):
+        if i >= len(vecs):
+            continue
+        word = str(tok.convert_ids_to_tokens(i))
+        if word and model.get_word_id(word) >= 0:
+            vecs[i] = model.get_word_vector(word)
+            has[i] = True
+
+
+_PRESET_FIELDS = ("aux_model", "aux_dim", "aux_neg", "fuzzy", "special_anchors")
 
 
 def _preset_name(cfg: FocusConfig) -> str:

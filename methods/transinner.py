@@ -11,6 +11,7 @@ from harness.registry import register_method
 from methods._canon import assemble_mapping, compute_overlap, vocab_size
 
 SCHEDULES = ("fraction", "extra")
+INITS = ("random", "random-mapping")
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,8 @@ class TransInnerConfig:
     * WECHSEL's (the default): ``schedule="fraction", embeddings_only_fraction=0.1`` — the first
       10% of the LAPT steps train only the embeddings, the remaining 90% train everything.
     * FOCUS's: ``schedule="extra", embeddings_only_fraction=0.2`` — an *extra* 20% of the LAPT
-      steps train only the embeddings before the full LAPT run (total 1.2x steps).
+      steps train only the embeddings before the full LAPT run (total 1.2x steps), starting from a
+      random *mapping* (``init="random-mapping"``: FOCUS's "Random + LAPT†", footnote 9).
     """
 
     embeddings_only_fraction: float = 0.1
@@ -34,6 +36,10 @@ class TransInnerConfig:
 
     copy_specials: bool = True
     """Copy special tokens (matched by role) from the source, as in ``random``."""
+
+    init: str = "random"
+    """Starting rows: ``"random"`` (N(mean, std), as ``random``) or ``"random-mapping"`` (each target
+    token copies a distinct random source row, as ``random-mapping``)."""
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -47,6 +53,8 @@ class TransInnerConfig:
             )
         if self.schedule == "extra" and not f > 0:
             raise ValueError(f"TransInnerConfig.embeddings_only_fraction must be > 0 with schedule='extra', got {f}")
+        if self.init not in INITS:
+            raise ValueError(f"TransInnerConfig.init must be one of {INITS}, got {self.init!r}")
         if not isinstance(self.copy_specials, bool):
             raise ValueError(f"TransInnerConfig.copy_specials must be a bool, got {self.copy_specials!r}")
 
@@ -72,13 +80,18 @@ class TransInnerInit:
         self.config = config
 
     def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult:
-        """Return the ``random`` mapping (specials by role, the rest FALLBACK) with the directives."""
-        n_source = int(inputs.source_embeddings.shape[0])
-        ov = compute_overlap(inputs.source_tokenizer, inputs.target_tokenizer, n_source=n_source)
-        special = ov.specials if self.config.copy_specials else None
-        mapping = assemble_mapping(vocab_size(inputs.target_tokenizer), n_source, special=special)
+        """Return the ``random`` (or ``random-mapping``) mapping with the directives."""
         directives = {
             "embeddings_only_fraction": float(self.config.embeddings_only_fraction),
             "embeddings_only_schedule": self.config.schedule,
         }
+        if self.config.init == "random-mapping":
+            from methods.random_mapping import RandomMappingConfig, RandomMappingInit
+
+            res = RandomMappingInit(RandomMappingConfig()).initialize(inputs, rng)
+            return InitResult(res.mapping, res.tokenizer, {**res.info, "init": "random-mapping"}, directives)
+        n_source = int(inputs.source_embeddings.shape[0])
+        ov = compute_overlap(inputs.source_tokenizer, inputs.target_tokenizer, n_source=n_source)
+        special = ov.specials if self.config.copy_specials else None
+        mapping = assemble_mapping(vocab_size(inputs.target_tokenizer), n_source, special=special)
         return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, directives)

@@ -355,7 +355,10 @@ def test_config_validation_and_presets():
     with pytest.raises(ValueError, match="aux_dim"):
         FocusConfig(aux_dim=0)
     ref = FocusConfig.reference()
-    assert (ref.aux_model, ref.aux_dim, ref.aux_neg, ref.fuzzy) == ("cbow", 100, 10, False)
+    assert (ref.aux_model, ref.aux_dim, ref.aux_neg, ref.fuzzy, ref.special_anchors) == ("cbow", 100, 10, False, True)
+    assert FocusConfig().special_anchors is False and FocusConfig().extension_aux == "language"
+    with pytest.raises(ValueError, match="extension_aux"):
+        FocusConfig(extension_aux="new")
     paper = FocusConfig()
     assert (paper.aux_model, paper.aux_dim, paper.aux_epochs, paper.aux_min_count) == ("skipgram", 300, 3, 10)
 
