@@ -130,6 +130,11 @@ class FocusConfig:
     fuzzy: bool = True
     """Also match symbolic tokens ignoring case and word start (paper App. B; reference default: off)."""
 
+    symbolic_rule: Literal["reference", "wide"] = "reference"
+    """Which tokens count as symbolic for ``overlap: symbolic`` and fuzzy matching: the reference
+    code's all-numeric / all-ASCII-punctuation / all-whitespace rule (default), or ``"wide"``, which
+    also takes currency signs, emoji and mixed number–punctuation tokens (see ``_canon.is_symbolic``)."""
+
     special_anchors: bool = False
     """Let special tokens with an auxiliary vector be anchors (reference code: the target's ``</s>`` gets
     fastText's line-end vector ``</s>``). Default off (paper): specials are copied, never combined from."""
@@ -160,6 +165,8 @@ class FocusConfig:
             raise ValueError(f"extension_aux must be 'language' or 'extended', got {self.extension_aux!r}")
         if not isinstance(self.special_anchors, bool):
             raise ValueError(f"special_anchors must be a bool, got {self.special_anchors!r}")
+        if self.symbolic_rule not in _canon.SYMBOLIC_RULES:
+            raise ValueError(f"symbolic_rule must be one of {_canon.SYMBOLIC_RULES}, got {self.symbolic_rule!r}")
         if self.aux_token_format not in ("string", "id", "raw"):
             raise ValueError(f"aux_token_format must be 'string', 'id' or 'raw', got {self.aux_token_format!r}")
         for name in ("aux_dim", "aux_epochs", "aux_min_count", "aux_neg", "aux_bucket", "aux_threads", "sparsemax_k", "chunk_rows"):
@@ -369,6 +376,9 @@ class Focus:
         >>> # result = method.initialize(inputs, np.random.default_rng(0))
     """
 
+    combines = True
+    """Additional tokens are combinations of anchors: an all-fallback result is flagged (harness.sanity)."""
+
     def __init__(self, config: FocusConfig) -> None:
         self.config = config
 
@@ -394,7 +404,7 @@ class Focus:
 
         extension = inputs.extension_tokenizer is not None
         t0 = time.perf_counter()
-        ov = _canon.compute_overlap(src_tok, tgt_tok, fuzzy=cfg.fuzzy, n_source=n_source)
+        ov = _canon.compute_overlap(src_tok, tgt_tok, fuzzy=cfg.fuzzy, n_source=n_source, symbolic_rule=cfg.symbolic_rule)
         overlap_info = {**ov.report(), "mode": cfg.overlap, "fuzzy_matching": cfg.fuzzy}
         if extension:
             # every original row is kept; the overlap options only choose the anchors among them
@@ -405,7 +415,7 @@ class Focus:
         candidates = pairs
         if cfg.overlap == "symbolic" and len(pairs):
             canon = _canon.canonical_vocab(tgt_tok)
-            keep = np.array([canon[t] is not None and _canon.is_symbolic(canon[t]) for t in pairs[:, 0]], dtype=bool)
+            keep = np.array([canon[t] is not None and _canon.is_symbolic(canon[t], cfg.symbolic_rule) for t in pairs[:, 0]], dtype=bool)
             overlap_info["symbolic_dropped"] = int((~keep).sum())
             candidates = pairs[keep]
             if not extension:  # replacement: the other overlapping tokens become additional tokens (paper Table 4)

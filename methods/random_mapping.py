@@ -49,6 +49,10 @@ class RandomMappingInit:
     counterpart are FALLBACK.
     """
 
+    uninformed = True
+    """A control: its rows carry no information about the target tokens, so a loss at init at the
+    uniform guess is expected and not flagged (harness.sanity)."""
+
     def __init__(self, config: RandomMappingConfig) -> None:
         self.config = config
 

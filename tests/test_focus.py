@@ -381,3 +381,13 @@ def test_extension_mode_copies_originals_and_combines_new_tokens(toks, corpus):
     m = res.mapping
     assert all(m.row(i)[0].tolist() == [i] for i in range(n0))  # every original row is its own source row
     assert m.provenance[n0:].tolist() == [COMBINED] * 5
+
+
+def test_symbolic_rule_is_an_option_named_in_its_error():
+    from methods.focus import Focus, FocusConfig
+
+    assert FocusConfig().symbolic_rule == "reference"
+    assert FocusConfig(symbolic_rule="wide").symbolic_rule == "wide"
+    with pytest.raises(ValueError, match="symbolic_rule"):
+        FocusConfig(symbolic_rule="unicode")
+    assert Focus.combines is True  # an all-fallback FOCUS result is flagged by the sanity guards
