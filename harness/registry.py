@@ -81,7 +81,8 @@ def _register(kind: str, name: str, config: type, description: str | None) -> Ca
         if name in _REGISTRY[kind]:
             prev = _REGISTRY[kind][name]
             raise RegistryError(
-                f"{kind} '{name}' is already registered by {prev.origin}; refusing to replace it with {cls.__module__}.{cls.__qualname__}"
+                f"{kind} '{name}' is already registered by {prev.origin}; refusing to replace it with "
+                f"{cls.__module__}.{cls.__qualname__} (choose another name)"
             )
         doc = description or ((cls.__doc__ or "").strip().splitlines() or [""])[0]
         _REGISTRY[kind][name] = Entry(kind, name, cls, config, doc, f"{cls.__module__}.{cls.__qualname__}")
@@ -125,11 +126,24 @@ def load_builtins() -> None:
                 ep.load()  # the module registers itself with the decorators
 
 
+class PluginError(ImportError):
+    """A ``--plugin`` file is missing, does not compile, fails to import, or registers a taken name."""
+
+
 def load_plugin(path: str | Path) -> None:
-    """Load a Python file that registers methods/encodings/tasks (``--plugin FILE``)."""
+    """Load a Python file that registers methods/encodings/tasks (``--plugin FILE``).
+
+    Built-ins are loaded first, so a plugin that re-registers a built-in name is the one blamed.
+
+    Raises:
+        PluginError: naming the file and what went wrong (missing, syntax error with its line,
+            import error, a name already registered).
+    """
     path = Path(path)
+    where = f"--plugin {path}"
     if not path.is_file():
-        raise FileNotFoundError(f"plugin file not found: {path}")
+        raise PluginError(f"{where}: file not found" if not path.exists() else f"{where}: not a file")
+    load_builtins()
     import hashlib
 
     # keyed by the file's resolved path: two plugin files with the same name are different plugins
@@ -137,10 +151,37 @@ def load_plugin(path: str | Path) -> None:
     mod_name = f"tokxfer_plugin_{path.stem}_{digest}"
     if mod_name in sys.modules:
         return
+    try:
+        source = path.read_text(encoding="utf-8")
+        code = compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise PluginError(f"{where}: syntax error at line {e.lineno}: {e.msg}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PluginError(f"{where}: cannot read it ({e})") from None
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
+    before = {k: dict(v) for k, v in _REGISTRY.items()}
+    try:
+        exec(code, module.__dict__)
+    except BaseException as e:
+        del sys.modules[mod_name]
+        for k in KINDS:  # a half-loaded plugin leaves nothing registered
+            _REGISTRY[k] = before[k]
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        if isinstance(e, RegistryError):
+            raise PluginError(f"{where}: {e}") from None
+        line = _plugin_line(e, path)
+        raise PluginError(f"{where}: failed while loading{line}: {type(e).__name__}: {e}") from None
+
+
+def _plugin_line(e: BaseException, path: Path) -> str:
+    """`` (line N)`` of the innermost frame of ``e`` inside the plugin file, if any."""
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
+    return f" (line {lines[-1]})" if lines else ""
 
 
 def names(kind: str) -> list[str]:

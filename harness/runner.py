@@ -319,20 +319,34 @@ def run_experiment(
     executor = executor or LocalExecutor(progress=progress)
     tracking_errors: list[str] = []
 
+    def tracking_failed(e: Exception) -> None:
+        # one warning for the first failure; the rest are counted and summarized at the end
+        if not tracking_errors:
+            log.warning("tracking failed (records are safe on disk; further failures are counted, not shown): %s", e)
+        tracking_errors.append(str(e))
+
+    if tracker is not None and hasattr(tracker, "mirrored") and any(rec_dir.glob("*.json")):
+        # resume: records written before an interruption may not have reached the store
+        from harness.tracking import sync
+
+        try:
+            sync(rec_dir, tracker)
+        except Exception as e:
+            tracking_failed(e)
+
     def on_record(rec: dict) -> None:
         if tracker is None:
             return
         try:
-            arts = [rec_dir / f"{rec['trial_id']}.json"]
+            path = rec_dir / f"{rec['trial_id']}.json"
+            arts = [path]
             info = exp_dir / "artifacts" / rec["trial_id"] / "init_info.json"
             if info.is_file():
                 arts.append(info)
-            tracker.log_trial(cfg.name, rec, arts)
+            # mirror the record as stored (and as `tokxfer sync` reads it), so that digests agree
+            tracker.log_trial(cfg.name, records.load_record(path), arts)
         except Exception as e:  # the record is already on disk
-            msg = str(e)
-            if msg not in tracking_errors:
-                tracking_errors.append(msg)
-                log.warning("tracking failed (records are safe on disk): %s", msg)
+            tracking_failed(e)
 
     results = executor.run(todo, str(runs_dir), on_record)
     failed = sum(1 for r in results if r.get("status") != "ok")
