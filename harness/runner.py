@@ -289,6 +289,71 @@ def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> dict:
     return rec
 
 
+def declared_metrics(task_name: str) -> tuple[str, ...]:
+    """Metric names a task declares with a ``metrics`` class attribute (``()`` if it declares none).
+
+    A task class may declare ``metrics: ClassVar[tuple[str, ...]] = ("loss", "accuracy")``: a
+    record that lacks one of them is incomplete and re-run on resume, and leaderboard specs are
+    checked against them.
+    """
+    try:
+        cls = registry.get("task", task_name).cls
+    except registry.RegistryError:
+        return ()
+    names = getattr(cls, "metrics", None)
+    if isinstance(names, (tuple, list, frozenset, set)) and all(isinstance(n, str) for n in names):
+        return tuple(names)
+    return ()
+
+
+def resume_state(spec: TrialSpec, rec_dir: Path) -> tuple[str, str]:
+    """``(state, why)`` of a trial's record for resume (see :func:`harness.records.trial_state`).
+
+    Raises:
+        RecordError: the record exists but cannot be read or is from a newer schema; the message
+            names the file and says that resuming would overwrite it.
+    """
+    path = Path(rec_dir) / f"{spec.trial_id}.json"
+    try:
+        return records.trial_state(path, languages=[spec.target.language],
+                                   required_metrics=declared_metrics(spec.task.name))
+    except records.RecordError as e:
+        raise records.RecordError(
+            f"{e}. Resuming would overwrite this record of trial {spec.describe()}; move it away (or upgrade "
+            f"tokxfer for a newer schema) and run again"
+        ) from None
+
+
+def _resume_todo(specs: list[TrialSpec], rec_dir: Path) -> list[TrialSpec]:
+    """The trials a resumed run must (re-)run: missing, failed and incomplete records.
+
+    Unreadable or newer-schema records stop the run (:func:`resume_state`). For a task that
+    declares no metrics, a record lacking a metric that another complete record of the same task
+    entry and language has is incomplete too (a metric removed by hand or by a bug).
+    """
+    states = {s.trial_id: resume_state(s, rec_dir) for s in specs}
+    keys: dict[str, set[str]] = {}
+    groups: dict[tuple[str, str], list[str]] = {}
+    for s in specs:
+        if states[s.trial_id][0] == "complete" and not declared_metrics(s.task.name):
+            rec = records.load_record(rec_dir / f"{s.trial_id}.json")
+            keys[s.trial_id] = set((rec.get("metrics") or {}).get(s.target.language) or {})
+            groups.setdefault((s.task.id, s.target.language), []).append(s.trial_id)
+    for members in groups.values():
+        union = set().union(*(keys[t] for t in members))
+        for t in members:
+            if keys[t] != union:
+                states[t] = ("incomplete", f"metric(s) {', '.join(sorted(union - keys[t]))} missing")
+    todo = []
+    for s in specs:
+        state, why = states[s.trial_id]
+        if state in ("incomplete",):
+            log.warning("record of trial %s (%s) is incomplete (%s); running it again", s.trial_id, s.describe(), why)
+        if state != "complete":
+            todo.append(s)
+    return todo
+
+
 @dataclasses.dataclass
 class ExperimentSummary:
     ran: int
@@ -311,8 +376,7 @@ def run_experiment(
     rec_dir.mkdir(parents=True, exist_ok=True)
     (exp_dir / "experiment.json").write_text(json.dumps({"name": cfg.name, "path": cfg.path, "description": cfg.description}, indent=2))
     specs = cfg.trials()
-    done = set() if force else records.completed_trial_ids(rec_dir)
-    todo = [s for s in specs if s.trial_id not in done]
+    todo = specs if force else _resume_todo(specs, rec_dir)
     skipped = len(specs) - len(todo)
     if progress and skipped:
         log.info("%d of %d trials already have records; running %d", skipped, len(specs), len(todo))
