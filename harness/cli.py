@@ -110,14 +110,42 @@ def cmd_run(args) -> int:
     cfg = load_experiment(args.experiment, args.overrides)
     runs_dir = Path(args.runs_dir)
     tracker = _tracker(args, runs_dir)
+    kw: dict = {}
+    plugins = [str(Path(p).resolve()) for p in args.plugin or []]
+    if args.executor == "gpus":
+        kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None}
+    elif args.executor == "slurm":
+        kw = {"plugins": plugins, "folder": Path(args.slurm_folder or runs_dir / cfg.name / "slurm").resolve(),
+              "slurm": _slurm_params(args.slurm_param or []), "cluster": args.slurm_cluster}
+    executor = make_executor(args.executor, progress=not args.quiet, **kw)
     t0 = time.perf_counter()
-    summary = run_experiment(cfg, runs_dir, executor=make_executor(args.executor, progress=not args.quiet),
-                             tracker=tracker, force=args.force, progress=not args.quiet)
-    print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded), failed {summary.failed} "
-          f"in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")
+    summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, force=args.force,
+                             progress=not args.quiet)
+    others = f", {summary.by_others} run by other processes" if summary.by_others else ""
+    print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded){others}, failed "
+          f"{summary.failed} in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")
     if summary.tracking_errors:
         print(_tracking_summary(summary.tracking_errors), file=sys.stderr)
     return 1 if summary.failed else 0
+
+
+def _gpu_list(text: str) -> list[str]:
+    ids = [g.strip() for g in text.split(",")]
+    if not all(ids):
+        raise ValueError(f"--gpus: expected comma-separated device ids like 0,1, got {text!r}")
+    return ids
+
+
+def _slurm_params(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--slurm-param {item!r}: expected KEY=VALUE, e.g. slurm_partition=gpu")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 def cmd_leaderboard(args) -> int:
@@ -290,7 +318,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("experiment")
     sp.add_argument("overrides", nargs="*", help="key=value overrides, e.g. seeds=[1] world.size=tiny")
     common_run(sp)
-    sp.add_argument("--executor", default="local", choices=["local", "gpus", "slurm"])
+    sp.add_argument("--executor", default="local", choices=["local", "gpus", "slurm"],
+                    help="local: this process; gpus: one worker per GPU; slurm: one job per trial (submitit). "
+                         "Several `tokxfer run` of one experiment split the grid between them")
+    sp.add_argument("--gpus", default=None, help="with --executor gpus: device ids, e.g. 0,1 (default: all visible)")
+    sp.add_argument("--slurm-folder", default=None,
+                    help="with --executor slurm: submitit's job folder (default: RUNS_DIR/EXPERIMENT/slurm)")
+    sp.add_argument("--slurm-param", action="append", metavar="KEY=VALUE",
+                    help="with --executor slurm: a submitit parameter, e.g. slurm_partition=gpu timeout_min=120")
+    sp.add_argument("--slurm-cluster", default=None, choices=["slurm", "local", "debug"],
+                    help="with --executor slurm: submitit's cluster (default: auto; local runs jobs as local processes)")
     sp.add_argument("--force", action="store_true", help="re-run trials that already have records")
     sp.set_defaults(fn=cmd_run)
 

@@ -7,10 +7,12 @@ mirrors it to the tracker. A failed trial is recorded with its traceback and the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import logging
+import os
 import time
 import traceback
 from pathlib import Path
@@ -356,25 +358,76 @@ def _resume_todo(specs: list[TrialSpec], rec_dir: Path) -> list[TrialSpec]:
 
 @dataclasses.dataclass
 class ExperimentSummary:
+    """What :func:`run_experiment` did.
+
+    Attributes:
+        ran: trials this process ran (ok or failed).
+        skipped: trials whose complete record existed when the run started.
+        failed: trials this process ran that failed.
+        records_dir: where the records are.
+        tracking_errors: one message per record that could not be mirrored (records are safe).
+        by_others: trials of this run's work that other ``tokxfer run`` processes ran meanwhile.
+    """
+
     ran: int
     skipped: int
     failed: int
     records_dir: Path
     tracking_errors: list[str]
+    by_others: int = 0
+
+
+class WorkerLost(RuntimeError):
+    """The process running a trial died before it wrote the trial's record."""
+
+
+def _mtime_ns(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return None
+
+
+def _write_json_atomic(path: Path, obj: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    os.replace(tmp, path)
 
 
 def run_experiment(
     cfg: ExperimentConfig, runs_dir: str | Path = "runs", *, executor=None, tracker=None, force: bool = False,
-    progress: bool = True,
+    progress: bool = True, claims=None, poll_s: float = 1.0,
 ) -> ExperimentSummary:
-    """Run every trial of an experiment whose record is missing (or failed); mirror to the tracker."""
+    """Run every trial of an experiment whose record is missing, failed or incomplete; mirror to the tracker.
+
+    Several processes may run the same experiment into the same runs dir at once (on one machine
+    or on several sharing the file system): each trial is claimed before it runs
+    (:mod:`harness.claims`), so they split the grid and every trial runs once. A process that
+    runs out of unclaimed trials waits for the others' trials and takes over the claims of dead
+    owners; it returns when the whole grid has records.
+
+    Args:
+        cfg: the experiment.
+        runs_dir: records go to ``<runs_dir>/<cfg.name>/records``.
+        executor: where trials run (default: this process).
+        tracker: MLflow mirror (``None``: none). On resume, records the store lacks are mirrored first.
+        force: re-run trials that have complete records.
+        progress: progress bars and info logs.
+        claims: a :class:`harness.claims.TrialClaims` (default: one on the experiment dir).
+        poll_s: how often to look at other processes' trials while waiting for them.
+
+    Raises:
+        RecordError: a record that resuming would overwrite cannot be read (names the file).
+        OSError: the runs dir cannot be written (read-only, full).
+    """
+    from harness.claims import TrialClaims
     from harness.executors import LocalExecutor
 
     runs_dir = Path(runs_dir)
     exp_dir = runs_dir / cfg.name
     rec_dir = exp_dir / "records"
     rec_dir.mkdir(parents=True, exist_ok=True)
-    (exp_dir / "experiment.json").write_text(json.dumps({"name": cfg.name, "path": cfg.path, "description": cfg.description}, indent=2))
+    _write_json_atomic(exp_dir / "experiment.json", {"name": cfg.name, "path": cfg.path, "description": cfg.description})
     specs = cfg.trials()
     todo = specs if force else _resume_todo(specs, rec_dir)
     skipped = len(specs) - len(todo)
@@ -398,7 +451,39 @@ def run_experiment(
         except Exception as e:
             tracking_failed(e)
 
+    claims = claims if claims is not None else TrialClaims(exp_dir)
+    seen = {s.trial_id: _mtime_ns(rec_dir / f"{s.trial_id}.json") for s in todo}
+    elsewhere: dict[str, TrialSpec] = {}
+    by_others: set[str] = set()
+
+    def written_by_other(tid: str) -> bool:
+        """A record appeared or changed since this run looked: another process ran the trial."""
+        return _mtime_ns(rec_dir / f"{tid}.json") != seen[tid]
+
+    def claim(spec: TrialSpec) -> bool:
+        if not claims.acquire(spec.trial_id):
+            elsewhere[spec.trial_id] = spec
+            return False
+        if written_by_other(spec.trial_id):  # finished by another process after we listed the work
+            claims.release(spec.trial_id)
+            by_others.add(spec.trial_id)
+            return False
+        return True
+
+    def lost(spec: TrialSpec, reason: str, since: float) -> dict:
+        path = rec_dir / f"{spec.trial_id}.json"
+        if written_by_other(spec.trial_id) and path.stat().st_mtime >= since:
+            with contextlib.suppress(records.RecordError):
+                return records.load_record(path)  # the worker died after writing it
+        log.error("trial %s (%s) failed: %s", spec.trial_id, spec.describe(), reason)
+        rec = failed_record(spec, WorkerLost(reason), records.now_iso())
+        rec["error"]["traceback"] = None
+        records.write_record(rec_dir, rec)
+        return rec
+
     def on_record(rec: dict) -> None:
+        claims.release(rec["trial_id"])
+        seen[rec["trial_id"]] = _mtime_ns(rec_dir / f"{rec['trial_id']}.json")
         if tracker is None:
             return
         try:
@@ -412,6 +497,40 @@ def run_experiment(
         except Exception as e:  # the record is already on disk
             tracking_failed(e)
 
-    results = executor.run(todo, str(runs_dir), on_record)
+    results: list[dict] = []
+    pending = list(todo)
+    try:
+        while pending:
+            elsewhere.clear()
+            results += executor.run(pending, str(runs_dir.resolve()), on_record, execute=execute, claim=claim, lost=lost)
+            pending = _wait_for_others(elsewhere, claims, written_by_other, by_others, poll_s, progress)
+    finally:
+        claims.close()
     failed = sum(1 for r in results if r.get("status") != "ok")
-    return ExperimentSummary(len(todo), skipped, failed, rec_dir, tracking_errors)
+    return ExperimentSummary(len(results), skipped, failed, rec_dir, tracking_errors, by_others=len(by_others))
+
+
+def _wait_for_others(elsewhere: dict, claims, written_by_other, by_others: set, poll_s: float, progress: bool) -> list:
+    """Wait until trials claimed by other processes have records; return those whose owner died.
+
+    Returns as soon as one claim is stale or gone without a record (then every trial still
+    unfinished is tried again: the ones still owned are simply skipped again).
+    """
+    waiting = dict(elsewhere)
+    if waiting and progress:
+        log.info("%d trial(s) are being run by other processes; waiting for them", len(waiting))
+    while waiting:
+        orphaned = False
+        for tid in list(waiting):
+            if written_by_other(tid):
+                by_others.add(tid)
+                del waiting[tid]
+                continue
+            info = claims.read(tid)
+            if info is None or claims.is_stale(info):
+                orphaned = True
+        if orphaned:
+            return list(waiting.values())
+        if waiting:
+            time.sleep(poll_s)
+    return []
