@@ -298,7 +298,7 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         if mode not in ("replace", "extend"):
             raise ConfigError(f"{where}: mode: expected 'replace' or 'extend', got {mode!r}")
         return ExperimentConfig(
-            name=str(raw["name"]), source=source, targets=tuple(targets), methods=tuple(methods),
+            name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
             tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
             world=world, mode=mode, extend_top_n=int(raw.get("extend_top_n", 30000)),
             description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
@@ -308,6 +308,43 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
     except (ValueError, TypeError, KeyError) as e:
         msg = str(e)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def check_name(name: Any, where: str = "<experiment>") -> str:
+    """The experiment ``name`` as a safe single path component (records go to ``RUNS_DIR/<name>/``).
+
+    Refused: non-strings (numbers are accepted as text), empty or blank names, ``.``/``..``,
+    path separators, a leading ``.`` or ``-`` (hidden folders, names read as options), control
+    characters, surrounding spaces, more than 200 characters.
+
+    Example:
+        >>> check_name("quickstart-tiny")
+        'quickstart-tiny'
+    """
+    if isinstance(name, bool) or not isinstance(name, (str, int)):
+        raise ConfigError(f"{where}: name: expected a text naming the experiment, got {name!r}")
+    name = str(name)
+    why = None
+    if not name.strip():
+        why = "it is empty"
+    elif name in (".", ".."):
+        why = "it is '.' or '..'"
+    elif "/" in name or "\\" in name:
+        why = "it contains a path separator"
+    elif name[0] in ".-":
+        why = f"it starts with {name[0]!r}"
+    elif name != name.strip():
+        why = "it has leading or trailing spaces"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+        why = "it contains control characters"
+    elif len(name) > 200:
+        why = "it is longer than 200 characters"
+    if why:
+        raise ConfigError(
+            f"{where}: name: {name!r} cannot be a folder name under the runs dir ({why}); "
+            f"use letters, digits and - _ . + (e.g. my-experiment)"
+        )
+    return name
 
 
 def _dc(cls: type, values: Any, where: str) -> Any:
