@@ -396,7 +396,7 @@ def _write_json_atomic(path: Path, obj: dict) -> None:
 
 def run_experiment(
     cfg: ExperimentConfig, runs_dir: str | Path = "runs", *, executor=None, tracker=None, force: bool = False,
-    progress: bool = True, claims=None, poll_s: float = 1.0,
+    progress: bool = True, claims=None, poll_s: float = 1.0, trial_fn=None,
 ) -> ExperimentSummary:
     """Run every trial of an experiment whose record is missing, failed or incomplete; mirror to the tracker.
 
@@ -415,6 +415,8 @@ def run_experiment(
         progress: progress bars and info logs.
         claims: a :class:`harness.claims.TrialClaims` (default: one on the experiment dir).
         poll_s: how often to look at other processes' trials while waiting for them.
+        trial_fn: the picklable function executors run per trial (default :func:`execute`; tests
+            pass stand-ins).
 
     Raises:
         RecordError: a record that resuming would overwrite cannot be read (names the file).
@@ -502,7 +504,8 @@ def run_experiment(
     try:
         while pending:
             elsewhere.clear()
-            results += executor.run(pending, str(runs_dir.resolve()), on_record, execute=execute, claim=claim, lost=lost)
+            results += executor.run(pending, str(runs_dir.resolve()), on_record, execute=trial_fn or execute,
+                                    claim=claim, lost=lost)
             pending = _wait_for_others(elsewhere, claims, written_by_other, by_others, poll_s, progress)
     finally:
         claims.close()
