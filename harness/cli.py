@@ -198,17 +198,31 @@ def cmd_sync(args) -> int:
 
 
 def cmd_init(args) -> int:
+    import yaml
+
     from harness import registry, resources
     from harness.registry import build_config
     from harness.runner import initialize_model, write_init_info
 
-    entry = registry.get("method", args.method)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+        raise FileExistsError(
+            f"--out {out}: {'exists and is not a directory' if not out.is_dir() else 'is not empty'}; "
+            f"choose a new directory or pass --overwrite"
+        )
+    try:
+        entry = registry.get("method", args.method)
+    except registry.RegistryError as e:
+        raise registry.RegistryError(f"--method: {e}") from None
     cfg_values = {}
     for item in args.config or []:
-        import yaml
-
-        k, _, v = item.partition("=")
-        cfg_values[k] = yaml.safe_load(v)
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"--config {item!r}: expected KEY=VALUE")
+        try:
+            cfg_values[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--config {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
     cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
     tgt = resources.load_tokenizer(args.target_tokenizer)
     paths = {
@@ -226,7 +240,6 @@ def cmd_init(args) -> int:
         method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=paths, mode=args.mode,
         extend_top_n=args.extend_top_n, bias=args.bias,
     )
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     init.model.save_pretrained(out)
     init.tokenizer.save_pretrained(out)
@@ -398,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--bias", default="map", choices=["map", "zero", "keep"])
     sp.add_argument("--config", nargs="*", help="method config key=value")
     sp.add_argument("--plugin", action="append")
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True, help="output directory (new or empty, unless --overwrite)")
+    sp.add_argument("--overwrite", action="store_true", help="write into a non-empty --out directory")
     sp.set_defaults(fn=cmd_init)
 
     sp = sub.add_parser("overlap", help="overlap report (exact and fuzzy) of two tokenizers")
@@ -460,7 +474,7 @@ def _one_line(e: BaseException) -> str:
     """An exception as one line of text that names what it is about."""
     from harness.registry import RegistryError
 
-    if isinstance(e, KeyError) and not isinstance(e, RegistryError):
+    if isinstance(e, KeyError) and type(e).__str__ is KeyError.__str__ and not isinstance(e, RegistryError):
         msg = f"missing key {e}"
     elif isinstance(e, ImportError) and not str(e):
         msg = f"import failed: {type(e).__name__}"

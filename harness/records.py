@@ -102,6 +102,8 @@ def write_record(directory: Path, record: dict) -> Path:
     blob = json.dumps(record, indent=2, sort_keys=True, default=_json_default, allow_nan=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{record['trial_id']}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file private (0600); records are shared (clusters, teams): use the umask
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(blob)
             f.flush()
@@ -114,6 +116,20 @@ def write_record(directory: Path, record: dict) -> Path:
             pass
         raise
     return path
+
+
+def _umask() -> int:
+    """The process umask (read without changing it where ``/proc`` allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it, then put it back
+    os.umask(mask)
+    return mask
 
 
 def _json_default(o: Any) -> Any:

@@ -247,22 +247,87 @@ def _type_hints(cls: type) -> dict:
         return {}
 
 
-def _coerce(tp: Any, v: Any, where: str) -> Any:
+_FLOAT_TEXT = __import__("re").compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _type_name(tp: Any) -> str:
     import typing
 
-    if tp is None:
+    if typing.get_origin(tp) is typing.Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a text", dict: "a mapping",
+            list: "a list"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _coerce(tp: Any, v: Any, where: str) -> Any:
+    """Check ``v`` against the field type ``tp`` (simple types, Literal, Optional, tuples) and coerce.
+
+    Coercions: an integer for a float field; a list for a tuple field; a number written as text
+    for a float field (YAML 1.1 reads ``1e-3`` as a string). Anything else of the wrong type is a
+    :class:`ValueError` naming the field, the expected type and the value.
+    """
+    import types
+    import typing
+
+    if tp is None or tp is Any:
         return v
-    if dataclasses.is_dataclass(tp) and isinstance(v, dict):
-        return build_config(tp, v, where=where)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(v, dict):
+            return build_config(tp, v, where=where)
+        if isinstance(v, tp):
+            return v
+        raise ValueError(f"{where}: expected a mapping, got {v!r}")
     origin = typing.get_origin(tp)
-    if tp is float and isinstance(v, int) and not isinstance(v, bool):
-        return float(v)
-    if origin is tuple and isinstance(v, list):
-        return tuple(v)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin in (typing.Union, getattr(types, "UnionType", None)):
+        args = typing.get_args(tp)
         if v is None:
-            return None
-        if len(args) == 1:
-            return _coerce(args[0], v, where)
+            if type(None) in args:
+                return None
+            raise ValueError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got null")
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _coerce(rest[0], v, where)
+        for a in rest:  # the first member that accepts the value
+            try:
+                return _coerce(a, v, where)
+            except ValueError:
+                continue
+        raise ValueError(f"{where}: expected {' or '.join(_type_name(a) for a in rest)}, got {v!r}")
+    if origin is typing.Literal:
+        if v not in typing.get_args(tp):
+            raise ValueError(f"{where}: expected {_type_name(tp)}, got {v!r}")
+        return v
+    if origin is tuple:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {v!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], x, f"{where}.{i}") for i, x in enumerate(v))
+        return tuple(v)
+    if origin in (list, dict):
+        if not isinstance(v, origin):
+            raise ValueError(f"{where}: expected {_type_name(origin)}, got {v!r}")
+        return v
+    if tp is bool:
+        if not isinstance(v, bool):
+            raise ValueError(f"{where}: expected true or false, got {v!r}")
+        return v
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{where}: expected an integer, got {v!r}")
+        return v
+    if tp is float:
+        if isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
+            return float(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{where}: expected a number, got {v!r}")
+        return float(v)
+    if tp is str:
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: expected a text, got {v!r}")
+        return v
+    if tp in (dict, list):
+        if not isinstance(v, tp):
+            raise ValueError(f"{where}: expected {_type_name(tp)}, got {v!r}")
+        return v
     return v
