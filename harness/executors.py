@@ -108,7 +108,10 @@ def _gpu_worker(gpu: str, conn, runs_dir: str, execute: Callable, plugins: Seque
         return
     conn.send(("ready",))
     while True:
-        spec = conn.recv()
+        try:
+            spec = conn.recv()
+        except EOFError:  # the parent is gone
+            return
         if spec is None:
             return
         rec = execute(spec, runs_dir, progress=False)
@@ -119,7 +122,7 @@ class _Worker:
     def __init__(self, ctx, gpu: str, runs_dir: str, execute: Callable, plugins: Sequence[str]):
         self.gpu = gpu
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_gpu_worker, args=(gpu, child, runs_dir, execute, tuple(plugins)), daemon=True)
+        self.proc = ctx.Process(target=_gpu_worker, args=(gpu, child, runs_dir, execute, tuple(plugins)))
         self.proc.start()
         child.close()
         self.ready = False

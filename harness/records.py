@@ -109,11 +109,13 @@ def write_record(directory: Path, record: dict) -> Path:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, RecordError):
+            raise OSError(e.errno, f"cannot write record {path} ({e.strerror or e})") from e
         raise
     return path
 

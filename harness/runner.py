@@ -428,7 +428,11 @@ def run_experiment(
     runs_dir = Path(runs_dir)
     exp_dir = runs_dir / cfg.name
     rec_dir = exp_dir / "records"
-    rec_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        rec_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise OSError(e.errno, f"cannot create the records folder {rec_dir} ({e.strerror}); is the runs dir "
+                               f"{runs_dir} writable?") from None
     _write_json_atomic(exp_dir / "experiment.json", {"name": cfg.name, "path": cfg.path, "description": cfg.description})
     specs = cfg.trials()
     todo = specs if force else _resume_todo(specs, rec_dir)

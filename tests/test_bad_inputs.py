@@ -132,6 +132,8 @@ CASES = [
     ("executor-unknown", NOOP, ["run", "{exp}", "--executor", "kubernetes"], ["--executor", "kubernetes"]),
     ("runs-dir-is-a-file", lambda t, e: (t / "afile").write_text("x"),
      ["run", "{exp}", "--runs-dir", "{tmp}/afile", "--no-tracking"], ["afile"]),
+    ("runs-dir-not-writable", NOOP, ["run", "{exp}", "--runs-dir", "/proc/tokxfer-runs", "--no-tracking"],
+     ["/proc/tokxfer-runs", "writable"]),
     ("plugin-missing", NOOP, ["validate", "{exp}", "--plugin", "{tmp}/nope.py"], ["--plugin", "nope.py", "not found"]),
     ("plugin-syntax", lambda t, e: _plugin(t, "def f(:\n"), ["validate", "{exp}", "--plugin", "{tmp}/plug.py"],
      ["--plugin", "plug.py", "syntax error at line 1"]),

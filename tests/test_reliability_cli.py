@@ -101,3 +101,23 @@ def test_records_are_written_with_the_umask(tmp_path, mask, mode):
     finally:
         os.umask(old)
     assert stat.S_IMODE(p.stat().st_mode) == mode
+
+
+def test_full_disk_while_writing_a_record_is_one_line_and_leaves_no_partial_record(exp, tmp_path, capsys, monkeypatch):
+    import errno
+
+    import harness.runner as runner
+
+    monkeypatch.setattr(runner, "run_trial", lambda spec, **kw: _ok_trial(spec))
+
+    def full(f):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)  # the write of the record's temp file fails like on a full disk
+    runs = tmp_path / "runs"
+    assert main(["run", str(exp), "--runs-dir", str(runs), "--no-tracking", "--quiet"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and "No space left on device" in err[0] and "cannot write record" in err[0]
+    assert str(runs / "exp" / "records") in err[0]
+    assert not list((runs / "exp" / "records").iterdir()), "no record and no temp file is left behind"
+    assert not list((runs / "exp" / "claims").glob("*.claim"))
