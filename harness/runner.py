@@ -435,6 +435,9 @@ def run_experiment(
                                f"{runs_dir} writable?") from None
     _write_json_atomic(exp_dir / "experiment.json", {"name": cfg.name, "path": cfg.path, "description": cfg.description})
     specs = cfg.trials()
+    # what the records looked like before deciding what to run: a record that changes later was
+    # written by another process running the same experiment
+    seen = {s.trial_id: _mtime_ns(rec_dir / f"{s.trial_id}.json") for s in specs}
     todo = specs if force else _resume_todo(specs, rec_dir)
     skipped = len(specs) - len(todo)
     if progress and skipped:
@@ -458,7 +461,6 @@ def run_experiment(
             tracking_failed(e)
 
     claims = claims if claims is not None else TrialClaims(exp_dir)
-    seen = {s.trial_id: _mtime_ns(rec_dir / f"{s.trial_id}.json") for s in todo}
     elsewhere: dict[str, TrialSpec] = {}
     by_others: set[str] = set()
 
