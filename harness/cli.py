@@ -58,6 +58,12 @@ def _tracker(args, runs_dir: Path):
     return make_tracker(args.tracking_uri, runs_dir)
 
 
+def _tracking_summary(errors: list[str]) -> str:
+    """One line for all tracking failures of a run: how many, the last error (it names the fix command)."""
+    last = " ".join(errors[-1].split())
+    return f"tracking: {len(errors)} mirror(s) failed; every record is safe on disk. Last error: {last}"
+
+
 # --------------------------------------------------------------------------------------------
 # commands
 
@@ -104,14 +110,42 @@ def cmd_run(args) -> int:
     cfg = load_experiment(args.experiment, args.overrides)
     runs_dir = Path(args.runs_dir)
     tracker = _tracker(args, runs_dir)
+    kw: dict = {}
+    plugins = [str(Path(p).resolve()) for p in args.plugin or []]
+    if args.executor == "gpus":
+        kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None}
+    elif args.executor == "slurm":
+        kw = {"plugins": plugins, "folder": Path(args.slurm_folder or runs_dir / cfg.name / "slurm").resolve(),
+              "slurm": _slurm_params(args.slurm_param or []), "cluster": args.slurm_cluster}
+    executor = make_executor(args.executor, progress=not args.quiet, **kw)
     t0 = time.perf_counter()
-    summary = run_experiment(cfg, runs_dir, executor=make_executor(args.executor, progress=not args.quiet),
-                             tracker=tracker, force=args.force, progress=not args.quiet)
-    print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded), failed {summary.failed} "
-          f"in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")
-    for e in summary.tracking_errors:
-        print(f"tracking error (records are safe): {e}", file=sys.stderr)
+    summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, force=args.force,
+                             progress=not args.quiet)
+    others = f", {summary.by_others} run by other processes" if summary.by_others else ""
+    print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded){others}, failed "
+          f"{summary.failed} in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")
+    if summary.tracking_errors:
+        print(_tracking_summary(summary.tracking_errors), file=sys.stderr)
     return 1 if summary.failed else 0
+
+
+def _gpu_list(text: str) -> list[str]:
+    ids = [g.strip() for g in text.split(",")]
+    if not all(ids):
+        raise ValueError(f"--gpus: expected comma-separated device ids like 0,1, got {text!r}")
+    return ids
+
+
+def _slurm_params(items: list[str]) -> dict:
+    import yaml
+
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--slurm-param {item!r}: expected KEY=VALUE, e.g. slurm_partition=gpu")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 def cmd_leaderboard(args) -> int:
@@ -139,27 +173,56 @@ def cmd_compare(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    from harness.tracking import make_tracker, sync
+    from harness.tracking import default_tracking_uri, make_tracker, rebuild_sqlite_store, sqlite_path, sync
 
     exp_dir = Path(args.experiment_dir)
-    tracker = make_tracker(args.tracking_uri, exp_dir.parent)
-    report = sync(exp_dir, tracker)
-    print(f"synced {exp_dir} to {args.tracking_uri or 'the default store'}: {dict(report)}")
+    rec_dir = exp_dir / "records" if (exp_dir / "records").is_dir() else exp_dir
+    if not rec_dir.is_dir() or not any(rec_dir.glob("*.json")):
+        raise FileNotFoundError(f"{args.experiment_dir}: no records found (expected RUNS_DIR/EXPERIMENT/records/*.json)")
+    runs_dir = rec_dir.parent.parent
+    uri = args.tracking_uri or default_tracking_uri(runs_dir)
+    dirs = [rec_dir.parent]
+    if args.rebuild:
+        db = sqlite_path(uri)
+        if db is None:
+            raise ValueError(f"--rebuild: only a sqlite store can be rebuilt, not --tracking-uri {uri}")
+        moved = rebuild_sqlite_store(db)
+        print(f"moved the old store aside to {moved}" if moved else f"created a new store {db}")
+        # the new store must hold every experiment the old one did: re-mirror all of this runs dir
+        dirs = sorted(d for d in runs_dir.iterdir() if (d / "records").is_dir() and any((d / "records").glob("*.json")))
+    tracker = make_tracker(uri, runs_dir)
+    for d in dirs:
+        report = sync(d, tracker)
+        print(f"synced {d} to {args.tracking_uri or 'the default store'}: {dict(report)}")
     return 0
 
 
 def cmd_init(args) -> int:
+    import yaml
+
     from harness import registry, resources
     from harness.registry import build_config
     from harness.runner import initialize_model, write_init_info
 
-    entry = registry.get("method", args.method)
+    out = Path(args.out)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
+        raise FileExistsError(
+            f"--out {out}: {'exists and is not a directory' if not out.is_dir() else 'is not empty'}; "
+            f"choose a new directory or pass --overwrite"
+        )
+    try:
+        entry = registry.get("method", args.method)
+    except registry.RegistryError as e:
+        raise registry.RegistryError(f"--method: {e}") from None
     cfg_values = {}
     for item in args.config or []:
-        import yaml
-
-        k, _, v = item.partition("=")
-        cfg_values[k] = yaml.safe_load(v)
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise ValueError(f"--config {item!r}: expected KEY=VALUE")
+        try:
+            cfg_values[k.strip()] = yaml.safe_load(v)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--config {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
     cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
     tgt = resources.load_tokenizer(args.target_tokenizer)
     paths = {
@@ -177,7 +240,6 @@ def cmd_init(args) -> int:
         method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=paths, mode=args.mode,
         extend_top_n=args.extend_top_n, bias=args.bias,
     )
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     init.model.save_pretrained(out)
     init.tokenizer.save_pretrained(out)
@@ -244,8 +306,8 @@ def cmd_quickstart(args) -> int:
               f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/{cfg.name}.md (also .csv, .tex, .html)")
     if tracker is not None:
         con.print(f"Open the MLflow UI on these runs with:\n  [bold]{ui_command(runs_dir)}[/]")
-    for e in summary.tracking_errors:
-        con.print(f"[yellow]tracking error (records are safe): {e}[/]")
+    if summary.tracking_errors:
+        print(_tracking_summary(summary.tracking_errors), file=sys.stderr)
     return 1 if summary.failed else 0
 
 
@@ -253,8 +315,9 @@ def cmd_quickstart(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tokxfer", description=__doc__)
+    p = _Parser(prog="tokxfer", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    p.add_argument("--debug", action="store_true", help="print the traceback of an error (anywhere on the line)")
     sub = p.add_subparsers(dest="command", required=True)
 
     def common_run(sp):
@@ -268,7 +331,16 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("experiment")
     sp.add_argument("overrides", nargs="*", help="key=value overrides, e.g. seeds=[1] world.size=tiny")
     common_run(sp)
-    sp.add_argument("--executor", default="local", choices=["local", "gpus", "slurm"])
+    sp.add_argument("--executor", default="local", choices=["local", "gpus", "slurm"],
+                    help="local: this process; gpus: one worker per GPU; slurm: one job per trial (submitit). "
+                         "Several `tokxfer run` of one experiment split the grid between them")
+    sp.add_argument("--gpus", default=None, help="with --executor gpus: device ids, e.g. 0,1 (default: all visible)")
+    sp.add_argument("--slurm-folder", default=None,
+                    help="with --executor slurm: submitit's job folder (default: RUNS_DIR/EXPERIMENT/slurm)")
+    sp.add_argument("--slurm-param", action="append", metavar="KEY=VALUE",
+                    help="with --executor slurm: a submitit parameter, e.g. slurm_partition=gpu timeout_min=120")
+    sp.add_argument("--slurm-cluster", default=None, choices=["slurm", "local", "debug"],
+                    help="with --executor slurm: submitit's cluster (default: auto; local runs jobs as local processes)")
     sp.add_argument("--force", action="store_true", help="re-run trials that already have records")
     sp.set_defaults(fn=cmd_run)
 
@@ -317,7 +389,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("sync", help="re-mirror an experiment's records to MLflow")
     sp.add_argument("experiment_dir")
-    sp.add_argument("--tracking-uri", default=None)
+    sp.add_argument("--tracking-uri", default=None, help="MLflow URI (default: sqlite:///RUNS_DIR/mlflow.db)")
+    sp.add_argument("--rebuild", action="store_true",
+                    help="move a broken sqlite store aside, create a new one and re-mirror every experiment of "
+                         "the runs dir into it from the records")
     sp.set_defaults(fn=cmd_sync)
 
     sp = sub.add_parser("init", help="initialize a model for a new tokenizer and save it (HF directory)")
@@ -336,7 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--bias", default="map", choices=["map", "zero", "keep"])
     sp.add_argument("--config", nargs="*", help="method config key=value")
     sp.add_argument("--plugin", action="append")
-    sp.add_argument("--out", required=True)
+    sp.add_argument("--out", required=True, help="output directory (new or empty, unless --overwrite)")
+    sp.add_argument("--overwrite", action="store_true", help="write into a non-empty --out directory")
     sp.set_defaults(fn=cmd_init)
 
     sp = sub.add_parser("overlap", help="overlap report (exact and fuzzy) of two tokenizers")
@@ -360,7 +436,67 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors (exit 2), like every other tokxfer error."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        print(f"tokxfer: error: {self.prog}: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        sys.exit(2)
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by the user's input or environment: one line, exit 2."""
+    from harness.config import ConfigError
+    from harness.records import RecordError
+    from harness.registry import RegistryError
+    from harness.resources import ResourceError
+    from harness.surgery import SurgeryError
+    from harness.tracking import TrackingError
+
+    known: list[type[BaseException]] = [ConfigError, RegistryError, ResourceError, SurgeryError, RecordError,
+                                        TrackingError, ValueError, OSError, KeyError, ImportError, TimeoutError]
+    try:
+        from leaderboards.spec import SpecError
+
+        known.append(SpecError)
+    except ImportError:
+        pass
+    try:
+        from harness.executors import ExecutorError
+
+        known.append(ExecutorError)
+    except ImportError:
+        pass
+    return tuple(known)
+
+
+def _one_line(e: BaseException) -> str:
+    """An exception as one line of text that names what it is about."""
+    from harness.registry import RegistryError
+
+    if isinstance(e, KeyError) and type(e).__str__ is KeyError.__str__ and not isinstance(e, RegistryError):
+        msg = f"missing key {e}"
+    elif isinstance(e, ImportError) and not str(e):
+        msg = f"import failed: {type(e).__name__}"
+    else:
+        msg = str(e) or type(e).__name__
+    if isinstance(e, OSError) and e.filename is not None and str(e.filename) not in msg:
+        msg = f"{msg}: {e.filename}"
+    msg = " ".join(msg.split())
+    return msg if len(msg) <= 2000 else msg[:1997] + "…"
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run the ``tokxfer`` command line; returns the exit status.
+
+    Errors caused by inputs or the environment (a bad file, flag or field; a missing, unreadable or
+    full path; an unknown name; a broken plugin) print one line naming the culprit and exit 2;
+    the traceback only with ``--debug``. Ctrl-C exits 130; finished trials' records are kept and
+    the trial that was running leaves no record.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    argv = [a for a in argv if a != "--debug"]
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     # key=value overrides may also come after options (`tokxfer run X.yaml --quiet seeds=[1]`)
@@ -370,19 +506,28 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
-    _load_plugins(args)
-    from harness.config import ConfigError
-    from harness.records import RecordError
-    from harness.registry import RegistryError
-    from harness.resources import ResourceError
-    from harness.surgery import SurgeryError
-    from harness.tracking import TrackingError
-
     try:
+        _load_plugins(args)
         return args.fn(args)
-    except (ConfigError, RegistryError, ResourceError, SurgeryError, RecordError, FileNotFoundError, TrackingError) as e:
-        print(f"tokxfer: error: {e}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print("tokxfer: interrupted; records of finished trials are on disk, the same command resumes",
+              file=sys.stderr)
+        return 130
+    except Exception as e:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        if isinstance(e, _known_errors()):
+            print(f"tokxfer: error: {_one_line(e)}", file=sys.stderr)
+            return 2
+        hint = "" if debug else " (run with --debug for the traceback)"
+        print(f"tokxfer: internal error: {type(e).__name__}: {_one_line(e)}{hint}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -247,15 +247,40 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], *, where:
                     raise ConfigError(f"override {item!r}: {'.'.join(parts[: i + 1])} is not a valid list index") from None
                 if isinstance(node, str):  # shorthand "random" → {"name": "random"}
                     raise ConfigError(f"override {item!r}: write that entry as a mapping in {where} to override its fields")
-            else:
+            elif isinstance(node, dict):
                 node = node.setdefault(p, {})
+                if node is None:
+                    node = raw_parent_fix(raw, parts[: i + 1])
+            else:
+                raise ConfigError(f"override {item!r}: {'.'.join(parts[:i])} is {node!r}, not a mapping or list")
         last = parts[-1]
-        parsed = yaml.safe_load(value) if value != "" else ""
+        try:
+            parsed = yaml.safe_load(value) if value != "" else ""
+        except yaml.YAMLError as e:
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
         if isinstance(node, list):
-            node[int(last)] = parsed
-        else:
+            try:
+                node[int(last)] = parsed
+            except (ValueError, IndexError):
+                raise ConfigError(f"override {item!r}: {key} is not a valid list index") from None
+        elif isinstance(node, dict):
             node[last] = parsed
+        else:
+            raise ConfigError(f"override {item!r}: {'.'.join(parts[:-1])} is {node!r}, not a mapping or list")
     return raw
+
+
+def raw_parent_fix(raw: dict, path: list[str]) -> dict:
+    """Replace a ``null`` on an override's path by an empty mapping (``world: null`` + ``world.size=tiny``)."""
+    node: Any = raw
+    for p in path[:-1]:
+        node = node[int(p)] if isinstance(node, list) else node[p]
+    fresh: dict = {}
+    if isinstance(node, list):
+        node[int(path[-1])] = fresh
+    else:
+        node[path[-1]] = fresh
+    return fresh
 
 
 def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentConfig:
@@ -279,28 +304,37 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         for i, t in enumerate(raw["targets"]):
             if isinstance(t, str):
                 t = {"language": t}
+            if not isinstance(t, dict):
+                raise ConfigError(f"{where}: targets.{i}: expected a language code or a mapping, got {t!r}")
             t = dict(t)
             tok = t.get("tokenizer") or {}
             if isinstance(tok, str):
                 tok = {"path": tok}
             t["tokenizer"] = _dc(TokenizerSpec, tok, f"{where}: targets.{i}.tokenizer")
             targets.append(_dc(TargetSpec, t, f"{where}: targets.{i}"))
-        methods = _components("method", raw["methods"], f"{where}: methods")
-        tasks = _components("task", raw["tasks"], f"{where}: tasks")
+        methods = _components("method", raw["methods"], f"{where}: methods", required=True)
+        tasks = _components("task", raw["tasks"], f"{where}: tasks", required=True)
         encodings = _components("encoding", raw.get("encodings") or [], f"{where}: encodings")
         stages = _components("stage", raw.get("stages") or [], f"{where}: stages")
         seeds = raw.get("seeds", [1, 2, 3, 4, 5])
         if isinstance(seeds, int):
             seeds = [seeds]
-        if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        if (not isinstance(seeds, list) or not seeds
+                or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
             raise ConfigError(f"{where}: seeds: expected a non-empty list of integers, got {seeds!r}")
+        dups = sorted({s for s in seeds if seeds.count(s) > 1})
+        if dups:
+            raise ConfigError(f"{where}: seeds: seed(s) {dups} listed twice; each seed is one trial, list it once")
+        extend_top_n = raw.get("extend_top_n", 30000)
+        if isinstance(extend_top_n, bool) or not isinstance(extend_top_n, int) or extend_top_n < 1:
+            raise ConfigError(f"{where}: extend_top_n: expected a positive integer, got {extend_top_n!r}")
         mode = raw.get("mode", "replace")
         if mode not in ("replace", "extend"):
             raise ConfigError(f"{where}: mode: expected 'replace' or 'extend', got {mode!r}")
         return ExperimentConfig(
-            name=str(raw["name"]), source=source, targets=tuple(targets), methods=tuple(methods),
+            name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
             tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
-            world=world, mode=mode, extend_top_n=int(raw.get("extend_top_n", 30000)),
+            world=world, mode=mode, extend_top_n=extend_top_n,
             description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
         )
     except ConfigError:
@@ -308,6 +342,43 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
     except (ValueError, TypeError, KeyError) as e:
         msg = str(e)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def check_name(name: Any, where: str = "<experiment>") -> str:
+    """The experiment ``name`` as a safe single path component (records go to ``RUNS_DIR/<name>/``).
+
+    Refused: non-strings (numbers are accepted as text), empty or blank names, ``.``/``..``,
+    path separators, a leading ``.`` or ``-`` (hidden folders, names read as options), control
+    characters, surrounding spaces, more than 200 characters.
+
+    Example:
+        >>> check_name("quickstart-tiny")
+        'quickstart-tiny'
+    """
+    if isinstance(name, bool) or not isinstance(name, (str, int)):
+        raise ConfigError(f"{where}: name: expected a text naming the experiment, got {name!r}")
+    name = str(name)
+    why = None
+    if not name.strip():
+        why = "it is empty"
+    elif name in (".", ".."):
+        why = "it is '.' or '..'"
+    elif "/" in name or "\\" in name:
+        why = "it contains a path separator"
+    elif name[0] in ".-":
+        why = f"it starts with {name[0]!r}"
+    elif name != name.strip():
+        why = "it has leading or trailing spaces"
+    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
+        why = "it contains control characters"
+    elif len(name) > 200:
+        why = "it is longer than 200 characters"
+    if why:
+        raise ConfigError(
+            f"{where}: name: {name!r} cannot be a folder name under the runs dir ({why}); "
+            f"use letters, digits and - _ . + (e.g. my-experiment)"
+        )
+    return name
 
 
 def _dc(cls: type, values: Any, where: str) -> Any:
@@ -321,9 +392,11 @@ def _dc(cls: type, values: Any, where: str) -> Any:
         raise ConfigError(str(e)) from None
 
 
-def _components(kind: str, items: Any, where: str) -> list[ComponentSpec]:
+def _components(kind: str, items: Any, where: str, *, required: bool = False) -> list[ComponentSpec]:
     if not isinstance(items, list):
         raise ConfigError(f"{where}: expected a list, got {type(items).__name__}")
+    if required and not items:
+        raise ConfigError(f"{where}: expected a non-empty list (an empty one makes a grid of 0 trials)")
     out, seen = [], set()
     for i, item in enumerate(items):
         if isinstance(item, str):

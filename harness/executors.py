@@ -1,17 +1,39 @@
 """Executors: where trials run. In-process (CPU / one GPU), one worker per GPU, or Slurm via submitit.
 
-Every executor calls :func:`harness.runner.execute`, which writes the trial's record atomically
-before the executor hears of it, so nothing finished is lost when a grid is interrupted.
+An executor is given the trial function ``execute`` (:func:`harness.runner.execute`, passed in by
+the runner, so this module does not import the runner): it runs a trial and writes its record
+atomically before the executor hears of it, so nothing finished is lost when a grid is
+interrupted. Optional hooks from the runner:
+
+* ``claim(spec) -> bool`` is asked right before a trial starts; ``False`` means another
+  ``tokxfer run`` process works on it (see :mod:`harness.claims`) and the trial is left out;
+* ``lost(spec, reason, since) -> record`` is called in this process when a worker died during a
+  trial (killed, out of memory, a Slurm job cancelled …): it writes the trial's failed record,
+  unless the worker wrote a record after ``since`` (then it returns that one).
+
+Worker processes (``gpus``) and Slurm jobs load the ``--plugin`` files before running a trial.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from harness import records
+
+__all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "SlurmExecutor", "make_executor", "run_with_plugins"]
+
+GPUS_ENV = "TOKXFER_GPUS"
+"""Comma-separated device ids for the ``gpus`` executor (default: every visible CUDA device).
+Also what tests use to run the pool on CPU with fake devices."""
+
+
+class ExecutorError(RuntimeError):
+    """An executor cannot run (no GPUs, submitit missing, workers that cannot start)."""
 
 
 def _progress(total: int, enabled: bool):
@@ -30,116 +52,273 @@ def _progress(total: int, enabled: bool):
     )
 
 
+def _always(spec: Any) -> bool:
+    return True
+
+
+def _load_plugins(plugins: Sequence[str]) -> None:
+    from harness import registry
+
+    for p in plugins:
+        registry.load_plugin(p)
+
+
+def run_with_plugins(plugins: Sequence[str], execute: Callable, spec: Any, runs_dir: str, progress: bool = False) -> dict:
+    """Load ``--plugin`` files, then run ``execute(spec, runs_dir, progress)`` (entry point of Slurm jobs)."""
+    _load_plugins(plugins)
+    return execute(spec, runs_dir, progress=progress)
+
+
 class LocalExecutor:
     """Run trials one after another in this process (on its default device)."""
 
     def __init__(self, progress: bool = True):
         self.progress = progress
 
-    def run(self, specs: list, runs_dir: str, on_record: Callable[[dict], None]) -> list[dict]:
-        from harness.runner import execute
-
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """Run each spec ``claim`` grants, in order; return their records."""
+        claim = claim or _always
         out = []
         with _progress(len(specs), self.progress) as prog:
             task = prog.add_task("", total=len(specs))
             for spec in specs:
-                prog.update(task, description=spec.describe())
-                rec = execute(spec, runs_dir, progress=self.progress)
-                on_record(rec)
-                out.append(rec)
+                if claim(spec):
+                    prog.update(task, description=spec.describe())
+                    rec = execute(spec, runs_dir, progress=self.progress)
+                    on_record(rec)
+                    out.append(rec)
                 prog.advance(task)
         return out
 
 
-def _gpu_worker(gpu: str, queue, results, runs_dir: str) -> None:  # pragma: no cover - needs GPUs
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    from harness.runner import execute
+# --------------------------------------------------------------------------------------------
+# one worker process per GPU
 
+
+def _gpu_worker(gpu: str, conn, runs_dir: str, execute: Callable, plugins: Sequence[str]) -> None:
+    """Worker loop: pin the device, load plugins, then run the specs the parent sends until ``None``."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        _load_plugins(plugins)
+    except BaseException as e:
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready",))
     while True:
-        spec = queue.get()
+        try:
+            spec = conn.recv()
+        except EOFError:  # the parent is gone
+            return
         if spec is None:
             return
         rec = execute(spec, runs_dir, progress=False)
-        results.put(rec["trial_id"])
+        conn.send(("done", rec["trial_id"]))
+
+
+class _Worker:
+    def __init__(self, ctx, gpu: str, runs_dir: str, execute: Callable, plugins: Sequence[str]):
+        self.gpu = gpu
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_gpu_worker, args=(gpu, child, runs_dir, execute, tuple(plugins)))
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.spec: Any = None
+        self.since = 0.0
 
 
 class GpuPoolExecutor:
     """One worker process per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; failures stay in their trial.
 
+    The parent hands out one trial at a time to an idle worker. A worker that dies during a
+    trial (killed, out of memory) costs that trial only: it is recorded as failed (through the
+    runner's ``lost`` hook) and a new worker takes the device.
+
     Args:
-        gpus: GPU indices to use (default: all visible).
+        gpus: device ids to use (default: ``$TOKXFER_GPUS``, else every visible CUDA device).
+            The ids are only written into ``CUDA_VISIBLE_DEVICES``, so tests can pass fake ones on CPU.
+        plugins: ``--plugin`` files every worker loads.
+        progress: show a progress bar.
     """
 
-    def __init__(self, gpus: list[int] | None = None, progress: bool = True):
-        import torch
+    def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = ()):
+        if gpus is None and os.environ.get(GPUS_ENV):
+            gpus = [g.strip() for g in os.environ[GPUS_ENV].split(",") if g.strip()]
+        if gpus is None:
+            import torch
 
-        self.gpus = [str(g) for g in (gpus if gpus is not None else range(torch.cuda.device_count()))]
+            gpus = list(range(torch.cuda.device_count()))
+        self.gpus = [str(g) for g in gpus]
         if not self.gpus:
-            raise RuntimeError("GpuPoolExecutor: no GPUs visible; use the local executor")
+            raise ExecutorError(
+                f"--executor gpus: no CUDA device visible (set {GPUS_ENV}=0,1,… to name devices, or use --executor local)"
+            )
         self.progress = progress
+        self.plugins = tuple(str(p) for p in plugins)
+        self.poll_s = 1.0
 
-    def run(self, specs: list, runs_dir: str, on_record: Callable[[dict], None]) -> list[dict]:
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """Run the specs on the pool; return their records (failed ones for trials whose worker died)."""
         import multiprocessing as mp
+        from multiprocessing.connection import wait
 
+        claim = claim or _always
         ctx = mp.get_context("spawn")
-        queue, results = ctx.Queue(), ctx.Queue()
-        for s in specs:
-            queue.put(s)
-        for _ in self.gpus:
-            queue.put(None)
-        procs = [ctx.Process(target=_gpu_worker, args=(g, queue, results, runs_dir)) for g in self.gpus]
-        for p in procs:
-            p.start()
-        out = []
-        rec_dir = Path(runs_dir)
-        with _progress(len(specs), self.progress) as prog:
-            task = prog.add_task(f"{len(self.gpus)} GPU workers", total=len(specs))
-            by_id = {s.trial_id: s for s in specs}
-            for _ in specs:
-                tid = results.get()
-                rec = records.load_record(rec_dir / by_id[tid].experiment / "records" / f"{tid}.json")
-                on_record(rec)
-                out.append(rec)
-                prog.advance(task)
-        for p in procs:
-            p.join()
+        queue = deque(specs)
+        workers = {g: _Worker(ctx, g, runs_dir, execute, self.plugins) for g in self.gpus}
+        out: list[dict] = []
+        rec_root = Path(runs_dir)
+        try:
+            with _progress(len(specs), self.progress) as prog:
+                task = prog.add_task(f"{len(self.gpus)} GPU workers", total=len(specs))
+                while True:
+                    for w in workers.values():  # hand out work to idle workers
+                        while w.ready and w.spec is None and queue:
+                            spec = queue.popleft()
+                            if not claim(spec):
+                                prog.advance(task)
+                                continue
+                            w.spec, w.since = spec, time.time()
+                            w.conn.send(spec)
+                    if not queue and all(w.spec is None for w in workers.values()):
+                        break
+                    wait([w.conn for w in workers.values()] + [w.proc.sentinel for w in workers.values()],
+                         timeout=self.poll_s)
+                    for g, w in list(workers.items()):
+                        msg = None
+                        try:
+                            if w.conn.poll():
+                                msg = w.conn.recv()
+                        except (EOFError, OSError):
+                            msg = None
+                        if msg is not None:
+                            if msg[0] == "error":
+                                raise ExecutorError(f"--executor gpus: worker for device {g} could not start: {msg[1]}")
+                            if msg[0] == "ready":
+                                w.ready = True
+                            elif msg[0] == "done":
+                                spec, w.spec = w.spec, None
+                                rec = records.load_record(rec_root / spec.experiment / "records" / f"{msg[1]}.json")
+                                on_record(rec)
+                                out.append(rec)
+                                prog.advance(task)
+                            continue
+                        if w.proc.is_alive():
+                            continue
+                        # the worker died
+                        w.proc.join()
+                        if not w.ready:
+                            raise ExecutorError(
+                                f"--executor gpus: worker for device {g} exited with code {w.proc.exitcode} while starting"
+                            )
+                        if w.spec is not None:
+                            reason = (f"the worker process for device {g} died (exit code {w.proc.exitcode}) "
+                                      f"during the trial")
+                            if lost is None:
+                                raise ExecutorError(reason)
+                            rec = lost(w.spec, reason, w.since)
+                            on_record(rec)
+                            out.append(rec)
+                            prog.advance(task)
+                        w.conn.close()
+                        if queue:
+                            workers[g] = _Worker(ctx, g, runs_dir, execute, self.plugins)
+                        else:
+                            del workers[g]
+        finally:
+            for w in workers.values():
+                try:
+                    w.conn.send(None)
+                except (OSError, ValueError):
+                    pass
+            deadline = time.monotonic() + 10
+            for w in workers.values():
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+                if w.proc.is_alive():
+                    w.proc.terminate()
+                    w.proc.join(timeout=5)
         return out
+
+
+# --------------------------------------------------------------------------------------------
+# Slurm
 
 
 class SlurmExecutor:
     """Submit each trial as a Slurm job through submitit (``pip install tokxfer[cluster]``).
 
-    Records and caches must live on a shared filesystem. ``slurm`` holds submitit parameters,
-    e.g. ``{"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 120}``.
+    Records and caches must live on a shared filesystem. A job that dies (cancelled, out of
+    time, node failure, killed) is recorded as a failed trial; the others go on.
+
+    Args:
+        folder: where submitit keeps job scripts and logs (the CLI default is
+            ``<runs dir>/<experiment>/slurm``).
+        slurm: submitit parameters, e.g. ``{"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 120}``.
+        cluster: submitit's cluster (``None``: auto-detect; ``"local"`` runs jobs as local processes,
+            ``"debug"`` in this process: for tests and dry runs).
+        plugins: ``--plugin`` files every job loads.
     """
 
-    def __init__(self, folder: str, slurm: dict[str, Any] | None = None, progress: bool = True):
+    def __init__(self, folder: str | os.PathLike, slurm: dict[str, Any] | None = None, progress: bool = True,
+                 cluster: str | None = None, plugins: Sequence[str] = ()):
         try:
             import submitit
         except ImportError as e:
-            raise RuntimeError("the Slurm executor needs submitit: pip install 'tokxfer[cluster]'") from e
-        self.executor = submitit.AutoExecutor(folder=folder)
-        self.executor.update_parameters(**(slurm or {}))
+            raise ExecutorError("--executor slurm needs submitit: pip install 'tokxfer[cluster]'") from e
+        self.folder = Path(folder)
+        self.executor = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
+        try:
+            self.executor.update_parameters(**(slurm or {}))
+        except (TypeError, ValueError) as e:
+            raise ExecutorError(f"--slurm parameters: {e}") from None
         self.progress = progress
+        self.plugins = tuple(str(p) for p in plugins)
 
-    def run(self, specs: list, runs_dir: str, on_record: Callable[[dict], None]) -> list[dict]:
-        from harness.runner import execute
-
-        jobs = self.executor.map_array(execute, specs, [runs_dir] * len(specs), [False] * len(specs))
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """Submit every claimed spec as one job of an array; collect records as jobs end."""
+        claim = claim or _always
+        mine = [s for s in specs if claim(s)]
+        if not mine:
+            return []
+        since = time.time()
+        n = len(mine)
+        jobs = self.executor.map_array(
+            run_with_plugins, [self.plugins] * n, [execute] * n, mine, [runs_dir] * n, [False] * n
+        )
         out = []
-        for job in jobs:
-            rec = job.result()
+        for spec, job in zip(mine, jobs):
+            try:
+                rec = job.result()
+            except Exception as e:  # the job died: cancelled, timed out, killed, node failure
+                reason = f"Slurm job {job.job_id} ended without a result ({type(e).__name__}: {_first_line(e)})"
+                if lost is None:
+                    raise ExecutorError(reason) from e
+                rec = lost(spec, reason, since)
             on_record(rec)
             out.append(rec)
         return out
 
 
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
 def make_executor(name: str, progress: bool = True, **kw) -> Any:
-    """``local`` | ``gpus`` | ``slurm``."""
+    """``local`` | ``gpus`` | ``slurm`` (keyword arguments go to the executor's constructor)."""
     if name == "local":
         return LocalExecutor(progress=progress)
     if name == "gpus":
         return GpuPoolExecutor(progress=progress, **kw)
     if name == "slurm":
         return SlurmExecutor(progress=progress, **kw)
-    raise ValueError(f"executor: expected local|gpus|slurm, got {name!r}")
+    raise ValueError(f"--executor: expected local|gpus|slurm, got {name!r}")

@@ -104,18 +104,36 @@ def write_record(directory: Path, record: dict) -> Path:
     blob = json.dumps(record, indent=2, sort_keys=True, default=_json_default, allow_nan=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{record['trial_id']}.", suffix=".tmp", dir=directory)
     try:
+        # mkstemp makes the file private (0600); records are shared (clusters, teams): use the umask
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(blob)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if isinstance(e, OSError) and not isinstance(e, RecordError):
+            raise OSError(e.errno, f"cannot write record {path} ({e.strerror or e})") from e
         raise
     return path
+
+
+def _umask() -> int:
+    """The process umask (read without changing it where ``/proc`` allows)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)  # no /proc: read it by setting it, then put it back
+    os.umask(mask)
+    return mask
 
 
 def _json_default(o: Any) -> Any:
@@ -196,7 +214,11 @@ def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict
 
 
 def completed_trial_ids(directory: Path) -> set[str]:
-    """Trial ids whose record exists, validates and finished with status ``ok``."""
+    """Trial ids whose record exists, validates and finished with status ``ok``.
+
+    Unreadable records are left out (see :func:`trial_state` for the check that resume uses,
+    which refuses to treat them as missing).
+    """
     out = set()
     directory = Path(directory)
     if not directory.is_dir():
@@ -209,3 +231,42 @@ def completed_trial_ids(directory: Path) -> set[str]:
         if rec.get("status") == "ok":
             out.add(rec["trial_id"])
     return out
+
+
+TRIAL_STATES = ("missing", "complete", "failed", "incomplete")
+
+
+def trial_state(path: str | Path, *, languages: list[str] | tuple[str, ...] = (),
+                required_metrics: list[str] | tuple[str, ...] = ()) -> tuple[str, str]:
+    """What resume should do with a trial's record file: ``(state, why)``.
+
+    States: ``missing`` (no file: run it), ``complete`` (status ok and every metric there: skip
+    it), ``failed`` (status failed: run it again), ``incomplete`` (status ok, but a language or a
+    metric the task declares is missing: run it again).
+
+    Args:
+        path: ``records/<trial_id>.json``.
+        languages: languages the trial evaluates; each needs a non-empty ``metrics[language]``.
+        required_metrics: metric names the task declares; each must be in every language's metrics.
+
+    Raises:
+        RecordError: the file exists but cannot be read, is corrupt, lacks required fields, or is
+            from a newer schema. Resume must stop then: re-running would overwrite it.
+    """
+    path = Path(path)
+    if not path.exists():
+        return "missing", ""
+    rec = load_record(path)
+    if rec.get("status") != "ok":
+        return "failed", f"status {rec.get('status')!r}"
+    metrics = rec.get("metrics")
+    if not isinstance(metrics, dict):
+        return "incomplete", "no metrics"
+    for lang in languages:
+        got = metrics.get(lang)
+        if not isinstance(got, dict) or not got:
+            return "incomplete", f"no metrics for language {lang!r}"
+        absent = [m for m in required_metrics if m not in got]
+        if absent:
+            return "incomplete", f"metric(s) {', '.join(absent)} missing for language {lang!r}"
+    return "complete", ""

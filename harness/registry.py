@@ -81,7 +81,8 @@ def _register(kind: str, name: str, config: type, description: str | None) -> Ca
         if name in _REGISTRY[kind]:
             prev = _REGISTRY[kind][name]
             raise RegistryError(
-                f"{kind} '{name}' is already registered by {prev.origin}; refusing to replace it with {cls.__module__}.{cls.__qualname__}"
+                f"{kind} '{name}' is already registered by {prev.origin}; refusing to replace it with "
+                f"{cls.__module__}.{cls.__qualname__} (choose another name)"
             )
         doc = description or ((cls.__doc__ or "").strip().splitlines() or [""])[0]
         _REGISTRY[kind][name] = Entry(kind, name, cls, config, doc, f"{cls.__module__}.{cls.__qualname__}")
@@ -125,11 +126,24 @@ def load_builtins() -> None:
                 ep.load()  # the module registers itself with the decorators
 
 
+class PluginError(ImportError):
+    """A ``--plugin`` file is missing, does not compile, fails to import, or registers a taken name."""
+
+
 def load_plugin(path: str | Path) -> None:
-    """Load a Python file that registers methods/encodings/tasks (``--plugin FILE``)."""
+    """Load a Python file that registers methods/encodings/tasks (``--plugin FILE``).
+
+    Built-ins are loaded first, so a plugin that re-registers a built-in name is the one blamed.
+
+    Raises:
+        PluginError: naming the file and what went wrong (missing, syntax error with its line,
+            import error, a name already registered).
+    """
     path = Path(path)
+    where = f"--plugin {path}"
     if not path.is_file():
-        raise FileNotFoundError(f"plugin file not found: {path}")
+        raise PluginError(f"{where}: file not found" if not path.exists() else f"{where}: not a file")
+    load_builtins()
     import hashlib
 
     # keyed by the file's resolved path: two plugin files with the same name are different plugins
@@ -137,10 +151,37 @@ def load_plugin(path: str | Path) -> None:
     mod_name = f"tokxfer_plugin_{path.stem}_{digest}"
     if mod_name in sys.modules:
         return
+    try:
+        source = path.read_text(encoding="utf-8")
+        code = compile(source, str(path), "exec")
+    except SyntaxError as e:
+        raise PluginError(f"{where}: syntax error at line {e.lineno}: {e.msg}") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise PluginError(f"{where}: cannot read it ({e})") from None
     spec = importlib.util.spec_from_file_location(mod_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
-    spec.loader.exec_module(module)
+    before = {k: dict(v) for k, v in _REGISTRY.items()}
+    try:
+        exec(code, module.__dict__)
+    except BaseException as e:
+        del sys.modules[mod_name]
+        for k in KINDS:  # a half-loaded plugin leaves nothing registered
+            _REGISTRY[k] = before[k]
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        if isinstance(e, RegistryError):
+            raise PluginError(f"{where}: {e}") from None
+        line = _plugin_line(e, path)
+        raise PluginError(f"{where}: failed while loading{line}: {type(e).__name__}: {e}") from None
+
+
+def _plugin_line(e: BaseException, path: Path) -> str:
+    """`` (line N)`` of the innermost frame of ``e`` inside the plugin file, if any."""
+    import traceback
+
+    lines = [f.lineno for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
+    return f" (line {lines[-1]})" if lines else ""
 
 
 def names(kind: str) -> list[str]:
@@ -206,22 +247,87 @@ def _type_hints(cls: type) -> dict:
         return {}
 
 
-def _coerce(tp: Any, v: Any, where: str) -> Any:
+_FLOAT_TEXT = __import__("re").compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+
+
+def _type_name(tp: Any) -> str:
     import typing
 
-    if tp is None:
+    if typing.get_origin(tp) is typing.Literal:
+        return " or ".join(repr(a) for a in typing.get_args(tp))
+    return {int: "an integer", float: "a number", bool: "true or false", str: "a text", dict: "a mapping",
+            list: "a list"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _coerce(tp: Any, v: Any, where: str) -> Any:
+    """Check ``v`` against the field type ``tp`` (simple types, Literal, Optional, tuples) and coerce.
+
+    Coercions: an integer for a float field; a list for a tuple field; a number written as text
+    for a float field (YAML 1.1 reads ``1e-3`` as a string). Anything else of the wrong type is a
+    :class:`ValueError` naming the field, the expected type and the value.
+    """
+    import types
+    import typing
+
+    if tp is None or tp is Any:
         return v
-    if dataclasses.is_dataclass(tp) and isinstance(v, dict):
-        return build_config(tp, v, where=where)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(v, dict):
+            return build_config(tp, v, where=where)
+        if isinstance(v, tp):
+            return v
+        raise ValueError(f"{where}: expected a mapping, got {v!r}")
     origin = typing.get_origin(tp)
-    if tp is float and isinstance(v, int) and not isinstance(v, bool):
-        return float(v)
-    if origin is tuple and isinstance(v, list):
-        return tuple(v)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if origin in (typing.Union, getattr(types, "UnionType", None)):
+        args = typing.get_args(tp)
         if v is None:
-            return None
-        if len(args) == 1:
-            return _coerce(args[0], v, where)
+            if type(None) in args:
+                return None
+            raise ValueError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got null")
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1:
+            return _coerce(rest[0], v, where)
+        for a in rest:  # the first member that accepts the value
+            try:
+                return _coerce(a, v, where)
+            except ValueError:
+                continue
+        raise ValueError(f"{where}: expected {' or '.join(_type_name(a) for a in rest)}, got {v!r}")
+    if origin is typing.Literal:
+        if v not in typing.get_args(tp):
+            raise ValueError(f"{where}: expected {_type_name(tp)}, got {v!r}")
+        return v
+    if origin is tuple:
+        if not isinstance(v, (list, tuple)):
+            raise ValueError(f"{where}: expected a list, got {v!r}")
+        args = typing.get_args(tp)
+        if len(args) == 2 and args[1] is Ellipsis:
+            return tuple(_coerce(args[0], x, f"{where}.{i}") for i, x in enumerate(v))
+        return tuple(v)
+    if origin in (list, dict):
+        if not isinstance(v, origin):
+            raise ValueError(f"{where}: expected {_type_name(origin)}, got {v!r}")
+        return v
+    if tp is bool:
+        if not isinstance(v, bool):
+            raise ValueError(f"{where}: expected true or false, got {v!r}")
+        return v
+    if tp is int:
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{where}: expected an integer, got {v!r}")
+        return v
+    if tp is float:
+        if isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
+            return float(v)
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise ValueError(f"{where}: expected a number, got {v!r}")
+        return float(v)
+    if tp is str:
+        if not isinstance(v, str):
+            raise ValueError(f"{where}: expected a text, got {v!r}")
+        return v
+    if tp in (dict, list):
+        if not isinstance(v, tp):
+            raise ValueError(f"{where}: expected {_type_name(tp)}, got {v!r}")
+        return v
     return v

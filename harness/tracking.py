@@ -16,6 +16,15 @@ params = the flattened resolved config; metrics = ``metrics.<lang>.<name>``, ``i
 ``init.diagnostics.*``, ``counts.*``, ``timings.*``; curves = step metrics ``curves.<name>``.
 Artifacts: the record as ``record.json`` plus the files the caller passes (``init_info.json``).
 
+The embedded sqlite store is created once, under an exclusive file lock (``mlflow.db.lock``), in
+a temporary file that is moved into place only when MLflow's schema migrations have all run: a
+kill, a second process or a full disk during the first use leaves no half-migrated database.
+A store that is broken anyway (an older tokxfer's half-migrated database, a corrupt file) is
+detected before use and the error names the command that rebuilds it from the records:
+``tokxfer sync RUNS_DIR/EXPERIMENT --rebuild``. Writes to a sqlite store are serialized between
+processes with the same lock, so concurrent workers of one grid do not fail with
+``database is locked``.
+
 A tracker failure never loses a record: :meth:`MLflowTracker.log_trial` raises
 :class:`TrackingError` saying that the record is safe on disk and which ``tokxfer sync``
 command re-mirrors it. An ``http(s)`` tracking URI is checked with a short ``/health`` request
@@ -38,8 +47,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.claims import file_lock
+
 __all__ = [
     "TrackingError",
+    "StoreBrokenError",
     "NullTracker",
     "MLflowTracker",
     "SyncReport",
@@ -49,6 +61,10 @@ __all__ = [
     "sync_command",
     "ui_command",
     "iter_record_files",
+    "ensure_sqlite_store",
+    "check_sqlite_store",
+    "rebuild_sqlite_store",
+    "sqlite_path",
 ]
 
 # MLflow limits (mlflow/utils/validation.py, mlflow 3.17). Kept here so that we chunk and
@@ -100,6 +116,10 @@ class TrackingError(RuntimeError):
         self.sync_command = sync_command
 
 
+class StoreBrokenError(TrackingError):
+    """The sqlite MLflow store exists but cannot be used (half-migrated, corrupt, foreign file)."""
+
+
 class NullTracker:
     """A tracker that mirrors nothing (tests, ``--tracking-uri none``).
 
@@ -148,6 +168,185 @@ def ui_command(runs_dir: str | os.PathLike) -> str:
         'mlflow ui --backend-store-uri sqlite:////tmp/runs/mlflow.db'
     """
     return f"mlflow ui --backend-store-uri {shlex.quote(default_tracking_uri(runs_dir))}"
+
+
+def rebuild_command(runs_dir: str | os.PathLike | None, experiment: str, tracking_uri: str) -> str:
+    """The command that rebuilds a broken sqlite store from the records.
+
+    Example:
+        >>> rebuild_command("runs", "quickstart", "sqlite:////abs/runs/mlflow.db")
+        'tokxfer sync runs/quickstart --rebuild --tracking-uri sqlite:////abs/runs/mlflow.db'
+    """
+    return sync_command(runs_dir, experiment, tracking_uri).replace(" --tracking-uri ", " --rebuild --tracking-uri ", 1)
+
+
+# --------------------------------------------------------------------------------------------
+# The embedded sqlite store: created once under a lock, checked before use, rebuilt on demand
+# --------------------------------------------------------------------------------------------
+
+SQLITE_LOCK_TIMEOUT_S = 600.0
+"""How long a process waits for the store lock (first creation takes seconds, a mirror well under one)."""
+_READY_STORES: set[Path] = set()
+"""sqlite files this process created or checked (checked once per process, not per trial)."""
+
+
+def sqlite_path(tracking_uri: str) -> Path | None:
+    """The database file of a ``sqlite:///…`` URI (``None`` for other URIs and in-memory databases).
+
+    Example:
+        >>> sqlite_path("sqlite:////tmp/runs/mlflow.db")
+        PosixPath('/tmp/runs/mlflow.db')
+        >>> sqlite_path("http://127.0.0.1:5000") is None
+        True
+    """
+    if not tracking_uri.lower().startswith("sqlite:///"):
+        return None
+    path = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
+    if not path or path == ":memory:":
+        return None
+    return Path(path)
+
+
+def _lock_path(db: Path) -> Path:
+    return db.with_name(db.name + ".lock")
+
+
+def _expected_schema() -> tuple[str | None, set[str]]:
+    """MLflow's head schema revision and its tables (``(None, set())`` if MLflow hides them)."""
+    try:
+        from mlflow.store.db.base_sql_model import Base
+        from mlflow.store.db.utils import _get_latest_schema_revision
+
+        return _get_latest_schema_revision(), set(Base.metadata.tables)
+    except Exception:  # private API moved: fall back to the checks that need no MLflow internals
+        return None, set()
+
+
+def check_sqlite_store(db: str | os.PathLike) -> str | None:
+    """Why an existing sqlite store cannot be used, or ``None`` when it looks healthy.
+
+    Checks, read-only: it is an SQLite database; it has MLflow's ``alembic_version`` table with
+    exactly the schema revision this MLflow expects; every MLflow table exists.
+    """
+    import sqlite3
+
+    db = Path(db)
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
+    except sqlite3.Error as e:
+        return f"cannot open it ({e})"
+    try:
+        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if not tables:
+            return "it holds no tables (its creation was interrupted)"
+        if "alembic_version" not in tables:
+            return "it has no alembic_version table (its creation was interrupted, or it is not an MLflow store)"
+        revs = [r[0] for r in con.execute("SELECT version_num FROM alembic_version")]
+    except sqlite3.Error as e:
+        return f"it is not a readable SQLite database ({e})"
+    finally:
+        con.close()
+    head, expected = _expected_schema()
+    if head is not None and revs != [head]:
+        return (
+            f"its schema revision is {', '.join(revs) or 'none'}, not {head} (a schema migration was interrupted, "
+            f"or another MLflow version made it: then `mlflow db upgrade sqlite:///{db}` may be the fix)"
+        )
+    missing = sorted(expected - tables)
+    if missing:
+        return f"tables {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} are missing (its creation was interrupted)"
+    return None
+
+
+def _dispose_engine(uri: str) -> None:
+    """Forget MLflow's cached engine for ``uri`` (so a replaced file is opened afresh)."""
+    try:
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        with SqlAlchemyStore._engine_map_lock:
+            engine = SqlAlchemyStore._engine_map.pop(uri, None)
+        if engine is not None:
+            engine.dispose()
+    except Exception:
+        pass
+
+
+def _create_sqlite_store(db: Path, artifact_root: Path) -> None:
+    """Create a fully migrated store in a temporary file and move it to ``db`` (caller holds the lock)."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    for stale in db.parent.glob(f"{db.name}.init-*"):  # left by a process killed while creating it
+        with contextlib.suppress(OSError):
+            stale.unlink()
+    tmp = db.with_name(f"{db.name}.init-{os.getpid()}")
+    uri = f"sqlite:///{tmp}"
+    try:
+        SqlAlchemyStore(uri, artifact_root.resolve().as_uri())
+        _dispose_engine(uri)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, db)
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
+            with contextlib.suppress(OSError):
+                leftover.unlink()
+    _dispose_engine(f"sqlite:///{db}")
+
+
+def ensure_sqlite_store(db: str | os.PathLike, artifact_root: str | os.PathLike | None = None) -> None:
+    """Make sure ``db`` is a complete MLflow store: create it atomically, or check the existing one.
+
+    Args:
+        db: the database file.
+        artifact_root: default artifact root of a new store (default: ``mlartifacts`` beside ``db``).
+
+    Raises:
+        StoreBrokenError: the file exists but cannot be used; the message says how to rebuild it.
+        OSError, TimeoutError: the lock or the file cannot be created.
+    """
+    db = Path(db).absolute()
+    if db in _READY_STORES and db.is_file():
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with file_lock(_lock_path(db), timeout_s=SQLITE_LOCK_TIMEOUT_S):
+        if not db.exists() or db.stat().st_size == 0:
+            _create_sqlite_store(db, Path(artifact_root) if artifact_root else db.parent / "mlartifacts")
+        else:
+            reason = check_sqlite_store(db)
+            if reason is not None:
+                raise StoreBrokenError(f"the MLflow store {db} is broken: {reason}", sync_command="")
+    _READY_STORES.add(db)
+
+
+def rebuild_sqlite_store(db: str | os.PathLike) -> Path | None:
+    """Move a (broken) store and its artifacts aside and create a fresh, empty one in its place.
+
+    Returns:
+        Where the old database was moved (``<db>.broken-<timestamp>``), or ``None`` if there was none.
+    """
+    db = Path(db).absolute()
+    db.parent.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    moved = None
+    with file_lock(_lock_path(db), timeout_s=SQLITE_LOCK_TIMEOUT_S):
+        _dispose_engine(f"sqlite:///{db}")
+        if db.exists():
+            moved = db.with_name(f"{db.name}.broken-{stamp}")
+            os.replace(db, moved)
+        for suffix in ("-journal", "-wal", "-shm"):
+            side = db.with_name(db.name + suffix)
+            if side.exists():
+                os.replace(side, side.with_name(f"{side.name}.broken-{stamp}"))
+        arts = db.parent / "mlartifacts"
+        if moved is not None and arts.is_dir():  # artifacts of runs the new store will not know
+            os.replace(arts, arts.with_name(f"mlartifacts.broken-{stamp}"))
+        _READY_STORES.discard(db)
+        _create_sqlite_store(db, arts)
+    _READY_STORES.add(db)
+    return moved
 
 
 def make_tracker(tracking_uri: str | None, runs_dir: str | os.PathLike) -> NullTracker | MLflowTracker:
@@ -399,8 +598,13 @@ class MLflowTracker:
         """
         try:
             self._preflight()
-            with self._http_limits():
+            with self._http_limits(), self._store_lock():
                 return self._mirror(experiment, record, artifacts or [])
+        except StoreBrokenError as e:
+            cmd = rebuild_command(self.runs_dir, experiment, self.tracking_uri)
+            raise StoreBrokenError(
+                f"{e}. Records are safe on disk; rebuild the store from them with: {cmd}", sync_command=cmd
+            ) from None
         except TrackingError:
             raise
         except Exception as e:  # any tracker failure: the record must survive it
@@ -411,9 +615,33 @@ class MLflowTracker:
             self._parent_ids.clear()
             raise self._error(experiment, record, f"{type(e).__name__}: {_first_line(str(e))}") from e
 
+    def mirrored(self, experiment: str) -> dict[str, list[tuple[str, str | None]]]:
+        """Active child runs of an experiment: ``{trial_id: [(run_id, record digest tag), …]}``.
+
+        One paged query for the whole experiment (what :func:`sync` uses to skip records that are
+        already mirrored without one query per record).
+        """
+        with self._http_limits(), self._store_lock():
+            eid = self._experiment_id(experiment, create=False)
+            out: dict[str, list[tuple[str, str | None]]] = {}
+            if eid is None:
+                return out
+            token = None
+            while True:
+                page = self.client.search_runs(
+                    [eid], filter_string=f"tags.`{ROLE_TAG}` = 'trial'", max_results=1000, page_token=token
+                )
+                for run in page:
+                    tid = run.data.tags.get(TRIAL_ID_TAG)
+                    if tid is not None:
+                        out.setdefault(tid, []).append((run.info.run_id, run.data.tags.get(DIGEST_TAG)))
+                token = getattr(page, "token", None)
+                if not token:
+                    return out
+
     def run_id_for(self, experiment: str, trial_id: str) -> str | None:
         """The id of the active child run mirroring ``trial_id``, or ``None``."""
-        with self._http_limits():
+        with self._http_limits(), self._store_lock():
             eid = self._experiment_id(experiment, create=False)
             if eid is None:
                 return None
@@ -421,6 +649,18 @@ class MLflowTracker:
             return run.info.run_id if run is not None else None
 
     # -- internals --------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _store_lock(self) -> Iterator[None]:
+        """For a sqlite store: make sure it exists and is sound, and hold its lock while writing."""
+        db = sqlite_path(self.tracking_uri)
+        if db is None:
+            yield
+            return
+        arts = (self.runs_dir.resolve() / "mlartifacts") if self.runs_dir is not None else None
+        ensure_sqlite_store(db, arts)
+        with file_lock(_lock_path(db.absolute()), timeout_s=SQLITE_LOCK_TIMEOUT_S):
+            yield
 
     @property
     def client(self) -> Any:
@@ -544,13 +784,16 @@ class MLflowTracker:
         self._parent_ids[experiment] = run_id
         return run_id
 
-    def _find_child(self, eid: str, trial_id: str) -> Any:
-        runs = self.client.search_runs(
+    def _find_children(self, eid: str, trial_id: str) -> list:
+        return list(self.client.search_runs(
             [eid],
             filter_string=f"tags.`{TRIAL_ID_TAG}` = '{_escape(trial_id)}'",
             order_by=["attributes.start_time DESC"],
-            max_results=10,
-        )
+            max_results=100,
+        ))
+
+    def _find_child(self, eid: str, trial_id: str) -> Any:
+        runs = self._find_children(eid, trial_id)
         return runs[0] if runs else None
 
     def _mirror(self, experiment: str, record: dict, artifacts: list[Path]) -> str:
@@ -566,12 +809,13 @@ class MLflowTracker:
         parent = self._parent_id(experiment, eid)
 
         outcome = "created"
-        existing = self._find_child(eid, trial_id)
-        if existing is not None:
-            if existing.data.tags.get(DIGEST_TAG) == digest:
-                return "unchanged"
-            # The record changed (re-run) or the last mirror stopped half-way: replace the run.
-            self.client.delete_run(existing.info.run_id)
+        existing = self._find_children(eid, trial_id)
+        if len(existing) == 1 and existing[0].data.tags.get(DIGEST_TAG) == digest:
+            return "unchanged"
+        for run in existing:
+            # The record changed (re-run), the last mirror stopped half-way, or two mirrors raced
+            # on a server: replace them all by one run.
+            self.client.delete_run(run.info.run_id)
             outcome = "replaced"
 
         tags = record_tags(record, experiment)
@@ -669,11 +913,21 @@ def sync(
     report = SyncReport(created=0, replaced=0, unchanged=0, logged=0)
     failures: list[str] = []
     last_error: TrackingError | None = None
+    known: dict[str, dict] = {}  # experiment -> what the store already mirrors
     for path, record in iter_record_files(root):
         experiment = str(record.get("experiment") or root.parent.name)
         files = artifacts_for(root, record)
         try:
             if isinstance(tracker, MLflowTracker):
+                if experiment not in known:
+                    try:
+                        known[experiment] = tracker.mirrored(experiment)
+                    except Exception:
+                        known[experiment] = {}  # mirror() below reports the failure per record
+                runs = known[experiment].get(str(record.get("trial_id")), [])
+                if len(runs) == 1 and runs[0][1] == record_digest(record):
+                    report["unchanged"] += 1
+                    continue
                 report[tracker.mirror(experiment, record, files)] += 1
             else:
                 tracker.log_trial(experiment, record, files)

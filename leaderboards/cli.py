@@ -9,7 +9,7 @@ from pathlib import Path
 from leaderboards.aggregate import aggregate, load_records
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
-from leaderboards.spec import load_spec
+from leaderboards.spec import SpecError, load_spec
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
@@ -31,8 +31,35 @@ def _render(spec, runs_dir: Path, out_dir: str | Path):
     """Aggregate one spec's records and write .md/.csv/.tex/.html into ``out_dir``; return ``(table, records)``."""
     records = _records_for(spec, Path(runs_dir))
     table = aggregate(records, spec)
+    check_columns(table, records)
     write_all(table, out_dir)
     return table, records
+
+
+def check_columns(table, records: list[dict]) -> None:
+    """Refuse a spec column whose metric no record of its task has (a typo renders an empty column).
+
+    Raises:
+        SpecError: naming the spec, the column and the metrics the task's records do have.
+    """
+    by_task: dict[str, list[dict]] = {}
+    for r in records:
+        if r.get("status") == "ok":
+            by_task.setdefault(((r.get("config") or {}).get("task") or {}).get("name"), []).append(r)
+    for c in table.columns:
+        recs = by_task.get(c.task)
+        if not recs or any(row.cells[c.key].n for row in table.rows if c.key in row.cells):
+            continue
+        if c.metric.source == "metrics":
+            have = sorted({m for r in recs for ms in (r.get("metrics") or {}).values() if isinstance(ms, dict) for m in ms})
+        else:
+            section = c.metric.source.split(".", 1)[1]
+            have = sorted({m for r in recs for m in ((r.get("init") or {}).get(section) or {})})
+        if c.metric.record_key not in have:
+            raise SpecError(
+                f"spec {table.spec.name!r}: column {c.key}: no record of task {c.task!r} has the metric "
+                f"{c.metric.record_key!r} in {c.metric.source} (they have: {', '.join(have) or 'none'})"
+            )
 
 
 def render_spec_file(spec_path: str | Path, runs_dir: str | Path, out_dir: str | Path) -> str:
@@ -102,10 +129,10 @@ def leaderboard_command(args) -> int:
     ``index.html`` with every rendered table followed by its figures (relative links).
     """
     if args.all == bool(args.spec):
-        print("tokxfer leaderboard: give one SPEC or --all", file=sys.stderr)
+        print("tokxfer: error: leaderboard: give one SPEC or --all", file=sys.stderr)
         return 2
     if args.collect and not args.all:
-        print("tokxfer leaderboard: --collect goes with --all", file=sys.stderr)
+        print("tokxfer: error: leaderboard: --collect goes with --all", file=sys.stderr)
         return 2
     specs = sorted(SPECS_DIR.glob("*.yaml")) if args.all else [Path(args.spec)]
     runs_dir = Path(args.runs_dir) if args.runs_dir else (RECORDS_DIR if args.all else Path("runs"))
@@ -120,6 +147,8 @@ def leaderboard_command(args) -> int:
         try:
             table, records = _render(spec, runs_dir, out)
         except FileNotFoundError as e:
+            if not args.all:
+                raise
             missing[spec.name] = str(e)
             continue
         print(render_markdown(table))
@@ -131,7 +160,7 @@ def leaderboard_command(args) -> int:
         print(f"→ {index} (every table with its plots under {out / 'plots'})\n")
     for m in missing.values():
         print(f"skipped: {m}", file=sys.stderr)
-    return 1 if missing and not args.all else 0
+    return 0
 
 
 def check_regression_command(args) -> int:
@@ -155,8 +184,16 @@ def compare_command(args) -> int:
     from leaderboards.spec import parse_spec
 
     records = load_records(args.experiment_dir)
+    if not any(r.get("status") == "ok" for r in records):
+        raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
     spec = load_spec(args.spec) if getattr(args, "spec", None) else parse_spec(_auto_spec(records), origin="<compare>")
     table = aggregate(records, spec)
+    rows = sorted(r.method for r in table.rows)
+    for flag, names in (("--method", [args.method]), ("--against", args.against)):
+        unknown = [m for m in names if m not in rows]
+        if unknown:
+            raise SpecError(f"{flag}: method(s) {', '.join(map(repr, unknown))} not in the records of "
+                            f"{args.experiment_dir} (methods: {', '.join(rows)})")
     for base in args.against:
         print(render_comparison_markdown(compare_table(table, base, [args.method], alpha=args.alpha)))
         print()

@@ -460,10 +460,14 @@ def load_spec(path: str | os.PathLike) -> LeaderboardSpec:
         ('quickstart', (1, 2, 3))
     """
     path = Path(path)
+    if not path.is_file():
+        raise SpecError(f"{path}: leaderboard spec not found" if not path.exists() else f"{path}: not a file")
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: invalid YAML ({e})") from e
+        raise SpecError(f"{path}: invalid YAML ({' '.join(str(e).split())})") from None
+    except UnicodeDecodeError as e:
+        raise SpecError(f"{path}: not UTF-8 text ({e})") from None
     return parse_spec(data, origin=str(path), base_dir=path.parent)
 
 

@@ -6,6 +6,7 @@ import json
 import random
 
 import numpy as np
+import pytest
 import torch
 import yaml
 
@@ -65,8 +66,14 @@ def test_resume_runs_only_missing_trials(tmp_path, tiny_source, tiny_pretrain_ov
     # simulate a grid killed after two trials: run those two only
     for s in specs[:2]:
         execute(s, str(runs_dir))
-    # plus a half-written record of a third one (a crash mid-write of an older, non-atomic tool)
-    (runs_dir / "exp" / "records" / f"{specs[2].trial_id}.json").write_text('{"trial_id": "x", "sta')
+    # plus a half-written record of a third one (a crash mid-write of an older, non-atomic tool):
+    # resume stops, naming it, instead of overwriting what may be someone's data
+    broken = runs_dir / "exp" / "records" / f"{specs[2].trial_id}.json"
+    broken.write_text('{"trial_id": "x", "sta')
+    with pytest.raises(records.RecordError, match=f"{specs[2].trial_id}.json.*would overwrite"):
+        run_experiment(cfg, runs_dir, progress=False)
+    assert broken.read_text() == '{"trial_id": "x", "sta'
+    broken.unlink()
     before = {p.name: p.stat().st_mtime_ns for p in (runs_dir / "exp" / "records").glob("*.json")}
     summary = run_experiment(cfg, runs_dir, progress=False)
     assert summary.skipped == 2 and summary.ran == 2 and summary.failed == 0
