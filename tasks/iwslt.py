@@ -354,6 +354,8 @@ class IwsltBleu:
     """Encoder–decoder translation into English; the initialized MLM embeddings seed the encoder."""
 
     model_kind = "mlm"
+    metrics = ("bleu",)
+    """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
     """The trial's source model is the masked LM whose transferred embeddings seed the encoder
     (a seq2seq source model is not needed: the translation model is trained from scratch)."""
 

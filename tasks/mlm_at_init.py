@@ -262,6 +262,8 @@ class MlmAtInit:
     """Masked-LM loss and accuracy on held-out target-language text, with fixed evaluation masks."""
 
     model_kind = "mlm"
+    metrics = ("loss", "accuracy", "perplexity")
+    """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
 
     def __init__(self, config: MlmAtInitConfig) -> None:
         self.config = config

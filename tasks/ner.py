@@ -151,6 +151,8 @@ class Ner:
     """Token classification with first-subword labelling, fine-tuned with the shared loop."""
 
     model_kind = "mlm"
+    metrics = ("f1", "precision", "recall")
+    """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
 
     def __init__(self, config: NerConfig) -> None:
         self.config = config

@@ -415,6 +415,8 @@ class Perplexity:
     """Token-weighted perplexity and bits per byte of a causal LM on held-out target-language text."""
 
     model_kind = "clm"
+    metrics = ("token_perplexity", "bits_per_byte", "byte_perplexity", "word_perplexity")
+    """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
 
     def __init__(self, config: PerplexityConfig) -> None:
         self.config = config

@@ -189,6 +189,8 @@ class Qa:
     """Extractive QA on SQuAD-format data, fine-tuned with the shared loop."""
 
     model_kind = "mlm"
+    metrics = ("exact_match", "f1")
+    """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
 
     def __init__(self, config: QaConfig) -> None:
         self.config = config

@@ -111,6 +111,8 @@ class Xnli:
     """Sequence-pair classification on XNLI-format data, fine-tuned with the shared loop."""
 
     model_kind = "mlm"
+    metrics = ("accuracy",)
+    """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
 
     def __init__(self, config: XnliConfig) -> None:
         self.config = config

@@ -33,7 +33,7 @@ def _cfg(task="mlm-at-init", seeds=(1, 2, 3)):
 
 def _ok(spec, metrics=None) -> dict:
     return {"schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "status": "ok", "seed": spec.seed,
-            "experiment": "exp", "metrics": {"near": {"loss": 6.0, "accuracy": 0.2}} if metrics is None else metrics}
+            "experiment": "exp", "metrics": {"near": {"loss": 6.0, "accuracy": 0.2, "perplexity": 403.4}} if metrics is None else metrics}
 
 
 def _write(runs: Path, rec: dict) -> Path:
@@ -75,8 +75,8 @@ def test_record_missing_a_metric_or_a_language_is_rerun(tmp_path):
     cfg = _cfg()
     a, b, c = cfg.trials()
     _write(tmp_path, _ok(a))
-    _write(tmp_path, _ok(b, {"near": {"loss": 6.0}}))  # its accuracy was removed
-    _write(tmp_path, _ok(c, {"far": {"loss": 6.0, "accuracy": 0.2}}))  # not its language
+    _write(tmp_path, _ok(b, {"near": {"loss": 6.0, "perplexity": 403.4}}))  # its accuracy was removed
+    _write(tmp_path, _ok(c, {"far": {"loss": 6.0, "accuracy": 0.2, "perplexity": 403.4}}))  # not its language
     ex = RecordingExecutor()
     summary = run_experiment(cfg, tmp_path, executor=ex, progress=False)
     assert sorted(ex.ran) == sorted([b.trial_id, c.trial_id]) and summary.skipped == 1
@@ -117,3 +117,11 @@ def test_metrics_declared_by_the_task_are_required(tmp_path):
     assert ex.ran == [a.trial_id]
     assert records.trial_state(tmp_path / "exp" / "records" / f"{a.trial_id}.json", languages=["near"],
                                required_metrics=("loss", "accuracy"))[0] == "incomplete"
+
+
+def test_every_builtin_task_declares_its_metrics():
+    from harness import registry
+    from harness.runner import declared_metrics
+
+    for name in registry.names("task"):
+        assert declared_metrics(name), f"task {name!r} declares no metrics, so resume cannot tell a record is complete"
