@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from leaderboards.spec import Column, LeaderboardSpec, MetricSpec
+from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
 
 __all__ = [
     "Cell",
@@ -30,6 +30,8 @@ __all__ = [
     "FLAGS",
     "load_records",
     "record_method",
+    "record_encoding",
+    "record_row",
     "record_version",
     "matches_where",
     "cell_observations",
@@ -113,6 +115,27 @@ def record_method(record: Mapping) -> str | None:
     return _get(record, "config.method.id") or _get(record, "config.method.name")
 
 
+def record_encoding(record: Mapping) -> str:
+    """Encoding id of a record (``config.encoding.id``, else ``.name``; ``none`` when absent)."""
+    return _get(record, "config.encoding.id") or _get(record, "config.encoding.name") or "none"
+
+
+def record_row(record: Mapping, row_by: str = "method") -> str | None:
+    """The row key of a record under a spec's ``row_by`` (see :data:`leaderboards.spec.ROW_BY`).
+
+    Example:
+        >>> r = {"config": {"method": {"id": "focus"}, "encoding": {"id": "xlp"}}}
+        >>> record_row(r), record_row(r, "encoding"), record_row(r, "method+encoding")
+        ('focus', 'xlp', 'focus + xlp')
+    """
+    method = record_method(record)
+    if row_by == "method":
+        return method
+    if row_by == "encoding":
+        return record_encoding(record)
+    return None if method is None else f"{method}{ROW_KEY_SEPARATOR}{record_encoding(record)}"
+
+
 def record_version(record: Mapping) -> str:
     """``schema <n> / tokxfer <version>`` of a record."""
     return f"schema {record.get('schema_version')} / tokxfer {record.get('tokxfer_version')}"
@@ -157,15 +180,16 @@ def _applies(record: Mapping, column: Column, language: str) -> bool:
 
 
 def cell_observations(
-    records: Iterable[Mapping], method: str, column: Column, language: str | None = None
+    records: Iterable[Mapping], method: str, column: Column, language: str | None = None, row_by: str = "method"
 ) -> tuple[list[Observation], int]:
     """Values of ``method`` for one (non-average) column, and the number of failed trials.
 
     Args:
         records: records already filtered by the spec's ``where``.
-        method: method id.
+        method: the row key: a method id (or what ``row_by`` makes a row, see :func:`record_row`).
         column: the column (its ``language`` is used unless ``language`` is given).
         language: override the language (for average components).
+        row_by: the spec's ``row_by``.
 
     Returns:
         ``(observations of ok records, failed trial count)``.
@@ -174,7 +198,7 @@ def cell_observations(
     obs: list[Observation] = []
     failed = 0
     for r in records:
-        if record_method(r) != method or _get(r, "config.task.name") != column.task:
+        if record_row(r, row_by) != method or _get(r, "config.task.name") != column.task:
             continue
         if r.get("status") != "ok":
             failed += _applies(r, column, lang)
@@ -405,7 +429,7 @@ def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
         if other:
             notes.append(f"Records with seeds {other} (outside the required {list(spec.required_seeds)}) are not used.")
 
-    found = sorted({m for r in recs if (m := record_method(r)) is not None and _get(r, "config.task.name") in tasks})
+    found = sorted({m for r in recs if (m := record_row(r, spec.row_by)) is not None and _get(r, "config.task.name") in tasks})
     if spec.rows is not None:
         methods = [r.method for r in spec.rows]
         unlisted = [m for m in found if m not in methods]
@@ -419,15 +443,15 @@ def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
         cells: dict[str, Cell] = {}
         for col in spec.columns:
             if col.is_average:
-                comps = [cell_observations(recs, method, col, lang) for lang in col.components]
+                comps = [cell_observations(recs, method, col, lang, spec.row_by) for lang in col.components]
                 cells[col.key] = _average_cell(comps, spec.required_seeds)
             else:
-                obs, failed = cell_observations(recs, method, col)
+                obs, failed = cell_observations(recs, method, col, row_by=spec.row_by)
                 cells[col.key] = _single_cell(obs, failed, spec.required_seeds)
         failed_total = sum(
             1
             for r in recs
-            if record_method(r) == method and r.get("status") != "ok" and _get(r, "config.task.name") in tasks
+            if record_row(r, spec.row_by) == method and r.get("status") != "ok" and _get(r, "config.task.name") in tasks
         )
         rows.append(Row(method=method, label=spec.label(method), cells=cells, failed=failed_total))
 

@@ -22,6 +22,7 @@ Example spec::
       - {task: mlm-at-init, languages: [near, script], metrics: [loss, accuracy], average: true}
     rows: all                      # or a list of {method: focus, display: FOCUS}
     display_names: {focus: FOCUS}  # used with rows: all
+    row_by: method                 # or method+encoding (the methods x encodings cross) or encoding
     where: {encoding.name: none}   # optional filter on the resolved config (dotted paths)
     paper_numbers: []              # paths relative to this file, e.g. ../paper_numbers/focus.yaml
 
@@ -50,6 +51,8 @@ __all__ = [
     "parse_spec",
     "load_paper_numbers",
     "SOURCES",
+    "ROW_BY",
+    "ROW_KEY_SEPARATOR",
     "AVERAGE",
     "PACKAGED_SPECS",
 ]
@@ -57,6 +60,10 @@ __all__ = [
 SOURCES = ("metrics", "init.diagnostics", "init.counts")
 """Where a metric is read from: ``record["metrics"][lang][name]`` or ``record["init"][...][name]``
 (the latter for trials whose target language is the column's language)."""
+ROW_BY = ("method", "encoding", "method+encoding")
+"""What one table row stands for (spec key ``row_by``)."""
+ROW_KEY_SEPARATOR = " + "
+"""Joins the method and encoding ids of a ``method+encoding`` row key."""
 AVERAGE = "avg"
 """The language label of an average column."""
 PACKAGED_SPECS = Path(__file__).resolve().parent / "specs"
@@ -201,7 +208,10 @@ class LeaderboardSpec:
         description: one line shown above the table.
         experiments: experiment names; records are read from ``<runs_dir>/<name>/records``.
         rows: explicit rows, or ``None`` for all methods found in the records.
-        display_names: method id → label (used when ``rows`` is ``None``).
+        display_names: method id → label (used when ``rows`` is ``None``); with ``row_by`` other than
+            ``method`` also encoding id → label and whole row key → label.
+        row_by: what a row is: ``method`` (default), ``encoding``, or ``method+encoding`` (one row per
+            pair, keyed ``"<method> + <encoding>"``: the methods × encodings cross).
         columns: expanded columns in display order.
         required_seeds: seeds each cell must have; fewer are flagged.
         where: ``((dotted config path, value), …)`` filter applied to every record.
@@ -216,6 +226,7 @@ class LeaderboardSpec:
     description: str = ""
     rows: tuple[RowSpec, ...] | None = None
     display_names: tuple[tuple[str, str], ...] = ()
+    row_by: str = "method"
     required_seeds: tuple[int, ...] = ()
     where: tuple[tuple[str, Any], ...] = ()
     paper: tuple[PaperNumbers, ...] = ()
@@ -227,7 +238,10 @@ class LeaderboardSpec:
             for r in self.rows:
                 if r.method == method:
                     return r.label
-        return dict(self.display_names).get(method, method)
+        names = dict(self.display_names)
+        if method in names or self.row_by != "method+encoding":
+            return names.get(method, method)
+        return " + ".join(names.get(part, part) for part in method.split(ROW_KEY_SEPARATOR))
 
     def records_dirs(self, runs_dir: str | os.PathLike) -> list[Path]:
         """Records directories of the spec's experiments under ``runs_dir``."""
@@ -303,6 +317,7 @@ _TOP_KEYS = {
     "experiment",
     "rows",
     "display_names",
+    "row_by",
     "columns",
     "metrics",
     "required_seeds",
@@ -408,6 +423,10 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
     if not isinstance(display, Mapping):
         raise SpecError(f"{origin}: display_names must be a mapping method -> label")
 
+    row_by = raw.get("row_by", "method")
+    if row_by not in ROW_BY:
+        raise SpecError(f"{origin}: row_by must be one of {', '.join(ROW_BY)}, got {row_by!r}")
+
     seeds_raw = raw.get("required_seeds") or []
     if not isinstance(seeds_raw, list) or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds_raw):
         raise SpecError(f"{origin}: required_seeds must be a list of integers")
@@ -442,6 +461,7 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         experiments=experiments,
         rows=rows,
         display_names=tuple((str(k), str(v)) for k, v in display.items()),
+        row_by=row_by,
         columns=tuple(columns),
         required_seeds=tuple(sorted(seeds_raw)),
         where=tuple((str(k), v) for k, v in where_raw.items()),

@@ -493,3 +493,31 @@ def test_plots_write_images(spec, tmp_path):
         assert p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with pytest.raises(ValueError, match="no column"):
         plot_language_bars(table, "bleu", tmp_path / "x.png")
+
+
+def test_row_by_method_and_encoding_makes_the_cross_table():
+    recs = [
+        make_record(m, "near", seed, loss + (0.5 if enc == "xlp" else 0.0), encoding=enc)
+        for (m, lang), losses in LOSSES.items() if lang == "near"
+        for enc in ("none", "xlp")
+        for seed, loss in zip((1, 2, 3), losses)
+    ]
+    cross = parse_spec({**SPEC, "row_by": "method+encoding", "display_names": {"focus": "FOCUS", "xlp": "XLP"}})
+    table = aggregate(recs, cross)
+    rows = {r.method: r for r in table.rows}
+    assert set(rows) == {f"{m} + {e}" for m in ("random", "focus", "overlap") for e in ("none", "xlp")}
+    assert rows["focus + xlp"].label == "FOCUS + XLP" and rows["random + none"].label == "random + none"
+    want = np.mean([v + 0.5 for v in LOSSES[("focus", "near")]])
+    assert rows["focus + xlp"].cells[f"{TASK}/near/loss"].mean == pytest.approx(want)
+    assert rows["focus + none"].cells[f"{TASK}/near/loss"].mean == pytest.approx(np.mean(LOSSES[("focus", "near")]))
+    # one row per encoding, pooling every method's records
+    by_enc = aggregate(recs, parse_spec({**SPEC, "row_by": "encoding"}))
+    assert [r.method for r in by_enc.rows] == ["none", "xlp"]
+    assert by_enc.rows[1].cells[f"{TASK}/near/loss"].n == 9
+    # the plain table keeps one row per method (encodings pooled, as before)
+    assert [r.method for r in aggregate(recs, parse_spec(SPEC)).rows] == ["focus", "overlap", "random"]
+
+
+def test_row_by_must_be_known():
+    with pytest.raises(SpecError, match="row_by"):
+        parse_spec({**SPEC, "row_by": "language"})
