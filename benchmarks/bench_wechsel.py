@@ -189,8 +189,8 @@ class _FakeTokenizer:
         return [self.tokens[int(i)] for i in ids]
 
 
-def _import_reference():
-    """Import ``wechsel`` with stand-ins for the modules it imports but this benchmark never uses."""
+def import_reference():
+    """Import ``wechsel`` with stand-ins for the modules it imports but this benchmark never uses (gensim, nltk)."""
     for name, attrs in (("gensim", {}), ("gensim.models", {"Word2Vec": type("Word2Vec", (), {})}), ("nltk", {"word_tokenize": None})):
         if name not in sys.modules:
             try:
@@ -210,7 +210,7 @@ def _import_reference():
 def _run_reference(x: SyntheticWechselInputs, args, dtype) -> tuple:
     from harness.protocols import COMBINED, FALLBACK, SPECIAL
 
-    wechsel = _import_reference()
+    wechsel = import_reference()
     os.environ["TQDM_DISABLE"] = "1"
     src_tok = _FakeTokenizer(len(x.u_source), "s")
     tgt_tok = _FakeTokenizer(len(x.u_target), "t")
