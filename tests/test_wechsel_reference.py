@@ -11,8 +11,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -171,7 +169,7 @@ def test_exact_tie_at_the_kth_place_goes_to_the_lower_source_id_and_is_a_near_ti
     q = rng.normal(size=(6, 8)).astype(np.float32)
     # query 0: its 3rd neighbour has two identical copies (ids 40 and 12): the 3rd place is a tie
     qn = q[0] / np.linalg.norm(q[0])
-    for j, (i, c) in enumerate(((30, 0.99), (31, 0.98), (40, 0.97))):
+    for i, c in ((30, 0.99), (31, 0.98), (40, 0.97)):
         ortho = rng.normal(size=8)
         ortho -= ortho @ qn * qn
         keys[i] = (c * qn + np.sqrt(1 - c * c) * ortho / np.linalg.norm(ortho)).astype(np.float32)
