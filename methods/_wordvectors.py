@@ -70,6 +70,7 @@ __all__ = [
     "DimensionMismatchError",
     "DictionaryMatch",
     "CASE_EXPANSIONS",
+    "PROCRUSTES_PRECISIONS",
     "Alignment",
     "WORD_PATTERN",
     "word_tokenize",
@@ -626,14 +627,23 @@ def match_dictionary(
 # ------------------------------------------------------------------------------------------------
 
 
-def procrustes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+PROCRUSTES_PRECISIONS = ("float64", "float32")
+"""Precisions of :func:`procrustes`."""
+
+
+def procrustes(x: np.ndarray, y: np.ndarray, *, precision: str = "float64") -> np.ndarray:
     """Orthogonal ``W`` minimizing ``||x @ W - y||_F`` (Schönemann 1966).
 
-    With ``U S V^T = svd(x^T y)``, ``W = U V^T`` (computed in float64).
+    With ``U S V^T = svd(x^T y)``, ``W = U V^T``. ``precision="float64"`` computes it in float64;
+    ``"float32"`` computes it as the reference code does, which hands the float32 fastText vectors
+    to ``scipy.linalg.orthogonal_procrustes`` (float32 product and SVD, mapping the source onto the
+    target; ``W`` is the transpose of that map). The two differ by ~1e-5, which moves cosines of
+    concentrated subword vectors by as much and changes some k-th neighbours.
 
     Args:
         x: ``n x d`` vectors to map (target-language words of the dictionary pairs).
         y: ``n x d`` vectors to map onto (their source-language translations).
+        precision: ``"float64"`` or ``"float32"``.
 
     Returns:
         float64 ``d x d`` orthogonal matrix.
@@ -642,10 +652,17 @@ def procrustes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         >>> procrustes(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 1.0], [-1.0, 0.0]])).round(6).tolist()
         [[0.0, 1.0], [-1.0, 0.0]]
     """
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    if precision not in PROCRUSTES_PRECISIONS:
+        raise ValueError(f"precision must be one of {PROCRUSTES_PRECISIONS}, got {precision!r}")
+    x = np.asarray(x, dtype=np.float64 if precision == "float64" else np.float32)
+    y = np.asarray(y, dtype=x.dtype)
     if x.shape != y.shape or x.ndim != 2:
         raise ValueError(f"procrustes needs two n x d matrices of one shape, got {x.shape} and {y.shape}")
+    if precision == "float32":
+        from scipy.linalg import orthogonal_procrustes
+
+        r, _ = orthogonal_procrustes(y, x)  # source -> target, in float32
+        return np.asarray(r, dtype=np.float64).T
     u, _, vt = np.linalg.svd(x.T @ y)
     return u @ vt
 
@@ -678,6 +695,7 @@ def align_word_vectors(
     dictionary: str | Path | Sequence[tuple[str, str]],
     *,
     case_expansion: str = "unique",
+    precision: str = "float64",
 ) -> Alignment:
     """Align target word vectors to the source space with orthogonal Procrustes over a dictionary.
 
@@ -687,6 +705,7 @@ def align_word_vectors(
         dictionary: a TSV path (``target_word<TAB>source_word``) or ``(target, source)`` pairs.
         case_expansion: ``"unique"`` (each distinct word pair once) or ``"all-combinations"``
             (the reference code's correspondences, duplicates included); see :func:`match_dictionary`.
+        precision: ``"float64"``, or ``"float32"`` as the reference computes it (see :func:`procrustes`).
 
     Returns:
         :class:`Alignment` with ``info``: ``dictionary`` (see :meth:`DictionaryMatch.report`),
@@ -728,15 +747,17 @@ def align_word_vectors(
             f"the source vocabulary of {source.origin} ({len(source)} words)). The file must be "
             "target_word<TAB>source_word; check the column order and the languages."
         )
-    x = target.word_vectors(t for t, _ in match.pairs).astype(np.float64)
-    y = source.word_vectors(s for _, s in match.pairs).astype(np.float64)
-    w = procrustes(x, y)
+    x32 = target.word_vectors(t for t, _ in match.pairs)
+    y32 = source.word_vectors(s for _, s in match.pairs)
+    w = procrustes(x32, y32, precision=precision)
+    x, y = x32.astype(np.float64), y32.astype(np.float64)
     y_norm = float(np.linalg.norm(y)) or 1.0
     info = {
         "dictionary": {"path": where if where != "given pairs" else None, **match.report()},
         "pairs_used": len(match.pairs),
         "distinct_pairs": match.n_distinct,
         "case_expansion": case_expansion,
+        "precision": precision,
         "residual": round(float(np.linalg.norm(x @ w - y)) / y_norm, 6),
         "residual_unaligned": round(float(np.linalg.norm(x - y)) / y_norm, 6),
         "mean_pair_cosine_before": round(_mean_cosine(x, y), 6),

@@ -70,7 +70,8 @@ Traps of the public reference code (``wechsel`` 0.0.4), avoided here:
   tokxfer's are ``target<TAB>source``.
 
 :meth:`WechselConfig.reference` turns on the reference's behaviour (``case_expansion=
-"all-combinations"``, ``special_candidates=True``); the paper's is the default. The info records
+"all-combinations"``, ``procrustes_precision="float32"``, ``special_candidates=True``); the
+paper's is the default. The info records
 which (``preset``: ``paper``/``reference``/``custom``).
 * Zero source vectors take part in its top-k with cosine 0; here source tokens without a vector
   (and specials) are not candidates.
@@ -237,6 +238,11 @@ class WechselConfig:
     combination the reference code appends, duplicates included (lower-case pairs count 4 times;
     see :func:`methods._wordvectors.match_dictionary`)."""
 
+    procrustes_precision: Literal["float64", "float32"] = "float64"
+    """Precision of the Procrustes fit: ``float64``, or ``float32`` as the reference code computes it
+    (scipy on the float32 fastText vectors); the rotations differ by ~1e-5, enough to change k-th
+    neighbours where cosines are concentrated (see :func:`methods._wordvectors.procrustes`)."""
+
     special_candidates: bool = False
     """Source special tokens as neighbour candidates, with the n-gram vector of their string
     (``<s>``, ``</s>`` …), as the reference code does. Default off: a special token's row is not a
@@ -246,8 +252,9 @@ class WechselConfig:
     def reference(cls, **overrides: Any) -> WechselConfig:
         """The public reference implementation's behaviour (``wechsel`` 0.0.4), where it differs from the paper.
 
-        ``case_expansion="all-combinations"`` (its Procrustes correspondences, duplicates included)
-        and ``special_candidates=True`` (source specials can be among the k neighbours). With the
+        ``case_expansion="all-combinations"`` (its Procrustes correspondences, duplicates included),
+        ``procrustes_precision="float32"`` (its Procrustes fit, in float32) and
+        ``special_candidates=True`` (source specials can be among the k neighbours). With the
         same word vectors, tokenizers and dictionary, the rows then equal the reference's on every
         non-random row without a near tie (see :data:`NEAR_TIE`). Differences that remain by
         design: FALLBACK rows come from the trial's generator (the reference: ``RandomState(1234)``),
@@ -256,10 +263,11 @@ class WechselConfig:
 
         Example:
             >>> ref = WechselConfig.reference()
-            >>> ref.case_expansion, ref.special_candidates, ref.k
-            ('all-combinations', True, 10)
+            >>> ref.case_expansion, ref.procrustes_precision, ref.special_candidates, ref.k
+            ('all-combinations', 'float32', True, 10)
         """
-        values: dict[str, Any] = {"case_expansion": "all-combinations", "special_candidates": True}
+        values: dict[str, Any] = {"case_expansion": "all-combinations", "procrustes_precision": "float32",
+                                  "special_candidates": True}
         values.update(overrides)
         return cls(**values)
 
@@ -268,6 +276,7 @@ class WechselConfig:
             "variant": ("subword", "tfr"), "source_tokens": ("all", "english-only"), "alignment": ("procrustes", "none"),
             "dim_mismatch": ("error", "reduce"), "fasttext_model": ("cbow", "skipgram"), "screen": ("auto", "bf16", "fp32"),
             "english_tokens": ("tokenizer-overlap", "source-corpus"), "case_expansion": ("unique", "all-combinations"),
+            "procrustes_precision": ("float64", "float32"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -300,7 +309,7 @@ class WechselConfig:
             )
 
 
-_PRESET_FIELDS = ("case_expansion", "special_candidates")
+_PRESET_FIELDS = ("case_expansion", "procrustes_precision", "special_candidates")
 
 
 def preset_name(cfg: WechselConfig) -> str:
@@ -1160,7 +1169,8 @@ class Wechsel:
         src_wv, tgt_wv, dim_info = wv_mod.check_dimensions(src_wv, tgt_wv, mode=cfg.dim_mismatch)
         t0 = time.perf_counter()
         if cfg.alignment == "procrustes":
-            alignment = wv_mod.align_word_vectors(tgt_wv, src_wv, Path(inputs.dictionary), case_expansion=cfg.case_expansion)
+            alignment = wv_mod.align_word_vectors(tgt_wv, src_wv, Path(inputs.dictionary), case_expansion=cfg.case_expansion,
+                                                 precision=cfg.procrustes_precision)
             w_align, align_info = alignment.matrix, {"method": "procrustes", **alignment.info}
         else:
             w_align, align_info = None, {"method": "none"}
@@ -1253,6 +1263,7 @@ class Wechsel:
             "variant": cfg.variant,
             "source_tokens": cfg.source_tokens if cfg.source_tokens == "all" else f"english-only ({cfg.english_tokens})",
             "case_expansion": cfg.case_expansion,
+            "procrustes_precision": cfg.procrustes_precision,
             "special_candidates": cfg.special_candidates,
             "near_ties": {k: v for k, v in st["near_ties"].items() if k != "ids"},
             "word_vectors": {"source": src_info, "target": tgt_info, "dimensions": dim_info},

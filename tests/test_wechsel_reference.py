@@ -136,9 +136,12 @@ def test_all_combinations_gives_the_references_rotation(files):
     probe = np.random.default_rng(0).normal(size=(5, 16))
     ref_mapped = ref.source_transform(probe)  # the reference rotates source vectors into the target space
     src_wv, tgt_wv = WordVectors.from_fasttext(src_ft, origin="s"), WordVectors.from_fasttext(tgt_ft, origin="t")
-    ours = align_word_vectors(tgt_wv, src_wv, files["dictionary"], case_expansion="all-combinations")
-    # ours maps target -> source with W; the reference maps source -> target with W^T
-    assert np.allclose(probe @ ours.matrix.T, ref_mapped, atol=2e-5)
+    ours = align_word_vectors(tgt_wv, src_wv, files["dictionary"], case_expansion="all-combinations", precision="float32")
+    # ours maps target -> source with W; the reference maps source -> target with W^T (computed in float32)
+    assert np.allclose(probe @ ours.matrix.T, ref_mapped, rtol=0, atol=1e-12)
+    ours64 = align_word_vectors(tgt_wv, src_wv, files["dictionary"], case_expansion="all-combinations")
+    assert np.allclose(probe @ ours64.matrix.T, ref_mapped, atol=2e-5)  # the same fit up to float32 rounding
+    assert ours.info["precision"] == "float32" and ours64.info["precision"] == "float64"
     uniq = align_word_vectors(tgt_wv, src_wv, files["dictionary"])
     assert ours.info["pairs_used"] > uniq.info["pairs_used"] == uniq.info["distinct_pairs"] == ours.info["distinct_pairs"]
     assert not np.allclose(probe @ uniq.matrix.T, ref_mapped, atol=1e-3)
