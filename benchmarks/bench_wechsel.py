@@ -342,17 +342,20 @@ def _variant_config(variant: str) -> dict:
 def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
     """Build (or reuse) the end-to-end inputs under ``work``; return their paths and sizes.
 
-    Text and dictionary come from the built-in world (``world build --size small``): the source
-    language's and ``language``'s training text, and its gold dictionary (3,000 lemma pairs,
-    ``target<TAB>source``; a swapped copy ``source<TAB>target`` for the reference, whose files are
-    ``english<TAB>target``). The source tokenizer is trained on the text of every world language (a
-    multilingual source vocabulary, as XLM-R's), the target tokenizer on the target text.
+    Text and dictionary come from the built-in world (``world build --size small``) and
+    :func:`benchmarks._synthetic.make_corpora`: the source side is the text of every world language
+    plus synthetic source text (a multilingual source, as XLM-R's), the target side ``language``'s
+    text plus synthetic target text (the world alone supports only ~22k / ~10k pieces); both
+    tokenizers and both fastText models are trained on these. The dictionary is the world's gold
+    dictionary (3,000 lemma pairs, ``target<TAB>source``; a swapped copy ``source<TAB>target`` for the
+    reference, whose files are ``english<TAB>target``).
     """
     import numpy as np
     import torch
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
     from transformers.utils import logging as hf_logging
 
+    from benchmarks._synthetic import make_corpora
     from harness.tokenizers import train_tokenizer
     from harness.world import build_world
     from methods._wordvectors import train_word_vectors
@@ -360,7 +363,7 @@ def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
     hf_logging.set_verbosity_error()
     work.mkdir(parents=True, exist_ok=True)
     manifest = work / "manifest.json"
-    want = {"scale": scale, "seed": seed, "language": language, "fasttext": E2E_FASTTEXT, "version": 1}
+    want = {"scale": scale, "seed": seed, "language": language, "fasttext": E2E_FASTTEXT, "version": 2}
     if manifest.is_file() and json.loads(manifest.read_text()).get("inputs") == want:
         return json.loads(manifest.read_text())
     t0 = time.perf_counter()
@@ -370,9 +373,14 @@ def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
     if language == src_lang or not (world / language / "gold" / "dictionary.tsv").is_file():
         raise ValueError(f"--language {language!r}: not a target language of the world (its targets: {meta['targets']})")
     langs = [src_lang, *[t for t in meta["targets"]]]
-    src_text, tgt_text = world / src_lang / "text" / "train.txt", world / language / "text" / "train.txt"
-    src_tok = train_tokenizer([world / lang / "text" / "train.txt" for lang in langs], "unigram",
-                              vocab_size=max(int(round(E2E_SOURCE_VOCAB * scale)), 500), cache_dir=work / "cache")
+    # the world's few MB support ~22k source / ~10k target pieces: synthetic text of two more languages
+    # (benchmarks._synthetic) is added to both sides so that 32k / 16k vocabularies can be trained
+    synthetic = make_corpora(work / "synthetic", scale, seed)
+    src_text, tgt_text = work / "text" / "source.txt", work / "text" / "target.txt"
+    _concat([*(world / lang / "text" / "train.txt" for lang in langs), synthetic["source"]], src_text)
+    _concat([world / language / "text" / "train.txt", synthetic["target"]], tgt_text)
+    src_tok = train_tokenizer([src_text], "unigram", vocab_size=max(int(round(E2E_SOURCE_VOCAB * scale)), 500),
+                              cache_dir=work / "cache")
     tgt_tok = train_tokenizer([tgt_text], "unigram", vocab_size=max(int(round(E2E_TARGET_VOCAB * scale)), 300),
                               cache_dir=work / "cache")
     tgt_dir, src_dir = work / "target-tokenizer", work / "source-model"
@@ -413,6 +421,14 @@ def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
     }
     manifest.write_text(json.dumps(info, indent=1))
     return info
+
+
+def _concat(parts: list[Path], out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8", newline="\n") as w:
+        for p in parts:
+            w.write(Path(p).read_text(encoding="utf-8"))
+    return out
 
 
 def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
