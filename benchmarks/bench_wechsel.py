@@ -35,6 +35,29 @@ Run (quick, ~1 min)::
 Full XLM-R scale (several minutes, ~5 GB for the reference; the machine is shared, run it rarely)::
 
     .venv/bin/python benchmarks/bench_wechsel.py --scale 1 --json runs/bench_wechsel.json
+
+End to end (``--end-to-end``): both implementations run whole, on files, as a user runs them. The
+driver writes (under ``--work-dir``, reused when present) SentencePiece-Unigram tokenizers with
+``▁`` pieces (32,000 source / 16,000 target pieces at ``--scale 1``; the source trained on every
+language of the built-in world, the target on ``--language``'s text), a source model with a 768-d
+embedding matrix (a one-layer XLM-R saved as a Hugging Face directory), cbow dim-100 word fastText
+``.bin`` models with character n-grams for both languages (:data:`E2E_FASTTEXT`), and the world's
+3,000-pair gold dictionary (``target<TAB>source``, and swapped for the reference). Then
+
+* ``reference`` — ``wechsel.WECHSEL(source_ft, target_ft, bilingual_dictionary=...).apply(source_tokenizer,
+  target_tokenizer, E)``, in a subprocess; its neighbours (``info.sources``) are kept per row;
+* ``tokxfer`` — :func:`harness.runner.initialize_model` (the function ``tokxfer init`` calls; its CLI has
+  no word-vector flags) with each ``--variants`` entry: ``reference`` (:meth:`WechselConfig.reference`),
+  ``reference-unique-pairs``, ``reference-float64-procrustes`` and ``reference-no-special-candidates``
+  (one option back at the paper's setting: the rows each option explains), ``paper`` (the defaults).
+
+Every row is compared: rows random in both are counted apart; the others are split by tokxfer's
+per-run near-tie list (k-th and (k+1)-th cosines within 1e-6, where float-level differences
+legitimately change the k-th neighbour) and, per group, the benchmark reports rows beyond ``--atol``,
+rows whose neighbour sets differ, max absolute difference and minimum row cosine. JSON output
+(``--json``); wall times are recorded for information only (the comparison is the result)::
+
+    .venv/bin/python benchmarks/bench_wechsel.py --end-to-end --scale 0.1 --json runs/bench_wechsel_e2e.json
 """
 
 from __future__ import annotations
@@ -189,8 +212,8 @@ class _FakeTokenizer:
         return [self.tokens[int(i)] for i in ids]
 
 
-def _import_reference():
-    """Import ``wechsel`` with stand-ins for the modules it imports but this benchmark never uses."""
+def import_reference():
+    """Import ``wechsel`` with stand-ins for the modules it imports but this benchmark never uses (gensim, nltk)."""
     for name, attrs in (("gensim", {}), ("gensim.models", {"Word2Vec": type("Word2Vec", (), {})}), ("nltk", {"word_tokenize": None})):
         if name not in sys.modules:
             try:
@@ -210,7 +233,7 @@ def _import_reference():
 def _run_reference(x: SyntheticWechselInputs, args, dtype) -> tuple:
     from harness.protocols import COMBINED, FALLBACK, SPECIAL
 
-    wechsel = _import_reference()
+    wechsel = import_reference()
     os.environ["TQDM_DISABLE"] = "1"
     src_tok = _FakeTokenizer(len(x.u_source), "s")
     tgt_tok = _FakeTokenizer(len(x.u_target), "t")
@@ -283,6 +306,329 @@ def worker(args) -> None:
 
 
 # ----------------------------------------------------------------------------------------------
+# End to end, on files
+# ----------------------------------------------------------------------------------------------
+
+E2E_VARIANTS = ("reference", "reference-unique-pairs", "reference-float64-procrustes", "reference-no-special-candidates", "paper")
+"""tokxfer configurations run end to end: the reference preset, the preset with one option back at the
+paper's setting each (which rows each option explains), and the paper's defaults."""
+E2E_SOURCE_VOCAB = 32_000
+E2E_TARGET_VOCAB = 16_000
+E2E_DIM = 768
+E2E_FASTTEXT = {"dim": 100, "epoch": 5, "min_count": 5, "model": "cbow", "minn": 5, "maxn": 5, "neg": 10,
+                "bucket": 200_000, "seed": 0, "threads": 1}
+"""Word fastText models: the reference's ``train_embeddings`` settings (cbow, dim 100, neg 10, 5-grams only)
+with 5 instead of 20 epochs, minCount 5, one thread and a fixed seed (reproducible), 200k n-gram buckets (an
+80 MB file). The models are inputs both sides read, so how they were trained does not affect the comparison."""
+
+
+def _variant_config(variant: str) -> dict:
+    """The WECHSEL config values (those differing from the defaults) of a tokxfer variant."""
+    import dataclasses
+
+    from methods.wechsel import WechselConfig
+
+    cfg = {
+        "reference": WechselConfig.reference(),
+        "reference-unique-pairs": WechselConfig.reference(case_expansion="unique"),
+        "reference-float64-procrustes": WechselConfig.reference(procrustes_precision="float64"),
+        "reference-no-special-candidates": WechselConfig.reference(special_candidates=False),
+        "paper": WechselConfig(),
+    }[variant]
+    default = WechselConfig()
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)}
+
+
+def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
+    """Build (or reuse) the end-to-end inputs under ``work``; return their paths and sizes.
+
+    Text and dictionary come from the built-in world (``world build --size small``) and
+    :func:`benchmarks._synthetic.make_corpora`: the source side is the text of every world language
+    plus synthetic source text (a multilingual source, as XLM-R's), the target side ``language``'s
+    text plus synthetic target text (the world alone supports only ~22k / ~10k pieces); both
+    tokenizers and both fastText models are trained on these. The dictionary is the world's gold
+    dictionary (3,000 lemma pairs, ``target<TAB>source``; a swapped copy ``source<TAB>target`` for the
+    reference, whose files are ``english<TAB>target``).
+    """
+    import numpy as np
+    import torch
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from benchmarks._synthetic import make_corpora
+    from harness.tokenizers import train_tokenizer
+    from harness.world import build_world
+    from methods._wordvectors import train_word_vectors
+
+    hf_logging.set_verbosity_error()
+    work.mkdir(parents=True, exist_ok=True)
+    manifest = work / "manifest.json"
+    want = {"scale": scale, "seed": seed, "language": language, "fasttext": E2E_FASTTEXT, "version": 2}
+    if manifest.is_file() and json.loads(manifest.read_text()).get("inputs") == want:
+        return json.loads(manifest.read_text())
+    t0 = time.perf_counter()
+    world = Path(build_world(size="small", seed=seed))
+    meta = json.loads((world / "world.json").read_text())
+    src_lang = meta["source_language"]
+    if language == src_lang or not (world / language / "gold" / "dictionary.tsv").is_file():
+        raise ValueError(f"--language {language!r}: not a target language of the world (its targets: {meta['targets']})")
+    langs = [src_lang, *[t for t in meta["targets"]]]
+    # the world's few MB support ~22k source / ~10k target pieces: synthetic text of two more languages
+    # (benchmarks._synthetic) is added to both sides so that 32k / 16k vocabularies can be trained
+    synthetic = make_corpora(work / "synthetic", scale, seed)
+    src_text, tgt_text = work / "text" / "source.txt", work / "text" / "target.txt"
+    _concat([*(world / lang / "text" / "train.txt" for lang in langs), synthetic["source"]], src_text)
+    _concat([world / language / "text" / "train.txt", synthetic["target"]], tgt_text)
+    src_tok = train_tokenizer([src_text], "unigram", vocab_size=max(int(round(E2E_SOURCE_VOCAB * scale)), 500),
+                              cache_dir=work / "cache")
+    tgt_tok = train_tokenizer([tgt_text], "unigram", vocab_size=max(int(round(E2E_TARGET_VOCAB * scale)), 300),
+                              cache_dir=work / "cache")
+    tgt_dir, src_dir = work / "target-tokenizer", work / "source-model"
+    tgt_tok.save_pretrained(tgt_dir)
+    config = XLMRobertaConfig(
+        vocab_size=len(src_tok), hidden_size=E2E_DIM, num_hidden_layers=1, num_attention_heads=12, intermediate_size=256,
+        max_position_embeddings=514, type_vocab_size=1, pad_token_id=src_tok.pad_token_id,
+        bos_token_id=src_tok.bos_token_id, eos_token_id=src_tok.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = XLMRobertaForMaskedLM(config)
+    E = np.random.default_rng(seed).standard_normal((len(src_tok), E2E_DIM), dtype=np.float32) * np.float32(0.05)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(torch.from_numpy(E))
+    model.save_pretrained(src_dir)
+    src_tok.save_pretrained(src_dir)
+    ft = dict(E2E_FASTTEXT)
+    bins = {}
+    for side, text in (("source", src_text), ("target", tgt_text)):
+        wv = train_word_vectors(text, dim=ft["dim"], epoch=ft["epoch"], min_count=ft["min_count"], model=ft["model"],
+                                minn=ft["minn"], maxn=ft["maxn"], neg=ft["neg"], bucket=ft["bucket"], seed=ft["seed"],
+                                threads=ft["threads"], cache_dir=None)
+        bins[side] = work / "fasttext" / f"{side}-cbow-100.bin"
+        bins[side].parent.mkdir(parents=True, exist_ok=True)
+        wv.model.save_model(str(bins[side]))
+    pairs = [line.split("\t")[:2] for line in (world / language / "gold" / "dictionary.tsv").read_text(encoding="utf-8").splitlines()
+             if line.strip()]
+    ours, theirs = work / "dictionary.tsv", work / "dictionary-reference.tsv"
+    ours.write_text("".join(f"{t}\t{s}\n" for t, s in pairs), encoding="utf-8")
+    theirs.write_text("".join(f"{s}\t{t}\n" for t, s in pairs), encoding="utf-8")
+    info = {
+        "inputs": want, "build_s": round(time.perf_counter() - t0, 1),
+        "paths": {"source_text": str(src_text), "target_text": str(tgt_text), "source_model": str(src_dir),
+                  "target_tokenizer": str(tgt_dir), "source_vectors": str(bins["source"]),
+                  "target_vectors": str(bins["target"]), "dictionary": str(ours), "reference_dictionary": str(theirs)},
+        "sizes": {"n_source": len(src_tok), "n_target": len(tgt_tok), "dim": E2E_DIM, "dictionary_pairs": len(pairs),
+                  "source_text_mb": round(src_text.stat().st_size / 2**20, 2), "target_text_mb": round(tgt_text.stat().st_size / 2**20, 2)},
+    }
+    manifest.write_text(json.dumps(info, indent=1))
+    return info
+
+
+def _concat(parts: list[Path], out: Path) -> Path:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8", newline="\n") as w:
+        for p in parts:
+            w.write(Path(p).read_text(encoding="utf-8"))
+    return out
+
+
+def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
+    """Run ``wechsel.WECHSEL(...).apply(...)`` whole on the files in ``work``; write rows, provenance, neighbours."""
+    import fasttext
+    import numpy as np
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    from harness.protocols import COMBINED, FALLBACK, SPECIAL
+
+    hf_logging.set_verbosity_error()
+    torch.set_num_threads(threads)
+    wechsel = import_reference()
+    paths = json.loads((work / "manifest.json").read_text())["paths"]
+    t0 = time.perf_counter()
+    src = AutoTokenizer.from_pretrained(paths["source_model"])
+    tgt = AutoTokenizer.from_pretrained(paths["target_tokenizer"])
+    E = AutoModelForMaskedLM.from_pretrained(paths["source_model"]).get_input_embeddings().weight.detach().float().numpy()
+    src_ft, tgt_ft = fasttext.load_model(paths["source_vectors"]), fasttext.load_model(paths["target_vectors"])
+    t1 = time.perf_counter()
+    model = wechsel.WECHSEL(src_ft, tgt_ft, bilingual_dictionary=paths["reference_dictionary"])
+    rows, info = model.apply(src, tgt, E)
+    t2 = time.perf_counter()
+    prov = np.full(len(tgt), COMBINED, dtype=np.int8)
+    prov[tgt.convert_tokens_to_ids(list(info.not_found))] = FALLBACK
+    # specials it copies: every special of the source found by string in the target vocabulary
+    copied = [tgt.convert_tokens_to_ids(t) for t in src.all_special_tokens if t in tgt.get_vocab()]
+    prov[copied] = SPECIAL
+    nb = np.full((len(tgt), 10), -1, dtype=np.int64)
+    for token, (tokens, _w, _s) in info.sources.items():
+        ids = src.convert_tokens_to_ids(list(tokens))
+        nb[tgt.convert_tokens_to_ids(token), : len(ids)] = ids
+    special_ids = set(src.all_special_ids)
+    with_special = int(sum(any(int(i) in special_ids for i in nb[t]) for t in np.flatnonzero(prov == COMBINED)))
+    np.savez(out, rows=rows.astype(np.float32), provenance=prov, neighbours=nb)
+    out.with_suffix(".json").write_text(json.dumps({"load_s": round(t1 - t0, 3), "wechsel_s": round(t2 - t1, 3),
+                                                    "rows_with_a_special_neighbour": with_special}))
+
+
+def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> None:
+    """Run WECHSEL through :func:`harness.runner.initialize_model` (what ``tokxfer init`` runs) on the same files.
+
+    ``tokxfer init`` has no flags for word-vector files, so this calls the function it calls, with
+    the same transfer paths plus the two ``.bin`` models, and writes ``init_info.json`` the same way.
+    """
+    import numpy as np
+    import torch
+
+    from harness.protocols import COMBINED
+    from harness.registry import build_config, get
+    from harness.resources import load_tokenizer
+    from harness.runner import initialize_model, write_init_info
+
+    torch.set_num_threads(threads)
+    paths = json.loads((work / "manifest.json").read_text())["paths"]
+    entry = get("method", "wechsel")
+    cfg = build_config(entry.config_cls, _variant_config(variant), where=f"variant {variant}")
+    tgt = load_tokenizer(paths["target_tokenizer"])
+    t0 = time.perf_counter()
+    init = initialize_model(
+        source_model=paths["source_model"], source_tokenizer=None, target_tok=tgt, method_name="wechsel", method_config=cfg,
+        seed=1, model_kind="mlm", transfer_paths={
+            "target_corpus": Path(paths["target_text"]), "source_corpus": Path(paths["source_text"]), "parallel_corpus": None,
+            "dictionary": Path(paths["dictionary"]), "source_word_vectors": Path(paths["source_vectors"]),
+            "target_word_vectors": Path(paths["target_vectors"]),
+        },
+    )
+    wall = time.perf_counter() - t0
+    out.mkdir(parents=True, exist_ok=True)
+    write_init_info(out / "init_info.json", init, {"method": "wechsel", "variant": variant, "seed": 1})
+    m = init.result.mapping
+    nb = np.full((m.n_target, 10), -1, dtype=np.int64)
+    for t in np.flatnonzero(m.provenance == COMBINED):
+        ids = m.indices[m.indptr[t] : m.indptr[t + 1]][:10]
+        nb[t, : len(ids)] = ids
+    rows = init.model.get_input_embeddings().weight.detach().float().numpy()
+    np.savez(out / "rows.npz", rows=rows, provenance=m.provenance, neighbours=nb)
+    (out / "wall.json").write_text(json.dumps({"initialize_model_s": round(wall, 3)}))
+
+
+def _subprocess_env(threads: int, work: Path) -> dict:
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
+        env[var] = str(threads)
+    env.update(TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               HF_DATASETS_OFFLINE="1", TOKXFER_CACHE=str(work / "tokxfer-cache"))
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+def _run_cmd(cmd: list[str], env: dict, what: str) -> float:
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr or proc.stdout)[-3000:]}")
+    return round(time.perf_counter() - t0, 2)
+
+
+def compare_e2e(tk: dict, ref: dict, near_ids: list[int], atol: float) -> dict:
+    """Row-by-row comparison of tokxfer's and the reference's matrices (harness provenance codes).
+
+    Rows random in both (different generators by design) are counted apart; the other rows are split
+    into those with a near tie (tokxfer's ``near_ties`` ids: k-th and (k+1)-th cosines within 1e-6) and
+    those without, and for each group the benchmark reports rows beyond ``atol`` (max absolute entry
+    difference), rows whose neighbour *sets* differ, max absolute difference and minimum row cosine.
+    """
+    import numpy as np
+
+    from harness.protocols import FALLBACK, SPECIAL
+
+    fb_t, fb_r = tk["provenance"] == FALLBACK, ref["provenance"] == FALLBACK
+    near = np.zeros(len(fb_t), dtype=bool)
+    near[np.asarray(near_ids, dtype=np.int64)] = True
+    cmp = ~fb_t & ~fb_r
+    a, b = tk["rows"].astype(np.float64), ref["rows"].astype(np.float64)
+    diff = np.abs(a - b).max(axis=1)
+    cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-30)
+    nt, nr = np.sort(tk["neighbours"], axis=1), np.sort(ref["neighbours"], axis=1)
+    same_set = np.all(nt == nr, axis=1) | (tk["provenance"] == SPECIAL)
+
+    def group(mask: np.ndarray) -> dict:
+        ids = np.flatnonzero(mask)
+        beyond = ids[diff[ids] > atol]
+        return {"rows": int(len(ids)), "beyond_tolerance": int(len(beyond)), "neighbour_set_differs": int(np.sum(~same_set[ids])),
+                "max_abs_diff": float(diff[ids].max()) if len(ids) else 0.0,
+                "min_row_cosine": float(cos[ids].min()) if len(ids) else 1.0, "beyond_ids": beyond.tolist()}
+
+    return {
+        "rows": int(len(fb_t)), "random_fallback_both": int((fb_t & fb_r).sum()),
+        "random_tokxfer_only": int((fb_t & ~fb_r).sum()), "random_reference_only": int((fb_r & ~fb_t).sum()),
+        "compared": int(cmp.sum()), "without_near_tie": group(cmp & ~near), "with_near_tie": group(cmp & near),
+    }
+
+
+def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol: float, threads: int,
+               work_dir: Path | None) -> dict:
+    """Build the files, run the reference and each tokxfer variant, compare; return the JSON record."""
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    with tempfile.TemporaryDirectory(prefix="bench-wechsel-e2e-") as tmp:
+        work = Path(work_dir) if work_dir is not None else Path(tmp)
+        print(f"building inputs in {work} (scale {scale}, target {language}) ...", flush=True)
+        files = e2e_files(work, scale, seed, language)
+        paths = files["paths"]
+        env = _subprocess_env(threads, work)
+        me = str(Path(__file__).resolve())
+        print("running wechsel.WECHSEL(...).apply(...) ...", flush=True)
+        ref_out = work / "reference.npz"
+        wall = {"reference": _run_cmd([sys.executable, me, "--e2e-worker", "reference", "--work-dir", str(work),
+                                       "--out", str(ref_out), "--threads", str(threads)], env, "reference worker")}
+        ref = dict(np.load(ref_out))
+        ref_info = json.loads(ref_out.with_suffix(".json").read_text())
+        tokens = AutoTokenizer.from_pretrained(paths["target_tokenizer"]).convert_ids_to_tokens(list(range(files["sizes"]["n_target"])))
+        results: dict = {}
+        for v in variants:
+            print(f"running tokxfer initialize_model ({v}) ...", flush=True)
+            out = work / f"tokxfer-{v}"
+            wall[f"tokxfer-{v}"] = _run_cmd([sys.executable, me, "--e2e-worker", "tokxfer", "--variant", v, "--work-dir", str(work),
+                                             "--out", str(out), "--threads", str(threads)], env, f"tokxfer ({v})")
+            tk = dict(np.load(out / "rows.npz"))
+            info = json.loads((out / "init_info.json").read_text())["info"]
+            near_ids = info["wechsel"]["near_ties"]["ids"]
+            res = compare_e2e(tk, ref, near_ids, atol)
+            res["config"] = _variant_config(v)
+            res["near_ties"] = info["near_ties"]
+            res["alignment"] = {k: info["alignment"][k] for k in ("pairs_used", "distinct_pairs", "mean_pair_cosine_before",
+                                                                   "mean_pair_cosine_after")}
+            res["screen"] = {k: info["wechsel"]["similarity"][k] for k in ("screen", "screen_switched", "candidates_per_row")}
+            res["method_s_information_only"] = info["timings"]["total_s"]
+            for g in ("without_near_tie", "with_near_tie"):
+                ids = res[g].pop("beyond_ids")
+                res[g]["beyond_examples"] = [{"id": int(i), "token": tokens[i]} for i in ids[:10]]
+            results[v] = res
+        return {
+            "bench": "wechsel-end-to-end", "scale": scale, "seed": seed, "language": language, "atol": atol, "threads": threads,
+            "sizes": files["sizes"], "reference": {**ref_info, "random": int(np.sum(ref["provenance"] == 3))},
+            "variants": results, "wall_s_information_only": wall,
+            "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()},
+        }
+
+
+def print_end_to_end(record: dict) -> None:
+    """Print the end-to-end comparison as a table."""
+    s = record["sizes"]
+    print(f"\n{s['n_source']} source / {s['n_target']} target tokens, dim {s['dim']}, {s['dictionary_pairs']} dictionary pairs; "
+          f"reference: {record['reference']['random']} random rows, {record['reference']['rows_with_a_special_neighbour']} rows "
+          "with a special among the neighbours")
+    print(f"{'variant':<32} {'random both':>11} {'random 1 side':>13} {'no near tie: rows':>17} {'differ':>7} {'set differs':>11} "
+          f"{'max |diff|':>10} {'near tie: rows':>14} {'differ':>7}")
+    for v, r in record["variants"].items():
+        a, b = r["without_near_tie"], r["with_near_tie"]
+        print(f"{v:<32} {r['random_fallback_both']:>11} {r['random_tokxfer_only'] + r['random_reference_only']:>13} "
+              f"{a['rows']:>17} {a['beyond_tolerance']:>7} {a['neighbour_set_differs']:>11} {a['max_abs_diff']:>10.3g} "
+              f"{b['rows']:>14} {b['beyond_tolerance']:>7}")
+
+
+# ----------------------------------------------------------------------------------------------
 # Driver
 # ----------------------------------------------------------------------------------------------
 
@@ -338,11 +684,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--screen", choices=("auto", "bf16", "fp32"), default="auto", help="first-pass precision (tokxfer)")
     p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads for every method (1: fair, kind to a shared machine)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
+    p.add_argument("--end-to-end", action="store_true",
+                   help="run wechsel.WECHSEL(...).apply(...) and tokxfer's init path whole on files and compare every row")
+    p.add_argument("--work-dir", type=Path, default=None, help="end to end: where the files are built (reused if present)")
+    p.add_argument("--language", default="near", help="end to end: the world's target language (near, far, script)")
+    p.add_argument("--variants", default=",".join(E2E_VARIANTS), help=f"end to end: a subset of {','.join(E2E_VARIANTS)}")
+    p.add_argument("--atol", type=float, default=1e-5, help="end to end: largest absolute row difference counted as equal")
     p.add_argument("--worker", choices=METHODS, help=argparse.SUPPRESS)
+    p.add_argument("--e2e-worker", choices=("reference", "tokxfer"), help=argparse.SUPPRESS)
+    p.add_argument("--variant", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
         worker(args)
+        return 0
+    if args.e2e_worker == "reference":
+        e2e_reference_worker(Path(args.work_dir), Path(args.out), args.threads)
+        return 0
+    if args.e2e_worker == "tokxfer":
+        e2e_tokxfer_worker(Path(args.work_dir), Path(args.out), args.variant, args.threads)
+        return 0
+    if args.end_to_end:
+        variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+        unknown = [v for v in variants if v not in E2E_VARIANTS]
+        if unknown or not variants:
+            p.error(f"unknown variant(s) {unknown}; choose from {E2E_VARIANTS}")
+        record = end_to_end(args.scale, args.seed, args.language, variants, args.atol, args.threads, args.work_dir)
+        print_end_to_end(record)
+        if args.json:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(record, indent=1))
         return 0
 
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]

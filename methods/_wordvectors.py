@@ -15,9 +15,14 @@ dictionary. This module provides those pieces as plain functions around one smal
 * :func:`read_dictionary` reads a TSV ``target_word<TAB>source_word`` (the tokxfer convention; the
   WECHSEL reference code's files are ``english<TAB>target``, the other way round).
 * :func:`match_dictionary` expands every pair with lower-/title-case variants of both words and
-  keeps the variant pairs whose words are both in the vocabularies (as the reference code does:
-  all 3 x 3 combinations of ``{w, w.lower(), w.title()}``; duplicates are removed here, the
-  reference keeps them and so weights some pairs twice).
+  keeps the variant pairs whose words are both in the vocabularies. Two expansions:
+  ``"unique"`` (default) keeps every distinct ``(target, source)`` word pair once — the paper
+  aligns *pairs of words*; ``"all-combinations"`` is what the reference code (``wechsel`` 0.0.4)
+  does: it loops over the 3 x 3 tuples ``(w, w.lower(), w.title())`` of both words *with*
+  repetitions and appends every combination found, so a pair of lower-case words counts 4 times,
+  a lower-case word against a capitalized one twice, and a pair listed twice in the file twice
+  again (on a 3,000-pair dictionary: ~11.8k correspondences for ~3k distinct pairs). The
+  duplicates weigh pairs in Procrustes, so the two expansions give different rotations.
 * :func:`procrustes` / :func:`align_word_vectors` compute the orthogonal map ``W`` that takes
   the *target* space into the *source* space: ``W = argmin ||X_t W - X_s||_F`` over orthogonal
   ``W``, solved by the SVD of ``X_t^T X_s`` (Schönemann 1966). The paper does not say which side
@@ -64,6 +69,8 @@ __all__ = [
     "DictionaryError",
     "DimensionMismatchError",
     "DictionaryMatch",
+    "CASE_EXPANSIONS",
+    "PROCRUSTES_PRECISIONS",
     "Alignment",
     "WORD_PATTERN",
     "word_tokenize",
@@ -501,6 +508,10 @@ def read_dictionary(path: str | Path) -> tuple[list[tuple[str, str]], int]:
     return pairs, malformed
 
 
+CASE_EXPANSIONS = ("unique", "all-combinations")
+"""Dictionary case expansions of :func:`match_dictionary`."""
+
+
 def _case_variants(word: str) -> list[str]:
     out = [word]
     for v in (word.lower(), word.title()):
@@ -514,8 +525,9 @@ class DictionaryMatch:
     """Dictionary pairs usable for alignment, and how they were obtained.
 
     Attributes:
-        pairs: unique ``(target_word, source_word)`` pairs, both words in the vocabularies, after
-            case-variant expansion (first-seen order).
+        pairs: ``(target_word, source_word)`` pairs, both words in the vocabularies, after
+            case-variant expansion: unique, in first-seen order (``"unique"``), or every
+            combination in the reference code's order, duplicates included (``"all-combinations"``).
         n_read: pairs read from the file.
         n_malformed: lines that could not be parsed.
         n_in_vocab: read pairs whose two words, as written, are both in the vocabularies.
@@ -531,13 +543,20 @@ class DictionaryMatch:
     n_usable: int
     n_target_in_vocab: int
     n_source_in_vocab: int
+    case_expansion: str = "unique"
+
+    @property
+    def n_distinct(self) -> int:
+        """Distinct ``(target, source)`` pairs among :attr:`pairs`."""
+        return len(set(self.pairs))
 
     def report(self) -> dict:
         """JSON-serializable counts."""
         return {
             "read": self.n_read, "malformed_lines": self.n_malformed, "both_in_vocab_as_written": self.n_in_vocab,
             "usable": self.n_usable, "target_word_in_vocab": self.n_target_in_vocab,
-            "source_word_in_vocab": self.n_source_in_vocab, "pairs_after_case_expansion": len(self.pairs),
+            "source_word_in_vocab": self.n_source_in_vocab, "case_expansion": self.case_expansion,
+            "pairs_after_case_expansion": len(self.pairs), "distinct_pairs": self.n_distinct,
         }
 
 
@@ -547,19 +566,24 @@ def match_dictionary(
     in_source: Callable[[str], bool],
     *,
     n_malformed: int = 0,
+    case_expansion: str = "unique",
 ) -> DictionaryMatch:
     """Expand dictionary pairs with lower-/title-case variants that exist in both vocabularies.
 
     For a pair ``(t, s)`` every combination of ``{t, t.lower(), t.title()}`` and
     ``{s, s.lower(), s.title()}`` whose two words are in the vocabularies is kept (German
     ``Haus`` / English ``house`` also yields ``haus``/``house`` and ``Haus``/``House`` when those
-    words exist). Duplicates are dropped.
+    words exist). ``"unique"``: duplicates are dropped. ``"all-combinations"`` (the reference
+    code): for ``s_v`` in the tuple ``(s, s.lower(), s.title())`` and ``t_v`` in
+    ``(t, t.lower(), t.title())`` — tuples, so a word equal to its lower-case form appears twice —
+    every combination in both vocabularies is appended, for every line of the file.
 
     Args:
         pairs: ``(target_word, source_word)`` pairs.
         in_target: whether a word is in the target vocabulary.
         in_source: whether a word is in the source vocabulary.
         n_malformed: passed through to the report.
+        case_expansion: ``"unique"`` or ``"all-combinations"`` (see :data:`CASE_EXPANSIONS`).
 
     Returns:
         :class:`DictionaryMatch`.
@@ -568,8 +592,14 @@ def match_dictionary(
         >>> m = match_dictionary([("Haus", "house")], {"Haus", "haus"}.__contains__, {"house", "House"}.__contains__)
         >>> m.pairs
         [('Haus', 'house'), ('Haus', 'House'), ('haus', 'house'), ('haus', 'House')]
+        >>> len(match_dictionary([("haus", "house")], {"haus"}.__contains__, {"house"}.__contains__,
+        ...                      case_expansion="all-combinations").pairs)  # (w, w.lower(), w.title()) twice each
+        4
     """
+    if case_expansion not in CASE_EXPANSIONS:
+        raise ValueError(f"case_expansion must be one of {CASE_EXPANSIONS}, got {case_expansion!r}")
     seen: dict[tuple[str, str], None] = {}
+    every: list[tuple[str, str]] = []
     n_in_vocab = n_usable = n_t = n_s = 0
     for t, s in pairs:
         tv = [w for w in _case_variants(t) if in_target(w)]
@@ -579,10 +609,17 @@ def match_dictionary(
         n_in_vocab += bool(in_target(t) and in_source(s))
         if tv and sv:
             n_usable += 1
-            for a in tv:
-                for b in sv:
-                    seen.setdefault((a, b), None)
-    return DictionaryMatch(list(seen), len(pairs), n_malformed, n_in_vocab, n_usable, n_t, n_s)
+            if case_expansion == "unique":
+                for a in tv:
+                    for b in sv:
+                        seen.setdefault((a, b), None)
+            else:  # the reference's loops: source variant outer, target variant inner, repetitions kept
+                for b in (s, s.lower(), s.title()):
+                    for a in (t, t.lower(), t.title()):
+                        if in_source(b) and in_target(a):
+                            every.append((a, b))
+    out = list(seen) if case_expansion == "unique" else every
+    return DictionaryMatch(out, len(pairs), n_malformed, n_in_vocab, n_usable, n_t, n_s, case_expansion)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -590,14 +627,23 @@ def match_dictionary(
 # ------------------------------------------------------------------------------------------------
 
 
-def procrustes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+PROCRUSTES_PRECISIONS = ("float64", "float32")
+"""Precisions of :func:`procrustes`."""
+
+
+def procrustes(x: np.ndarray, y: np.ndarray, *, precision: str = "float64") -> np.ndarray:
     """Orthogonal ``W`` minimizing ``||x @ W - y||_F`` (Schönemann 1966).
 
-    With ``U S V^T = svd(x^T y)``, ``W = U V^T`` (computed in float64).
+    With ``U S V^T = svd(x^T y)``, ``W = U V^T``. ``precision="float64"`` computes it in float64;
+    ``"float32"`` computes it as the reference code does, which hands the float32 fastText vectors
+    to ``scipy.linalg.orthogonal_procrustes`` (float32 product and SVD, mapping the source onto the
+    target; ``W`` is the transpose of that map). The two differ by ~1e-5, which moves cosines of
+    concentrated subword vectors by as much and changes some k-th neighbours.
 
     Args:
         x: ``n x d`` vectors to map (target-language words of the dictionary pairs).
         y: ``n x d`` vectors to map onto (their source-language translations).
+        precision: ``"float64"`` or ``"float32"``.
 
     Returns:
         float64 ``d x d`` orthogonal matrix.
@@ -606,10 +652,17 @@ def procrustes(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         >>> procrustes(np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.0, 1.0], [-1.0, 0.0]])).round(6).tolist()
         [[0.0, 1.0], [-1.0, 0.0]]
     """
-    x = np.asarray(x, dtype=np.float64)
-    y = np.asarray(y, dtype=np.float64)
+    if precision not in PROCRUSTES_PRECISIONS:
+        raise ValueError(f"precision must be one of {PROCRUSTES_PRECISIONS}, got {precision!r}")
+    x = np.asarray(x, dtype=np.float64 if precision == "float64" else np.float32)
+    y = np.asarray(y, dtype=x.dtype)
     if x.shape != y.shape or x.ndim != 2:
         raise ValueError(f"procrustes needs two n x d matrices of one shape, got {x.shape} and {y.shape}")
+    if precision == "float32":
+        from scipy.linalg import orthogonal_procrustes
+
+        r, _ = orthogonal_procrustes(y, x)  # source -> target, in float32
+        return np.asarray(r, dtype=np.float64).T
     u, _, vt = np.linalg.svd(x.T @ y)
     return u @ vt
 
@@ -640,6 +693,9 @@ def align_word_vectors(
     target: WordVectors,
     source: WordVectors,
     dictionary: str | Path | Sequence[tuple[str, str]],
+    *,
+    case_expansion: str = "unique",
+    precision: str = "float64",
 ) -> Alignment:
     """Align target word vectors to the source space with orthogonal Procrustes over a dictionary.
 
@@ -647,6 +703,9 @@ def align_word_vectors(
         target: target-language word vectors.
         source: source-language word vectors (same dimension; see :func:`check_dimensions`).
         dictionary: a TSV path (``target_word<TAB>source_word``) or ``(target, source)`` pairs.
+        case_expansion: ``"unique"`` (each distinct word pair once) or ``"all-combinations"``
+            (the reference code's correspondences, duplicates included); see :func:`match_dictionary`.
+        precision: ``"float64"``, or ``"float32"`` as the reference computes it (see :func:`procrustes`).
 
     Returns:
         :class:`Alignment` with ``info``: ``dictionary`` (see :meth:`DictionaryMatch.report`),
@@ -677,7 +736,8 @@ def align_word_vectors(
         pairs, malformed = read_dictionary(dictionary)
     else:
         pairs, malformed = [tuple(p) for p in dictionary], 0
-    match = match_dictionary(pairs, target.__contains__, source.__contains__, n_malformed=malformed)
+    match = match_dictionary(pairs, target.__contains__, source.__contains__, n_malformed=malformed,
+                             case_expansion=case_expansion)
     if not match.pairs:
         raise DictionaryError(
             f"bilingual dictionary {where}: no usable word pairs. Read {match.n_read} pairs "
@@ -687,13 +747,17 @@ def align_word_vectors(
             f"the source vocabulary of {source.origin} ({len(source)} words)). The file must be "
             "target_word<TAB>source_word; check the column order and the languages."
         )
-    x = target.word_vectors(t for t, _ in match.pairs).astype(np.float64)
-    y = source.word_vectors(s for _, s in match.pairs).astype(np.float64)
-    w = procrustes(x, y)
+    x32 = target.word_vectors(t for t, _ in match.pairs)
+    y32 = source.word_vectors(s for _, s in match.pairs)
+    w = procrustes(x32, y32, precision=precision)
+    x, y = x32.astype(np.float64), y32.astype(np.float64)
     y_norm = float(np.linalg.norm(y)) or 1.0
     info = {
         "dictionary": {"path": where if where != "given pairs" else None, **match.report()},
         "pairs_used": len(match.pairs),
+        "distinct_pairs": match.n_distinct,
+        "case_expansion": case_expansion,
+        "precision": precision,
         "residual": round(float(np.linalg.norm(x @ w - y)) / y_norm, 6),
         "residual_unaligned": round(float(np.linalg.norm(x - y)) / y_norm, 6),
         "mean_pair_cosine_before": round(_mean_cosine(x, y), 6),

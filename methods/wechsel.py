@@ -25,10 +25,24 @@ The method (papers/wechsel.txt, Sec. 3; METHODS.md, "WECHSEL"):
    with the trial's generator.
 
 Variant from the FOCUS paper, ``source_tokens="english-only"``: before step 3 the source
-vocabulary is restricted to *source-language tokens*, implemented as the tokens that occur when
-``inputs.source_corpus`` is tokenized with the source tokenizer (FOCUS restricts XLM-R's
-multilingual vocabulary to its English tokens; a token seen in English text is the operational
-definition available without language-ID of single subwords).
+vocabulary is restricted to its *English tokens* (FOCUS restricts XLM-R's multilingual
+vocabulary). Two definitions, chosen by ``english_tokens`` and recorded in the info
+(``source_tokens``, ``source_candidates``):
+
+* ``"tokenizer-overlap"`` (default; the FOCUS paper, Sec. 5, after Wang et al. 2019): the source
+  tokens that are in the vocabulary of a language-specific English tokenizer
+  (``english_tokenizer``), compared in canonical form (:func:`english_vocabulary_tokens`);
+* ``"source-corpus"``: the tokens that occur when ``inputs.source_corpus`` is tokenized with the
+  source tokenizer (:func:`source_language_tokens`) — a much larger set, since English text uses
+  many pieces an English vocabulary does not have.
+
+Ties and near ties. Source tokens with identical subword vectors (``▁abc`` and ``abc`` share a
+string) tie exactly; every exact tie, also at the k-th place, goes to the lower source id. Rows
+whose k-th and (k+1)-th exact cosines differ by less than :data:`NEAR_TIE` (1e-6) are *near
+ties*: any implementation computing cosines differently (another precision, summation order or
+rotation side, as the reference does) may pick another k-th neighbour there. Each run counts them
+(``info["near_ties"]``; ``info["wechsel"]["near_ties"]`` also lists their target ids), so a parity
+check can compare the other rows exactly.
 
 Special tokens are matched by *role* (``<s>``/``[CLS]``, ``</s>``/``[SEP]``, ``<pad>``, ``<unk>``,
 ``<mask>``; :func:`methods._canon.match_specials`) and copied (SPECIAL). They are never
@@ -42,15 +56,23 @@ Traps of the public reference code (``wechsel`` 0.0.4), avoided here:
   is drawn from the trial's ``rng``.
 * Special tokens are copied only when the *same string* exists in both vocabularies, so
   RoBERTa's ``<s>`` never reaches a BERT-style ``[CLS]`` (and a target special that happens to
-  share a string with an unrelated source token is "copied"). Here: by role.
+  share a string with an unrelated source token is "copied"). Here: by role. It also embeds the
+  specials' strings (``<s>`` → n-grams of ``<s>``) and lets source specials be among a token's
+  k neighbours; here they are not, unless ``special_candidates=True``.
 * When the two word-vector models differ in dimension it calls ``reduce_model`` on the *source*
   model in both branches, so a larger target model is never reduced (and the source is reduced
   below the target's dimension); ``fasttext.util.reduce_model`` also takes unsorted
   eigenvectors. Here a mismatch is an error naming both files and dimensions, or with
   ``dim_mismatch="reduce"`` a sorted-eigenvector PCA of the larger model.
-* Its dictionary expansion pairs all case variants and keeps duplicates (some pairs weigh double
-  in Procrustes); here duplicates are dropped. Its dictionary files are ``english<TAB>target``;
+* Its dictionary expansion pairs all case variants and keeps duplicates (some pairs weigh 2 or 4
+  times in Procrustes); here each distinct pair counts once, unless
+  ``case_expansion="all-combinations"``. Its dictionary files are ``english<TAB>target``;
   tokxfer's are ``target<TAB>source``.
+
+:meth:`WechselConfig.reference` turns on the reference's behaviour (``case_expansion=
+"all-combinations"``, ``procrustes_precision="float32"``, ``special_candidates=True``); the
+paper's is the default. The info records
+which (``preset``: ``paper``/``reference``/``custom``).
 * Zero source vectors take part in its top-k with cosine 0; here source tokens without a vector
   (and specials) are not candidates.
 
@@ -103,6 +125,9 @@ __all__ = [
     "subword_embeddings",
     "tfr_embeddings",
     "source_language_tokens",
+    "english_vocabulary_tokens",
+    "preset_name",
+    "NEAR_TIE",
 ]
 
 TABLE7_GRID: tuple[tuple[int, float], ...] = ((1, 1.0), (10, 0.1), (10, 1.0), (50, 0.1), (50, 1.0))
@@ -116,6 +141,9 @@ _BLOCK_BYTES = 512 * 2**20
 
 _GATHER_BYTES = 8 * 2**20
 """Gathered candidate key vectors (float64) rescored at once (small: reused heap memory, no page faults)."""
+
+_MAX_LISTED = 50_000
+"""At most this many near-tie target ids are listed in the method's info (the count is always exact)."""
 
 _U_BF16 = 2.0**-8
 """Unit roundoff of bfloat16 (8 significant bits, round to nearest)."""
@@ -190,12 +218,65 @@ class WechselConfig:
 
     screen: Literal["auto", "bf16", "fp32"] = "auto"
     """Precision of the first scoring pass; the result is exact and identical for all three.
-    ``auto``: bf16 on CPUs with native bfloat16 matmul (AVX512-BF16/AMX), else fp32."""
+    ``auto``: bf16 on CPUs with native bfloat16 matmul (AVX512-BF16/AMX), else fp32; switches to
+    fp32 after the first chunk when bf16 keeps too many candidates (concentrated cosines)."""
+
+    english_tokens: Literal["tokenizer-overlap", "source-corpus"] = "tokenizer-overlap"
+    """What ``source_tokens="english-only"`` keeps. ``tokenizer-overlap`` (the FOCUS paper, after
+    Wang et al. 2019): the source tokens that are also in the vocabulary of an English tokenizer
+    (``english_tokenizer``), compared in canonical form (``▁the`` = ``Ġthe`` = BERT ``the``).
+    ``source-corpus``: the tokens seen when ``inputs.source_corpus`` is tokenized with the source
+    tokenizer — a much larger set (every piece English text happens to use)."""
+
+    english_tokenizer: str | None = None
+    """``english_tokens="tokenizer-overlap"``: a tokenizer directory or hub id of an English
+    (language-specific) tokenizer. The paper does not name the one it used."""
+
+    case_expansion: Literal["unique", "all-combinations"] = "unique"
+    """Dictionary case expansion for Procrustes: ``unique`` keeps each distinct (target, source) word
+    pair once (the paper aligns pairs of words); ``all-combinations`` keeps every case-variant
+    combination the reference code appends, duplicates included (lower-case pairs count 4 times;
+    see :func:`methods._wordvectors.match_dictionary`)."""
+
+    procrustes_precision: Literal["float64", "float32"] = "float64"
+    """Precision of the Procrustes fit: ``float64``, or ``float32`` as the reference code computes it
+    (scipy on the float32 fastText vectors); the rotations differ by ~1e-5, enough to change k-th
+    neighbours where cosines are concentrated (see :func:`methods._wordvectors.procrustes`)."""
+
+    special_candidates: bool = False
+    """Source special tokens as neighbour candidates, with the n-gram vector of their string
+    (``<s>``, ``</s>`` …), as the reference code does. Default off: a special token's row is not a
+    subword of the source language (specials are still copied by role)."""
+
+    @classmethod
+    def reference(cls, **overrides: Any) -> WechselConfig:
+        """The public reference implementation's behaviour (``wechsel`` 0.0.4), where it differs from the paper.
+
+        ``case_expansion="all-combinations"`` (its Procrustes correspondences, duplicates included),
+        ``procrustes_precision="float32"`` (its Procrustes fit, in float32) and
+        ``special_candidates=True`` (source specials can be among the k neighbours). With the
+        same word vectors, tokenizers and dictionary, the rows then equal the reference's on every
+        non-random row without a near tie (see :data:`NEAR_TIE`). Differences that remain by
+        design: FALLBACK rows come from the trial's generator (the reference: ``RandomState(1234)``),
+        specials are copied by role (the reference: by string), and exact ties at the k-th place go
+        to the lower source id (the reference: whatever ``np.argpartition`` returns).
+
+        Example:
+            >>> ref = WechselConfig.reference()
+            >>> ref.case_expansion, ref.procrustes_precision, ref.special_candidates, ref.k
+            ('all-combinations', 'float32', True, 10)
+        """
+        values: dict[str, Any] = {"case_expansion": "all-combinations", "procrustes_precision": "float32",
+                                  "special_candidates": True}
+        values.update(overrides)
+        return cls(**values)
 
     def __post_init__(self) -> None:
         choices = {
             "variant": ("subword", "tfr"), "source_tokens": ("all", "english-only"), "alignment": ("procrustes", "none"),
             "dim_mismatch": ("error", "reduce"), "fasttext_model": ("cbow", "skipgram"), "screen": ("auto", "bf16", "fp32"),
+            "english_tokens": ("tokenizer-overlap", "source-corpus"), "case_expansion": ("unique", "all-combinations"),
+            "procrustes_precision": ("float64", "float32"),
         }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
@@ -218,6 +299,25 @@ class WechselConfig:
             v = getattr(self, name)
             if v is not None and int(v) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {v}")
+        if not isinstance(self.special_candidates, bool):
+            raise ValueError(f"special_candidates must be true or false, got {self.special_candidates!r}")
+        if self.source_tokens == "english-only" and self.english_tokens == "tokenizer-overlap" and not self.english_tokenizer:
+            raise ValueError(
+                "english_tokenizer: source_tokens='english-only' with english_tokens='tokenizer-overlap' (the FOCUS "
+                "paper's definition) needs an English tokenizer (a directory or hub id); or set "
+                "english_tokens='source-corpus' to keep the tokens seen in inputs.source_corpus"
+            )
+
+
+_PRESET_FIELDS = ("case_expansion", "procrustes_precision", "special_candidates")
+
+
+def preset_name(cfg: WechselConfig) -> str:
+    """``"paper"`` or ``"reference"`` when the fields that tell them apart match one, else ``"custom"``."""
+    for name, preset in (("paper", WechselConfig()), ("reference", WechselConfig.reference())):
+        if all(getattr(cfg, f) == getattr(preset, f) for f in _PRESET_FIELDS):
+            return name
+    return "custom"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -283,12 +383,27 @@ class TopK:
         similarities: ``n x k`` float32 cosines (0 in rows without a vector).
         has_vector: ``n`` bool, the query rows with a nonzero vector.
         stats: JSON-serializable facts (screen used, candidates rescored, timings).
+        kth_gap: ``n`` float64: exact cosine of the k-th neighbour minus that of the (k+1)-th
+            (``>= 0``; 0 for an exact tie straddling the cut; ``inf`` where there is no (k+1)-th
+            key or no vector). A row with a small gap is a *near tie*: another implementation
+            whose cosines differ in the last float bits may choose a different k-th neighbour.
     """
 
     indices: np.ndarray
     similarities: np.ndarray
     has_vector: np.ndarray
     stats: dict
+    kth_gap: np.ndarray | None = None
+
+
+def _explosion_threshold(k: int, m: int) -> float:
+    """Candidates per row above which ``screen="auto"`` leaves a bf16 screen for fp32 (see :func:`topk_cosine`).
+
+    A rescored candidate costs a gather of its ``d`` floats and ``d`` float64 products, several times
+    the cost of one entry of the screen's matrix product, and bf16 saves about half of that product:
+    beyond ``max(16 x the base width, m / 32)`` candidates the bf16 screen no longer pays.
+    """
+    return max(16.0 * _base_width(k), m / 32.0)
 
 
 def _as_f32(x: Any, name: str) -> torch.Tensor:
@@ -424,15 +539,18 @@ def _select_chunk(
     them, identical keys (``rep``) get one value, and the top-``kk`` is taken by decreasing
     float64 cosine, ties to the lower key index.
 
-    Returns ``(positions into cand (c x kk), float32 cosines (c x kk), candidates rescored, widest
-    width used, a width for the next chunk)`` — the next width is 1.25x the 95th percentile of the
-    candidate counts this chunk needed, so that few rows need a second pass. Widths only change
-    the work done, never the result.
+    Returns ``(positions into cand (c x kk), float32 cosines (c x kk), float64 gap between the
+    exact kk-th and (kk-1)-th cosines of each row (c; the caller asks for one neighbour more than
+    it keeps to measure the gap after the k-th), candidates rescored, widest width used, a width
+    for the next chunk)`` — the next width is 1.25x the 95th percentile of the candidate counts
+    this chunk needed, so that few rows need a second pass. Widths only change the work done,
+    never the result.
     """
     c, m = a.shape
     d = qn.shape[1]
     out_pos = torch.empty((c, kk), dtype=torch.int64)
     out_sim = torch.empty((c, kk), dtype=torch.float32)
+    out_gap = torch.full((c,), float("inf"), dtype=torch.float64)
     left = torch.arange(c)
     width = min(m, max(width, kk))
     widest, n_cand = width, 0
@@ -458,12 +576,15 @@ def _select_chunk(
             exact = torch.gather(exact, 1, perm)
             order = torch.sort(-exact, dim=1, stable=True).indices[:, :kk]
             out_pos[rows] = torch.gather(pos_sorted, 1, order)
-            out_sim[rows] = torch.gather(exact, 1, order).to(torch.float32)
+            top = torch.gather(exact, 1, order)
+            out_sim[rows] = top.to(torch.float32)
+            if kk > 1:
+                out_gap[rows] = top[:, kk - 2] - top[:, kk - 1]
         left = left[~done]
         if not len(left):
             q95 = float(torch.quantile(torch.cat(needed).to(torch.float32), 0.95))
             next_width = max(_base_width(kk), int(np.ceil(1.25 * q95 / 8.0)) * 8)
-            return out_pos, out_sim, n_cand, widest, min(m, next_width)
+            return out_pos, out_sim, out_gap, n_cand, widest, min(m, next_width)
         width = min(m, width * 4)
         widest = width
 
@@ -487,7 +608,16 @@ def topk_cosine(
     (float64 from the float32 inputs, reported as float32) for every candidate a screen keeps,
     a screen provably keeps every key that can be in the top-k (see :func:`_screen_eps` and
     :func:`_select_chunk`), neighbours are ordered by float64 cosine, and keys with identical
-    vectors (tokens that share a string) tie exactly and are ordered by index.
+    vectors (tokens that share a string) tie exactly and are ordered by index: on an exact tie the
+    lower key index (source id) wins, also at the k-th place.
+
+    ``screen="auto"`` picks bf16 where the CPU multiplies bfloat16 natively and is adaptive: if
+    the first chunk keeps more than :func:`_explosion_threshold` candidates per row (concentrated
+    cosines, e.g. word fastText vectors trained on a few MB, where the bf16 error margin swallows
+    most of the row), the remaining chunks are screened in fp32 (``stats["screen_switched"]``
+    says why). Explicit ``"bf16"``/``"fp32"`` are kept as given.
+
+    One neighbour more than ``k`` is found exactly, to report :attr:`TopK.kth_gap`.
 
     Args:
         queries: ``n x d`` query vectors (target subword embeddings).
@@ -538,24 +668,30 @@ def topk_cosine(
         if m == 0:
             raise ValueError(f"no usable key: all {len(usable)} keys have a zero vector or are masked out")
         kk = min(int(k), m)
+        ks = min(kk + 1, m)  # one neighbour more than kept: the gap after the k-th (near ties)
         inv = (1.0 / k_norm[cand]).to(torch.float32)
         rows = torch.nonzero(q_norm > 0).squeeze(1)
         rep = _duplicate_representatives(keys_f, cand)
+        adaptive = screen == "auto" and mode == "bf16"
+        switched: str | None = None
 
-        # The d x m screening copy of the unit keys (bf16: 2 bytes per entry).
-        dtype = torch.bfloat16 if mode == "bf16" else torch.float32
-        keys_t = torch.empty((d, m), dtype=dtype)
-        for a in range(0, m, 65536):
-            b = min(a + 65536, m)
-            keys_t[:, a:b] = (keys_f[cand[a:b]] * inv[a:b, None]).to(dtype).T
+        def screening_copy(dtype: torch.dtype) -> torch.Tensor:
+            """The d x m copy of the unit keys a screen multiplies with (bf16: 2 bytes per entry)."""
+            kt = torch.empty((d, m), dtype=dtype)
+            for a0 in range(0, m, 65536):
+                b0 = min(a0 + 65536, m)
+                kt[:, a0:b0] = (keys_f[cand[a0:b0]] * inv[a0:b0, None]).to(dtype).T
+            return kt
+
+        keys_t = screening_copy(torch.bfloat16 if mode == "bf16" else torch.float32)
         t_prep = time.perf_counter() - t0
 
-        elem = 2 if mode == "bf16" else 4
-        step = max(1, min(int(chunk_rows), _BLOCK_BYTES // max(1, m * elem)))
+        step = max(1, min(int(chunk_rows), _BLOCK_BYTES // max(1, m * 4)))
         out_idx = np.full((n, kk), -1, dtype=np.int64)
         out_sim = np.zeros((n, kk), dtype=np.float32)
+        out_gap = np.full(n, np.inf, dtype=np.float64)
         n_cand = n_fallback_chunks = widest = 0
-        width = _base_width(kk)
+        width = _base_width(ks)
         t_score = t_select = 0.0
         for s in range(0, len(rows), step):
             rr = rows[s : s + step]
@@ -564,27 +700,38 @@ def topk_cosine(
             a = _scores(qn, keys_t, mode)
             t1 = time.perf_counter()
             t_score += t1 - ts
-            res = _select_chunk(qn, a, mode, keys_f, cand, inv, kk, width, rep)
+            res = _select_chunk(qn, a, mode, keys_f, cand, inv, ks, width, rep)
             if res is None:  # the screen's error bound failed: redo this chunk with a float32 screen
                 if mode == "fp32":
                     raise RuntimeError("topk_cosine: float32 scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
                 n_fallback_chunks += 1
                 logger.warning("topk_cosine: bf16 screen exceeded its error bound in one chunk; rescreening it in float32")
                 a = _scores_fp32_blocked(qn, keys_f, cand, inv)
-                res = _select_chunk(qn, a, "fp32", keys_f, cand, inv, kk, width, rep)
+                res = _select_chunk(qn, a, "fp32", keys_f, cand, inv, ks, width, rep)
                 if res is None:
                     raise RuntimeError("topk_cosine: float32 scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
-            pos, sims, nc, used, width = res
+            pos, sims, gap, nc, used, width = res
             n_cand += nc
             widest = max(widest, used)
-            out_idx[rr.numpy()] = cand[pos].numpy()
-            out_sim[rr.numpy()] = sims.numpy()
+            out_idx[rr.numpy()] = cand[pos[:, :kk]].numpy()
+            out_sim[rr.numpy()] = sims[:, :kk].numpy()
+            if ks > kk:
+                out_gap[rr.numpy()] = gap.numpy()
             t_select += time.perf_counter() - t1
             del a
+            if adaptive and s == 0 and nc / max(len(rr), 1) > _explosion_threshold(ks, m):
+                # Concentrated cosines: the bf16 error margin keeps most keys as candidates, and their
+                # exact rescoring costs far more than the bf16 product saves; screen the rest in fp32.
+                switched = (f"bf16 screen kept {nc / max(len(rr), 1):.0f} candidates per row of {m} keys in the first "
+                            f"chunk (> {_explosion_threshold(ks, m):.0f}); fp32 screen for the remaining chunks")
+                logger.info("topk_cosine: %s", switched)
+                mode, adaptive = "fp32", False
+                keys_t = screening_copy(torch.float32)
     has = np.zeros(n, dtype=bool)
     has[rows.numpy()] = True
     stats = {
-        "screen": mode, "queries": int(n), "queries_with_vector": int(len(rows)), "keys": int(len(usable)),
+        "screen": mode, "screen_requested": screen, "screen_switched": switched, "queries": int(n),
+        "queries_with_vector": int(len(rows)), "keys": int(len(usable)),
         "keys_usable": m, "duplicate_keys": 0 if rep is None else int((rep != torch.arange(m)).sum()),
         "k": kk, "dim": int(d), "chunk_rows": step,
         "candidates_per_row": round(n_cand / max(len(rows), 1), 2), "widest_candidate_set": widest,
@@ -592,7 +739,7 @@ def topk_cosine(
         "prepare_s": round(t_prep, 3), "score_s": round(t_score, 3), "rescore_s": round(t_select, 3),
         "total_s": round(time.perf_counter() - t0, 3),
     }
-    return TopK(out_idx, out_sim, has, stats)
+    return TopK(out_idx, out_sim, has, stats, out_gap)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -610,6 +757,7 @@ class WechselNeighbours:
         weights: ``n_target x k`` float32 ``softmax(similarities / tau)`` (rows sum to 1; 0 where no vector).
         has_vector: ``n_target`` bool: the target tokens with a nonzero subword vector.
         stats: the similarity search's facts (see :class:`TopK`).
+        kth_gap: ``n_target`` float64 gap between the k-th and (k+1)-th exact cosines (see :class:`TopK`).
     """
 
     indices: np.ndarray
@@ -617,6 +765,13 @@ class WechselNeighbours:
     weights: np.ndarray
     has_vector: np.ndarray
     stats: dict
+    kth_gap: np.ndarray | None = None
+
+
+NEAR_TIE = 1e-6
+"""A row is a *near tie* when its k-th and (k+1)-th neighbours' exact cosines differ by less than this:
+cosines computed by another implementation (another precision, summation order, or rotation side)
+differ by about this much, so its k-th neighbour may legitimately differ there."""
 
 
 def wechsel_weights(
@@ -661,7 +816,7 @@ def wechsel_weights(
     w /= w.sum(axis=1, keepdims=True)
     w = w.astype(np.float32)
     w[~top.has_vector] = 0.0
-    return WechselNeighbours(top.indices, top.similarities, w, top.has_vector, top.stats)
+    return WechselNeighbours(top.indices, top.similarities, w, top.has_vector, top.stats, top.kth_gap)
 
 
 @dataclass
@@ -692,6 +847,8 @@ def wechsel_mapping(
     source_mask: np.ndarray | None = None,
     chunk_rows: int = DEFAULT_CHUNK_ROWS,
     screen: str = "auto",
+    special_candidates: bool = False,
+    near_tie: float = NEAR_TIE,
 ) -> WechselCore:
     """The WECHSEL mapping from subword embeddings: specials copied, the rest combined or FALLBACK.
 
@@ -700,11 +857,16 @@ def wechsel_mapping(
         u_source: ``n_source x d`` source subword embeddings (one row per source embedding row).
         k: neighbours per target token.
         tau: softmax temperature.
-        specials: ``(m, 2)`` ``[target, source]`` special-token pairs (SPECIAL; never candidates).
+        specials: ``(m, 2)`` ``[target, source]`` special-token pairs (SPECIAL; candidates only
+            with ``special_candidates``).
         target_mask: target ids that may be combined (others, e.g. unmatched specials, are FALLBACK).
-        source_mask: source ids allowed as neighbours (specials are removed from it here).
+        source_mask: source ids allowed as neighbours (the specials' sources are removed from it
+            here unless ``special_candidates``).
         chunk_rows: target rows scored at once.
         screen: first-pass precision; does not change the result.
+        special_candidates: let the source rows of ``specials`` be neighbours (reference code).
+        near_tie: threshold of :data:`NEAR_TIE`; ``stats["near_ties"]`` counts the combined rows
+            whose k-th and (k+1)-th cosines differ by less (``exact``: by nothing) and lists them.
 
     Returns:
         :class:`WechselCore`: COMBINED rows have exactly ``min(k, usable sources)`` entries whose
@@ -726,7 +888,8 @@ def wechsel_mapping(
     if len(specials) and (specials[:, 0].max() >= n_target or specials[:, 1].max() >= n_source or specials.min() < 0):
         raise ValueError("specials contain ids outside the target/source vocabularies")
     tmask[specials[:, 0]] = False
-    smask[specials[:, 1]] = False
+    if not special_candidates:
+        smask[specials[:, 1]] = False
 
     rows = np.flatnonzero(tmask)
     nb = wechsel_weights(
@@ -754,6 +917,8 @@ def wechsel_mapping(
     mapping = TokenMapping(n_target, n_source, indptr, indices, weights, prov)
 
     top1 = nb.similarities[nb.has_vector, 0] if len(combined) else np.zeros(0, np.float32)
+    gaps = nb.kth_gap[nb.has_vector] if nb.kth_gap is not None else np.full(len(combined), np.inf)
+    near = combined[gaps < near_tie]
     stats = {
         "k": int(kk),
         "temperature": float(tau),
@@ -763,6 +928,10 @@ def wechsel_mapping(
         "specials": int(len(specials)),
         "top1_cosine_mean": round(float(top1.mean()), 4) if len(top1) else None,
         "top1_weight_mean": round(float(nb.weights[nb.has_vector, 0].mean()), 4) if len(combined) else None,
+        "near_ties": {
+            "threshold": float(near_tie), "rows": int(len(near)), "exact": int(np.sum(gaps == 0)),
+            "ids": near[:_MAX_LISTED].tolist(), "ids_truncated": bool(len(near) > _MAX_LISTED),
+        },
         "similarity": nb.stats,
     }
     return WechselCore(mapping, nb, rows, stats)
@@ -913,6 +1082,29 @@ def source_language_tokens(tokenizer: Any, corpus: str | Path, n_rows: int, *, m
     return seen, {"lines": lines_read, "tokens": int(seen.sum())}
 
 
+def english_vocabulary_tokens(tokenizer: Any, english_tokenizer: Any, n_rows: int) -> tuple[np.ndarray, dict]:
+    """Source token ids that are also in an English tokenizer's vocabulary (the FOCUS paper's "English tokens").
+
+    Tokens are compared in canonical form (:func:`methods._canon.compute_overlap`, exact matches
+    only), so word-start pieces match across families (``▁the`` = ``Ġthe`` = WordPiece ``the``);
+    special tokens are never English tokens.
+
+    Args:
+        tokenizer: the source tokenizer.
+        english_tokenizer: a tokenizer of the source's main language (English for XLM-R).
+        n_rows: size of the returned mask.
+
+    Returns:
+        ``(mask, info)``: boolean ``n_rows`` mask and ``{"english_vocab": …, "tokens": …}``.
+    """
+    ov = _canon.compute_overlap(english_tokenizer, tokenizer, fuzzy=False)
+    seen = np.zeros(n_rows, dtype=bool)
+    ids = ov.exact[:, 0] if len(ov.exact) else np.zeros(0, dtype=np.int64)
+    seen[ids[ids < n_rows]] = True
+    return seen, {"english_vocab": int(_canon.vocab_size(english_tokenizer)), "tokens": int(seen.sum()),
+                  "english_family": ov.source_family}
+
+
 # ------------------------------------------------------------------------------------------------
 # The registered method
 # ------------------------------------------------------------------------------------------------
@@ -965,8 +1157,9 @@ class Wechsel:
         cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
         if cfg.alignment == "procrustes" and inputs.dictionary is None:
             raise ValueError("WECHSEL with alignment='procrustes' needs inputs.dictionary (TSV target_word<TAB>source_word)")
-        if cfg.source_tokens == "english-only" and inputs.source_corpus is None:
-            raise ValueError("WECHSEL with source_tokens='english-only' needs inputs.source_corpus (source-language text)")
+        if cfg.source_tokens == "english-only" and cfg.english_tokens == "source-corpus" and inputs.source_corpus is None:
+            raise ValueError("WECHSEL with source_tokens='english-only' and english_tokens='source-corpus' needs "
+                             "inputs.source_corpus (source-language text)")
 
         # 1. word vectors, dimensions, alignment
         t0 = time.perf_counter()
@@ -976,7 +1169,8 @@ class Wechsel:
         src_wv, tgt_wv, dim_info = wv_mod.check_dimensions(src_wv, tgt_wv, mode=cfg.dim_mismatch)
         t0 = time.perf_counter()
         if cfg.alignment == "procrustes":
-            alignment = wv_mod.align_word_vectors(tgt_wv, src_wv, Path(inputs.dictionary))
+            alignment = wv_mod.align_word_vectors(tgt_wv, src_wv, Path(inputs.dictionary), case_expansion=cfg.case_expansion,
+                                                 precision=cfg.procrustes_precision)
             w_align, align_info = alignment.matrix, {"method": "procrustes", **alignment.info}
         else:
             w_align, align_info = None, {"method": "none"}
@@ -1004,22 +1198,37 @@ class Wechsel:
         target_special[[i for i in _canon.special_ids(tgt_tok) if i < n_target]] = True
         source_special = np.zeros(n_source, dtype=bool)
         source_special[[i for i in _canon.special_ids(src_tok) if i < n_source]] = True
-        smask = has_s & ~source_special
+        if cfg.special_candidates and cfg.variant == "subword" and source_special.any():
+            # the reference embeds every token's decoded string, specials included ("<s>" -> its n-grams)
+            sp_ids = np.flatnonzero(source_special)
+            sp_u, sp_has = src_wv.string_vectors([str(src_tok.convert_ids_to_tokens(int(i))) for i in sp_ids])
+            u_s[sp_ids], has_s[sp_ids] = sp_u, sp_has
+        smask = has_s.copy() if cfg.special_candidates else has_s & ~source_special
         cand_info: dict[str, Any] = {
-            "source_rows": n_source, "with_vector": int(has_s.sum()), "specials_excluded": int((has_s & source_special).sum()),
+            "source_rows": n_source, "with_vector": int(has_s.sum()),
+            "specials_excluded": 0 if cfg.special_candidates else int((has_s & source_special).sum()),
+            "specials_as_candidates": int((smask & source_special).sum()),
         }
         if cfg.source_tokens == "english-only":
             t0 = time.perf_counter()
-            in_corpus, corpus_info = source_language_tokens(src_tok, inputs.source_corpus, n_source, max_lines=cfg.source_corpus_max_lines)
-            cand_info["not_in_source_corpus"] = int((smask & ~in_corpus).sum())
-            cand_info["source_corpus"] = {"path": str(inputs.source_corpus), **corpus_info}
-            smask &= in_corpus
+            if cfg.english_tokens == "source-corpus":
+                english, corpus_info = source_language_tokens(src_tok, inputs.source_corpus, n_source,
+                                                              max_lines=cfg.source_corpus_max_lines)
+                cand_info["source_corpus"] = {"path": str(inputs.source_corpus), **corpus_info}
+            else:
+                from harness.tokenizers import load_tokenizer
+
+                english, en_info = english_vocabulary_tokens(src_tok, load_tokenizer(cfg.english_tokenizer), n_source)
+                cand_info["english_tokenizer"] = {"name": str(cfg.english_tokenizer), **en_info}
+            cand_info["english_tokens"] = cfg.english_tokens
+            cand_info["not_english"] = int((smask & ~english).sum())
+            smask &= english
             timings["source_tokens_s"] = time.perf_counter() - t0
         cand_info["used"] = int(smask.sum())
         if not smask.any():
             raise ValueError(
                 f"WECHSEL: no source token can be a neighbour ({cand_info}); the source word vectors give no token a "
-                "nonzero subword vector" + (" or no token occurs in the source corpus" if cfg.source_tokens == "english-only" else "")
+                "nonzero subword vector" + (" or no source token is an English token" if cfg.source_tokens == "english-only" else "")
             )
         unmatched_ids = target_special.copy()
         unmatched_ids[pairs[:, 0]] = False
@@ -1028,7 +1237,7 @@ class Wechsel:
         t0 = time.perf_counter()
         core = wechsel_mapping(
             u_t, u_s, k=cfg.k, tau=cfg.temperature, specials=pairs, target_mask=~target_special, source_mask=smask,
-            chunk_rows=cfg.chunk_rows, screen=cfg.screen,
+            chunk_rows=cfg.chunk_rows, screen=cfg.screen, special_candidates=cfg.special_candidates,
         )
         timings["similarity_s"] = time.perf_counter() - t0
         st = core.stats
@@ -1050,8 +1259,13 @@ class Wechsel:
             })
         timings["total_s"] = time.perf_counter() - t_start
         info = {
+            "preset": preset_name(cfg),
             "variant": cfg.variant,
-            "source_tokens": cfg.source_tokens,
+            "source_tokens": cfg.source_tokens if cfg.source_tokens == "all" else f"english-only ({cfg.english_tokens})",
+            "case_expansion": cfg.case_expansion,
+            "procrustes_precision": cfg.procrustes_precision,
+            "special_candidates": cfg.special_candidates,
+            "near_ties": {k: v for k, v in st["near_ties"].items() if k != "ids"},
             "word_vectors": {"source": src_info, "target": tgt_info, "dimensions": dim_info},
             "alignment": align_info,
             "subword_embeddings": sub_info,

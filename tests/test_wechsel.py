@@ -358,14 +358,16 @@ def test_english_only_restricts_sources_to_tokens_of_the_source_corpus(corpora):
     src = unigram()
     # a source vocabulary with tokens that never occur in the source corpus (they get vectors all the same)
     inputs = _inputs(corpora, src_tok=src)
-    res = _run(inputs, source_tokens="english-only")
+    res = _run(inputs, source_tokens="english-only", english_tokens="source-corpus")
     seen, _ = source_language_tokens(src, corpora["source"], len(src))
     used = res.mapping.indices[np.repeat(res.mapping.provenance, np.diff(res.mapping.indptr)) == COMBINED]
     assert seen[used].all()
     cand = res.info["source_candidates"]
-    assert cand["used"] <= cand["with_vector"] and "not_in_source_corpus" in cand
+    assert cand["used"] <= cand["with_vector"] and "not_english" in cand and cand["english_tokens"] == "source-corpus"
+    assert res.info["source_tokens"] == "english-only (source-corpus)"
     with pytest.raises(ValueError, match="source_corpus"):
-        _run(_inputs(corpora, source_corpus=None, source_word_vectors=None), source_tokens="english-only")
+        _run(_inputs(corpora, source_corpus=None, source_word_vectors=None), source_tokens="english-only",
+             english_tokens="source-corpus")
 
 
 @pytest.mark.parametrize("rotated", [True, False])
