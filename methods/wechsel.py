@@ -1123,6 +1123,9 @@ class Wechsel:
         >>> # result = method.initialize(inputs, np.random.default_rng(0))
     """
 
+    combines = True
+    """Rows are top-k mixtures of source rows: an all-fallback result is flagged (harness.sanity)."""
+
     def __init__(self, config: WechselConfig) -> None:
         self.config = config
 
