@@ -14,14 +14,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import reference_module
 
 from harness.protocols import COMBINED, FALLBACK, TransferInputs
 from harness.surgery import materialize
 from methods import _fasttext
 from methods.focus import Focus, FocusConfig
 
-pytest.importorskip("deepfocus")
-pytest.importorskip("fastdist")
+reference_module("deepfocus")
+reference_module("fastdist")
 
 ATOL = 1e-5
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from _tokfixtures import SOURCE_TEXT, TARGET_TEXT, from_vocab, unigram
+from conftest import reference_module
 
 import methods.wechsel as wechsel_mod
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
@@ -128,7 +129,7 @@ def test_all_combinations_keeps_the_references_duplicates():
 
 
 def test_all_combinations_gives_the_references_rotation(files):
-    wechsel = pytest.importorskip("benchmarks.bench_wechsel").import_reference()
+    wechsel = reference_module("benchmarks.bench_wechsel").import_reference()
     import fasttext
 
     src_ft, tgt_ft = fasttext.load_model(str(files["source"])), fasttext.load_model(str(files["target"]))
@@ -224,7 +225,7 @@ def test_auto_screen_leaves_bf16_when_candidates_explode(monkeypatch):
 
 def _reference_rows(files: dict, src_tok, tgt_tok, emb: np.ndarray):
     """Rows, fallback mask and per-row neighbour ids (``-1`` rows: fallback) of ``wechsel.WECHSEL.apply``."""
-    wechsel = pytest.importorskip("benchmarks.bench_wechsel").import_reference()
+    wechsel = reference_module("benchmarks.bench_wechsel").import_reference()
     import fasttext
 
     model = wechsel.WECHSEL(fasttext.load_model(str(files["source"])), fasttext.load_model(str(files["target"])),
