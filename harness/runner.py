@@ -117,16 +117,17 @@ def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch:
     from methods._canon import special_ids, vocab_size
     from methods._extension import keep_original_rows
 
-    if from_scratch:
-        return dataclasses.replace(result, info={**result.info, "extension": {
-            "original_rows_kept": False, "reason": "from-scratch re-initializes every parameter"}})
-    if result.tokenizer is not extended_tok:
-        return dataclasses.replace(result, info={**result.info, "extension": {
-            "original_rows_kept": True, "reason": "the method keeps the source tokenizer; nothing was added"}})
-    mapping, ext = keep_original_rows(result.mapping, vocab_size(src_tok), special_ids(src_tok))
-    return dataclasses.replace(result, mapping=mapping, info={**result.info, "extension": {
-        "original_rows_kept": True, **ext}})
+    def with_extension(**facts) -> dict:  # keeps what the method itself said about the extension
+        return {**result.info, "extension": {**(result.info.get("extension") or {}), **facts}}
 
+    if from_scratch:
+        return dataclasses.replace(result, info=with_extension(
+            original_rows_kept=False, reason="from-scratch re-initializes every parameter"))
+    if result.tokenizer is not extended_tok:
+        return dataclasses.replace(result, info=with_extension(
+            original_rows_kept=True, reason="the method keeps the source tokenizer; nothing was added"))
+    mapping, ext = keep_original_rows(result.mapping, vocab_size(src_tok), special_ids(src_tok))
+    return dataclasses.replace(result, mapping=mapping, info=with_extension(original_rows_kept=True, **ext))
 
 def _cached_init(key: dict | None, compute, tokenizer) -> InitResult:
     """Content-hashed cache of method outputs (mapping + info), so re-runs do not recompute them."""

@@ -33,7 +33,7 @@ def _record(experiment: str, trial_id: str, seed: int = 1) -> dict:
     return {
         "schema_version": 1, "trial_id": trial_id, "experiment": experiment, "status": "ok", "error": None,
         "seed": seed, "config": {"method": {"id": "random", "name": "random", "config": {}}, "seed": seed},
-        "metrics": {"near": {"loss": 6.0 + seed, "accuracy": 0.1}},
+        "metrics": {"near": {"loss": 6.0 + seed, "accuracy": 0.1, "perplexity": 403.4}},
         "started_at": "2025-01-01T00:00:00+00:00", "finished_at": "2025-01-01T00:00:01+00:00",
     }
 
