@@ -19,7 +19,7 @@ import pytest
 from harness.world import FAR, SIZES, LanguageSpec, World, WorldConfig, build_world, world_config
 from harness.world.rng import derive
 
-LANGS = ["src", "near", "far", "script"]
+LANGS = ["src", "near", "far", "script", "agglu"]
 SPLITS = ["train", "dev", "test"]
 WIKIANN = ["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC"]
 WORD = re.compile(r"[^\s.,!?;:]+")
@@ -142,7 +142,7 @@ def test_local_seed_derivation_matches_harness_seeding():
 def test_world_api_and_manifest_counts_match_files(world):
     assert world.languages == LANGS
     assert world.source_language == "src"
-    assert world.targets == ["near", "far", "script"]
+    assert world.targets == ["near", "far", "script", "agglu"]
     assert world.labels("ner") == WIKIANN
     assert world.labels("xnli") == ["entailment", "neutral", "contradiction"]
     for lang in LANGS:
@@ -272,26 +272,15 @@ def test_xnli_labels_are_balanced_and_parallel(world):
         assert len({tuple(labels[lang, split]) for lang in LANGS}) == 1
 
 
-def test_xnli_labels_follow_from_the_text(world):
-    """Contradictions change polarity, an antonym or a number; other labels keep the polarity."""
-    lex = _lexicon(world)
-    neg = next(r["src"] for r in lex if r["role"] == "neg")
-    form_of = {r["id"]: r["src"] for r in lex}
-    antonyms = {(r["src"], form_of[r["antonym"]]) for r in lex if r["antonym"]}
-    n = 0
-    for split in SPLITS:
-        for r in _jsonl(world.task_file("src", "xnli", split)):
-            p, h = [[t.lower() for t in _tokens(s)] for s in (r["premise"], r["hypothesis"])]
-            polarity_flip = (neg in p) != (neg in h)
-            if r["label"] == 2:
-                diff = set(zip(p, h)) if len(p) == len(h) else set()
-                assert polarity_flip or any(
-                    pair in antonyms or (a.isdigit() and b.isdigit() and a != b) for pair in diff for a, b in [pair]
-                ), r
-                n += 1
-            else:
-                assert not polarity_flip, r
-    assert n >= 10
+def test_xnli_negation_is_no_label_cue(world):
+    """Premises are negated at the same rate under every label (the label is the relation, not the word)."""
+    neg = next(r["src"] for r in _lexicon(world) if r["role"] == "neg")
+    recs = [r for split in SPLITS for r in _jsonl(world.task_file("src", "xnli", split))]
+    for label in (0, 1, 2):
+        sub = [r for r in recs if r["label"] == label]
+        assert any(neg in _tokens(r["premise"].lower()) for r in sub)
+        assert any(neg in _tokens(r["hypothesis"].lower()) for r in sub)
+        assert any(neg not in _tokens(r["hypothesis"].lower()) for r in sub)
 
 
 def test_qa_is_squad_with_exact_offsets(world):
@@ -448,7 +437,7 @@ def test_custom_language_by_config(tmp_path):
 def test_tiny_builds_fast_and_small(tmp_path):
     t = time.perf_counter()
     w = World(build_world("tiny", seed=5, root=tmp_path))
-    assert time.perf_counter() - t < 2.0
+    assert time.perf_counter() - t < 4.0  # five languages; a loaded 2-core machine
     for lang in LANGS:
         assert 10_000 < w.manifest["bytes"][lang] < 400_000
 

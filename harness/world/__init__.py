@@ -1,7 +1,7 @@
 """The built-in world: an offline, deterministic, controllable transfer testbed (see WORLD.md).
 
 A generated source language ``src`` and target languages derived from it (``near``, ``far``,
-``script``), with text, task data in the formats of the real data sets, and gold dictionaries,
+``script``, ``agglu``), with text, task data in the formats of the real data sets, and gold dictionaries,
 parallel corpora and word maps.
 
 Example:
@@ -9,14 +9,15 @@ Example:
     >>> from harness.world import World, build_world
     >>> world = World(build_world("tiny", seed=0, root=tempfile.mkdtemp()))
     >>> world.source_language, world.targets
-    ('src', ['near', 'far', 'script'])
+    ('src', ['near', 'far', 'script', 'agglu'])
 """
 
 from .build import build_world, default_root
-from .config import FAR, GENERATOR_VERSION, NEAR, SCRIPT, SIZES, SOURCE, LanguageSpec, WorldConfig, world_config
+from .config import AGGLU, FAR, GENERATOR_VERSION, NEAR, SCRIPT, SIZES, SOURCE, LanguageSpec, WorldConfig, world_config
 from .world import World
 
 __all__ = [
+    "AGGLU",
     "FAR",
     "GENERATOR_VERSION",
     "NEAR",

@@ -249,7 +249,6 @@ def generate(config: WorldConfig, seed: int, out: Path) -> dict:
             counts[name]["word_map"] = stats[name]["word_map"]
 
     # Task data: the same abstract examples realized in every language.
-    sizes = dict(zip(SPLITS, config.task_examples))
     for name in langs:
         (out / name / "ner").mkdir(parents=True, exist_ok=True)
         (out / name / "ner" / "labels.json").write_text(json.dumps(list(NER_LABELS)) + "\n", encoding="utf-8")
@@ -257,13 +256,13 @@ def generate(config: WorldConfig, seed: int, out: Path) -> dict:
             counts[name][task] = {}
         if name != "src":
             counts[name]["translation"] = {}
-    for split in SPLITS:
-        k = sizes[split]
-        ner = ner_examples(lex, stream(seed, "task", "ner", split), k)
-        nli = NliGenerator(lex, stream(seed, "task", "xnli", split)).examples(k)
+    for i, split in enumerate(SPLITS):
+        k = {task: config.examples_of(task)[i] for task in ("ner", "xnli", "qa", "translation")}
+        ner = ner_examples(lex, stream(seed, "task", "ner", split), k["ner"])
+        nli = NliGenerator(lex, stream(seed, "task", "xnli", split)).examples(k["xnli"])
         qa_gen = QaGenerator(lex, stream(seed, "task", "qa", split))
-        qa = [qa_gen.example() for _ in range(k)]
-        mt = translation_examples(lex, stream(seed, "task", "translation", split), k)
+        qa = [qa_gen.example() for _ in range(k["qa"])]
+        mt = translation_examples(lex, stream(seed, "task", "translation", split), k["translation"])
         for name, L in langs.items():
             counts[name]["ner"][split] = _jsonl(out / name / "ner" / f"{split}.jsonl", (ner_record(t, L) for t in ner))
             counts[name]["xnli"][split] = _jsonl(

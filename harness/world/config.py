@@ -7,7 +7,7 @@ another target language builds a :class:`WorldConfig` with one more :class:`Lang
 Example:
     >>> cfg = world_config("tiny")
     >>> [t.name for t in cfg.targets]
-    ['near', 'far', 'script']
+    ['near', 'far', 'script', 'agglu']
     >>> cfg.language("far").word_order
     'SOV'
 """
@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
-GENERATOR_VERSION = "1.1"
+GENERATOR_VERSION = "2.0"
 """Version of the generator's output. Bump it whenever the same config and seed would produce
 different files, so cached worlds built by an older generator are never reused."""
 
@@ -157,6 +157,24 @@ FAR = LanguageSpec(
 SCRIPT = dataclasses.replace(FAR, name="script", script="cyrillic", lexicon_from="far")
 """``far`` written in Cyrillic: only digits, punctuation and some names overlap with the source."""
 
+AGGLU = LanguageSpec(
+    "agglu",
+    cognate_ratio=0.35,
+    shared_verbatim_ratio=0.05,
+    word_order="VSO",
+    affixing="suffix",
+    case_marking=True,
+    adjective_agreement=True,
+    full_verb_agreement=True,
+    adjective_position="after",
+    negation="after",
+    phonology="near",
+    sound_changes=6,
+)
+"""An agglutinative, verb-initial language: a third of the lemmas are cognates, suffixes stack
+(plural + accusative on nouns, plural on adjectives, person agreement in every tense), VSO order
+with postposed adjectives and negation after the verb, prepositions and fronted question words."""
+
 
 @dataclass(frozen=True)
 class WorldConfig:
@@ -192,8 +210,15 @@ class WorldConfig:
     """Exponent ``s`` of the Zipf-Mandelbrot lemma weights ``1 / (rank + 2.7) ** s``."""
     source: LanguageSpec = SOURCE
     """The source language (its lexical ratio fields are unused)."""
-    targets: tuple[LanguageSpec, ...] = (NEAR, FAR, SCRIPT)
+    targets: tuple[LanguageSpec, ...] = (NEAR, FAR, SCRIPT, AGGLU)
     """Target languages, in the order they appear in ``World.languages``."""
+    task_sizes: tuple[tuple[str, tuple[int, int, int]], ...] = ()
+    """Per-task overrides of ``task_examples`` as ``((task, (train, dev, test)), ...)``; a task
+    such as NLI or translation needs more examples than NER to be learnable by a small model."""
+
+    def examples_of(self, task: str) -> tuple[int, int, int]:
+        """Train, dev and test sizes of ``task`` (``task_sizes`` entry, else ``task_examples``)."""
+        return dict(self.task_sizes).get(task, self.task_examples)
 
     def __post_init__(self) -> None:
         owner = f"WorldConfig({self.name!r})"
@@ -227,6 +252,17 @@ class WorldConfig:
             raise ValueError(
                 f"{owner}.split_fractions must be three positive numbers summing to 1; got {self.split_fractions!r}"
             )
+        for entry in self.task_sizes:
+            if (
+                not isinstance(entry, tuple)
+                or len(entry) != 2
+                or entry[0] not in TASKS
+                or len(entry[1]) != 3
+                or any(not isinstance(n, int) or n < 3 for n in entry[1])
+            ):
+                raise ValueError(
+                    f"{owner}.task_sizes entries must be (task, (train, dev, test)) with task in {TASKS} and ints >= 3; got {entry!r}"
+                )
         if not 0.5 <= self.zipf_exponent <= 2.0:
             raise ValueError(f"{owner}.zipf_exponent must be in [0.5, 2]; got {self.zipf_exponent!r}")
         if self.source.name != "src":
@@ -308,6 +344,7 @@ SIZES: dict[str, WorldConfig] = {
         text_sentences_source=40_000,
         text_sentences_target=20_000,
         task_examples=(2000, 300, 300),
+        task_sizes=(("xnli", (12000, 600, 600)), ("qa", (4000, 400, 400)), ("translation", (20000, 500, 500))),
     ),
 }
 """The built-in sizes, by name."""

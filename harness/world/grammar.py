@@ -26,7 +26,7 @@ Example:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from .lexicon import LOCATION_PREPS, Lexicon
 
@@ -295,6 +295,9 @@ COLLOCATION = 0.8
 """Probability that a noun's adjective, a verb's subject/object or adverb is one of its collocates
 (:func:`harness.world.lexicon._add_collocations`): what makes words distributionally distinct."""
 _TENSE_CUM = (0.5, 0.85, 1.0)
+RELATION_RATE = 0.08
+"""Share of text sentences that show a synonym or antonym pair in a defining or contrasting
+context (:meth:`SentenceSampler.relation`), beside the copular taxonomy statements."""
 
 
 class SentenceSampler:
@@ -510,14 +513,83 @@ class SentenceSampler:
             f = Fact(f.subj, f.verb, f.tense, f.neg, f.obj, None, pps, f.adv, wh="pp")
         return SentenceSpec((f,), end="?")
 
+    def _it(self, number: str) -> NounSpec:
+        """The pronoun that refers back to a common noun phrase of ``number``."""
+        role = "pron_they" if number == "pl" else "pron_it"
+        return NounSpec("pron", self.lex.role(role), number)
+
+    def relation(self) -> SentenceSpec:
+        """A sentence that shows one lexical relation in context, the way text defines and contrasts words.
+
+        * antonyms, contrasted: ``the dog is big but it is not small`` / ``… is not big but it is small``
+          (antonyms are complementary in this world: *not big* means *small*);
+        * adjective synonyms, restated: ``the dog is big and it is large``;
+        * noun synonyms, both ways round: ``a hound is a dog`` (a hypernym only one way: ``a dog is an animal``);
+        * verb synonyms, restated: ``the man buys a dog and he purchases it``.
+
+        These are what a pretrained source model can learn the NLI relations from; the NLI data
+        itself never needs them.
+        """
+        r, lex = self.rng, self.lex
+        tense = "pres" if r.random() < 0.7 else "past"
+        u = r.random()
+        if u < 0.45:  # antonym contrast
+            a = r.choice(lex.antonym_adjs)
+            b = lex.lemmas[a].antonym
+            noun = r.choice(lex.nouns_for_adj[a]) if lex.nouns_for_adj[a] else lex.any_noun(r)
+            subj = NounSpec("common", noun, "pl" if r.random() < 0.3 else "sg", "det_def")
+            first_neg = r.random() < 0.5
+            f1 = Fact(subj, self._cop, tense, first_neg, pred_adj=a)
+            f2 = Fact(self._it(subj.number), self._cop, tense, not first_neg, pred_adj=b)
+            return SentenceSpec((f1, f2), ("conj_but",))
+        pools = [(pos, ids) for pos, ids in lex.synonym_lemmas.items() if ids]
+        pos, ids = r.choice(pools)
+        a = r.choice(ids)
+        b = r.choice(lex.synonyms(a))
+        if pos == "adj":
+            noun = r.choice(lex.nouns_for_adj[a]) if lex.nouns_for_adj[a] else lex.any_noun(r)
+            subj = NounSpec("common", noun, "pl" if r.random() < 0.3 else "sg", "det_def")
+            neg = r.random() < 0.2
+            f1 = Fact(subj, self._cop, tense, neg, pred_adj=a)
+            f2 = Fact(self._it(subj.number), self._cop, tense, neg, pred_adj=b)
+            return SentenceSpec((f1, f2), ("conj_and",))
+        if pos == "noun":
+            if r.random() < 0.5:
+                return SentenceSpec(
+                    (Fact(NounSpec("common", a, "sg", "det_indef"), self._cop, "pres", False,
+                          NounSpec("common", b, "sg", "det_indef")),)
+                )
+            return SentenceSpec(
+                (Fact(NounSpec("common", a, "pl"), self._cop, "pres", False, NounSpec("common", b, "pl")),)
+            )
+        if pos == "verb":
+            subj = self.subject(depth=1, verb=a)
+            if lex.lemmas[a].transitive:
+                obj = self.object(a, depth=1)
+                it = self._it(obj.number) if obj.kind == "common" else None
+                f1 = Fact(subj, a, tense, False, obj)
+                f2 = Fact(self._it(_number_of(subj)) if subj.kind == "common" else subj, b, tense, False, it or obj)
+            else:
+                f1 = Fact(subj, a, tense, False)
+                f2 = Fact(self._it(_number_of(subj)) if subj.kind == "common" else subj, b, tense, False)
+            return SentenceSpec((f1, f2), ("conj_and",))
+        # adverbs: the same event, restated with the synonym
+        f = self.fact(depth=1)
+        return SentenceSpec((replace(f, adv=a), replace(f, adv=b, subj=self._it(_number_of(f.subj))
+                                                          if f.subj is not None and f.subj.kind == "common"
+                                                          else f.subj)), ("conj_and",))
+
     def sentence(self) -> SentenceSpec:
-        """A random sentence: statements (mostly), copular sentences, questions, coordinations."""
+        """A random sentence: statements (mostly), copular sentences, questions, coordinations, and
+        (``RELATION_RATE``) sentences that show a lexical relation (:meth:`relation`)."""
         r = self.rng
         u = r.random()
         if u < 0.05:
             return self.question()
         if u < 0.2:
             return SentenceSpec((self.copular(),), end="!" if r.random() < 0.03 else ".")
+        if u < 0.2 + RELATION_RATE:
+            return self.relation()
         facts = [self.fact()]
         conjs: list[str] = []
         if r.random() < 0.15:

@@ -210,6 +210,18 @@ class Lexicon:
         self.adj_for = {
             c.id: sampler([a for a in self.by_pos["adj"] if c.id in lemmas[a].categories]) for c in categories
         }
+        self.antonym_adjs = [a for a in self.by_pos["adj"] if lemmas[a].antonym is not None]
+        """Adjectives that have an antonym."""
+        self.nouns_for_adj = {
+            a: sorted(n for c in lemmas[a].categories for n in categories[c].members + [categories[c].head])
+            for a in self.by_pos["adj"]
+        }
+        """Per adjective, the nouns of the categories it describes."""
+        self.synonym_lemmas = {
+            pos: [i for i in self.by_pos.get(pos, []) if len(self._by_concept[lemmas[i].concept]) > 1]
+            for pos in ("noun", "verb", "adj", "adv")
+        }
+        """Per part of speech, the lemmas that have a synonym."""
         self.person_first = _Sampler(list(range(len(first_names))), [1.0 / (r + 2.7) for r in range(len(first_names))])
         self.person_last = _Sampler(list(range(len(surnames))), [1.0 / (r + 2.7) for r in range(len(surnames))])
         kinds = {"LOC": [], "ORG": []}

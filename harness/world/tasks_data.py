@@ -5,23 +5,27 @@ Each generator draws language-independent examples once; :func:`ner_record`, :fu
 file formats of the real data sets (WikiANN, XNLI, SQuAD, IWSLT-style ``translation`` dicts).
 As in XNLI and XQuAD, every language gets the *same* examples, translated.
 
-NLI labels follow from the lexicon and simple monotonicity, so they are inferable from the text:
+NLI labels follow from the lexicon and simple monotonicity, so they are inferable from the text
+(the full table is :data:`NLI_EDITS`; antonyms are complementary, so *not big* means *small*):
 
-=================================  ======================  ======================
-hypothesis edit                    affirmative premise     negated premise
-=================================  ======================  ======================
-synonym of any content word        entailment              entailment
-object → hypernym / drop its adj   entailment              neutral
-object → hyponym / add an adj      neutral                 entailment
-drop adverbial / adverb            entailment              neutral
-add adverbial / adverb             neutral                 entailment
-subject → hypernym / drop its adj  entailment              entailment
-other object/verb/subject          neutral                 neutral
-toggle negation                    contradiction           contradiction
-other numeral on the object        contradiction           (not used)
-predicate adj → antonym            contradiction           neutral
-predicate adj → unrelated adj      neutral                 neutral
-=================================  ======================  ======================
+=======================================  ======================  ======================
+hypothesis edit                          affirmative premise     negated premise
+=======================================  ======================  ======================
+synonym of subject/verb/object/adj       entailment              entailment
+the same, negation toggled               contradiction           contradiction
+toggle negation only                     contradiction           contradiction
+predicate adj → antonym                  contradiction           contradiction
+predicate adj → antonym, toggled         entailment              entailment
+unrelated subject/verb/adj (± toggle)    neutral                 neutral
+subject → hypernym (definite subject)    entailment              entailment
+the same, negation toggled               contradiction           contradiction
+subject → hyponym (definite subject)     neutral                 neutral
+object → hypernym / drop a modifier      entailment              neutral
+object → hyponym / add a modifier        neutral                 entailment
+object → hypernym, toggled               contradiction           neutral
+object → hyponym, toggled                neutral                 contradiction
+other numeral on the object              contradiction           neutral
+=======================================  ======================  ======================
 
 Example:
     >>> from harness.world.config import world_config
@@ -78,8 +82,69 @@ def ner_record(tree: Sentence, L: Language) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
+NLI_EDITS: dict[str, tuple[int, int]] = {
+    # copular premises: "S is (not) ADJ"; antonyms are complementary (not big = small)
+    "adj_synonym": (ENTAILMENT, ENTAILMENT),
+    "adj_synonym_toggle": (CONTRADICTION, CONTRADICTION),
+    "adj_antonym": (CONTRADICTION, CONTRADICTION),
+    "adj_antonym_toggle": (ENTAILMENT, ENTAILMENT),
+    "adj_other": (NEUTRAL, NEUTRAL),
+    "adj_other_toggle": (NEUTRAL, NEUTRAL),
+    # both kinds of premise (the subject is a person or a definite, hence referential, noun phrase)
+    "toggle": (CONTRADICTION, CONTRADICTION),
+    "subj_synonym": (ENTAILMENT, ENTAILMENT),
+    "subj_hypernym": (ENTAILMENT, ENTAILMENT),
+    "subj_hypernym_toggle": (CONTRADICTION, CONTRADICTION),
+    "subj_hyponym": (NEUTRAL, NEUTRAL),
+    "subj_other": (NEUTRAL, NEUTRAL),
+    # event premises: "S (not) V [a/some/N] [ADJ] O [PP] [ADV]"; the object is indefinite, so
+    # negation reverses the direction of hypernym/hyponym and modifier edits (monotonicity)
+    "verb_synonym": (ENTAILMENT, ENTAILMENT),
+    "verb_synonym_toggle": (CONTRADICTION, CONTRADICTION),
+    "verb_other": (NEUTRAL, NEUTRAL),
+    "verb_other_toggle": (NEUTRAL, NEUTRAL),
+    "obj_synonym": (ENTAILMENT, ENTAILMENT),
+    "obj_hypernym": (ENTAILMENT, NEUTRAL),
+    "obj_hyponym": (NEUTRAL, ENTAILMENT),
+    "obj_other": (NEUTRAL, NEUTRAL),
+    "obj_hypernym_toggle": (CONTRADICTION, NEUTRAL),
+    "obj_hyponym_toggle": (NEUTRAL, CONTRADICTION),
+    "drop_modifier": (ENTAILMENT, NEUTRAL),
+    "add_modifier": (NEUTRAL, ENTAILMENT),
+    "other_count": (CONTRADICTION, NEUTRAL),
+}
+"""Every hypothesis edit with its label after an affirmative and after a negated premise.
+
+Each surface shape of an edit occurs under at least two labels, so no single token or length
+change gives the label away: a toggled negation is a contradiction alone but an entailment with an
+antonym (*is big* → *is not small*) and neutral with an unrelated adjective; a substituted word is
+entailed, contradicting or neutral according to its relation to the premise's word (synonym,
+hypernym, antonym, unrelated); added and dropped modifiers swap labels under negation. What
+decides the label is the lexical relation of the substituted pair together with the premise's
+polarity, which the pretraining text shows (:meth:`~harness.world.grammar.SentenceSampler.relation`
+and the taxonomy statements)."""
+
+PREMISE_EVENT_RATE = 0.65
+"""Share of event premises (the rest are copular); drawn independently of the label."""
+PREMISE_NEGATION_RATE = 0.5
+"""Share of negated premises; drawn independently of the label, so the negation word is not a cue."""
+RELATED_WORD_RATE = 0.35
+"""Share of premise subjects, verbs, objects and adjectives drawn from the lemmas that have a synonym
+(or head a category), whatever the label, so that relation edits are frequent enough to learn."""
+HEAD_SUBJECT_RATE = 0.15
+"""Share of common-noun premise subjects that head a category (*the animal*), whatever the label,
+so that a category head in a hypothesis does not point to the hypernym edit."""
+TOGGLE_WEIGHT = 0.2
+"""Weight of the bare negation toggle among the applicable edits (the others weigh 1)."""
+
+
 class NliGenerator:
-    """Premise/hypothesis pairs with balanced labels from lexical relations and negation.
+    """Premise/hypothesis pairs with exactly balanced labels, built by one controlled edit each.
+
+    The label is drawn first (exact thirds, shuffled), then the premise kind and polarity
+    independently of it, then a premise, then one edit of :data:`NLI_EDITS` that gives the label
+    (uniformly among the applicable ones; a premise without one is redrawn with the same kind and
+    polarity). The premise distribution is therefore the same under every label.
 
     Args:
         lex: the lexicon.
@@ -91,214 +156,206 @@ class NliGenerator:
         self.rng = rng
         self.s = SentenceSampler(lex, rng)
         self.cop = lex.role("cop")
+        self._related_cache: dict[tuple, list[int]] = {}
+        self.last_edit: str | None = None
+        """Name of the edit that made the last hypothesis (for diagnostics)."""
 
     # -- premises -----------------------------------------------------------------------------
 
     def _subject(self) -> NounSpec:
         r, lex = self.rng, self.lex
-        if r.random() < 0.4:
+        if r.random() < 0.35:
             return self.s.person()
-        noun = lex.noun_of_kind["animate"](r)
-        adjs = self.s.adjectives(lex.lemmas[noun].category, 1) if r.random() < 0.35 else ()
-        return NounSpec("common", noun, "pl" if r.random() < 0.25 else "sg", "det_def", adjs=adjs)
+        u = r.random()
+        if u < HEAD_SUBJECT_RATE:
+            noun = lex.categories[r.choice(lex.kinds["animate"])].head
+        else:
+            noun = lex.noun_of_kind["animate"](r)
+            if u < HEAD_SUBJECT_RATE + RELATED_WORD_RATE:
+                noun = self._related(lex.noun_of_kind["animate"].ids, noun)
+        return NounSpec("common", noun, "pl" if r.random() < 0.25 else "sg", "det_def")
 
-    def _object(self, verb: int, numeral: bool) -> NounSpec:
+    def _related(self, pool: list[int], default: int) -> int:
+        """A lemma of ``pool`` that has a synonym (or is a category head), else ``default``."""
+        lex = self.lex
+        key = tuple(pool[:3]) + (len(pool),)
+        cands = self._related_cache.get(key)
+        if cands is None:
+            cands = self._related_cache[key] = [x for x in pool if lex.synonyms(x) or lex.is_head(x)]
+        return self.rng.choice(cands) if cands else default
+
+    def _object(self, verb: int) -> NounSpec:
         r, lex = self.rng, self.lex
-        cats = lex.lemmas[verb].categories
-        noun = lex.noun_in[r.choice(cats)](r)
-        adjs = self.s.adjectives(lex.lemmas[noun].category, 1) if r.random() < 0.4 else ()
-        if numeral and r.random() < 0.2:
+        cat = r.choice(lex.lemmas[verb].categories)
+        noun = lex.noun_in[cat](r)
+        if r.random() < RELATED_WORD_RATE:
+            noun = self._related(lex.noun_in[cat].ids, noun)
+        adjs = self.s.adjectives(lex.lemmas[noun].category, 1, noun) if r.random() < 0.3 else ()
+        u = r.random()
+        if u < 0.15:
             return NounSpec("common", noun, "pl", None, r.randint(2, 12), adjs)
-        if r.random() < 0.7:
+        if u < 0.75:
             return NounSpec("common", noun, "sg", "det_indef", adjs=adjs)
         return NounSpec("common", noun, "pl", "det_some", adjs=adjs)
 
-    def premise(self) -> Fact:
-        """An event (70 %) or a copular statement, negated 35 % of the time."""
+    def premise(self, event: bool, neg: bool) -> Fact:
+        """An event or copular premise with the given polarity."""
         r, lex = self.rng, self.lex
-        neg = r.random() < 0.35
         tense = self.s.tense()
-        if r.random() < 0.7:
-            verb = lex.transitive_verb(r)
-            pps = ((r.choice(LOCATION_PREPS), self.s.place()),) if r.random() < 0.3 else ()
-            adv = lex.adverb(r) if r.random() < 0.2 else None
-            return Fact(self._subject(), verb, tense, neg, self._object(verb, numeral=not neg), None, pps, adv)
         subj = self._subject()
-        cat = lex.lemmas[subj.lemma].category if subj.kind == "common" else lex.kinds["animate"][0]
-        with_ant = [a for a in lex.adj_for[cat].ids if lex.lemmas[a].antonym is not None] if lex.adj_for[cat] else []
-        adj = (
-            r.choice(with_ant) if with_ant and r.random() < 0.7 else (self.s.adjectives(cat, 1) or (lex.any_adj(r),))[0]
-        )
+        if event:
+            verb = lex.transitive_verb(r)
+            if r.random() < RELATED_WORD_RATE:
+                verb = self._related(lex.transitive_verb.ids, verb)
+            pps = ((r.choice(LOCATION_PREPS), self.s.place()),) if r.random() < 0.25 else ()
+            adv = lex.adverb(r) if r.random() < 0.15 else None
+            return Fact(subj, verb, tense, neg, self._object(verb), None, pps, adv)
+        pool = self._adj_pool(subj)
+        adj = r.choice(pool)
+        if r.random() < RELATED_WORD_RATE:
+            adj = self._related(pool, adj)
         return Fact(subj, self.cop, tense, neg, pred_adj=adj)
 
-    # -- edits (each returns a new fact or None when it does not apply) ------------------------
+    # -- edits --------------------------------------------------------------------------------
 
-    def _other(self, pool: list[int], avoid: int) -> int | None:
-        """A lemma of ``pool`` unrelated to ``avoid`` (other concept, not its hypernym/hyponym/antonym)."""
+    def _other(self, draw, avoid: int) -> int | None:
+        """A lemma from ``draw`` (a sampler, the one premises use, so an unrelated substitute is
+        as frequent as a premise word) unrelated to ``avoid``: other concept, not its
+        hypernym/hyponym/antonym."""
         lex = self.lex
         la = lex.lemmas[avoid]
-        cands = [
-            x
-            for x in pool
-            if lex.lemmas[x].concept != la.concept
-            and x != la.antonym
-            and lex.hypernym(x) != avoid
-            and lex.hypernym(avoid) != x
-        ]
-        return self.rng.choice(cands) if cands else None
-
-    def _synonym(self, f: Fact) -> Fact | None:
-        lex, r = self.lex, self.rng
-        slots: list[tuple[str, int]] = [("verb", f.verb)] if f.verb != self.cop else []
-        if f.pred_adj is not None:
-            slots.append(("pred", f.pred_adj))
-        if f.adv is not None:
-            slots.append(("adv", f.adv))
-        for who, np in (("subj", f.subj), ("obj", f.obj)):
-            if np is not None and np.kind == "common":
-                slots.append((who, np.lemma))
-                slots.extend((f"{who}_adj{i}", a) for i, a in enumerate(np.adjs))
-        slots = [(k, x) for k, x in slots if lex.synonyms(x)]
-        if not slots:
-            return None
-        k, x = r.choice(slots)
-        y = r.choice(lex.synonyms(x))
-        if k == "verb":
-            return replace(f, verb=y)
-        if k == "pred":
-            return replace(f, pred_adj=y)
-        if k == "adv":
-            return replace(f, adv=y)
-        who, _, idx = k.partition("_adj")
-        np = getattr(f, who)
-        np = (
-            replace(np, lemma=y)
-            if not idx
-            else replace(np, adjs=tuple(y if i == int(idx) else a for i, a in enumerate(np.adjs)))
-        )
-        return replace(f, **{who: np})
-
-    def _up(self, np: NounSpec | None) -> NounSpec | None:
-        """A more general noun phrase: the hypernym, or one adjective fewer."""
-        if np is None or np.kind != "common":
-            return None
-        options = []
-        if np.adjs:
-            options.append(replace(np, adjs=np.adjs[:-1]))
-        h = self.lex.hypernym(np.lemma)
-        if h is not None:
-            options.append(replace(np, lemma=h))
-        return self.rng.choice(options) if options else None
-
-    def _down(self, np: NounSpec | None) -> NounSpec | None:
-        """A more specific noun phrase: a hyponym, or one adjective more."""
-        if np is None or np.kind != "common":
-            return None
-        lex = self.lex
-        options = []
-        hypo = lex.hyponyms(np.lemma)
-        if hypo:
-            options.append(replace(np, lemma=self.rng.choice(hypo)))
-        if not np.adjs:
-            extra = self.s.adjectives(lex.lemmas[np.lemma].category, 1)
-            if extra:
-                options.append(replace(np, adjs=extra))
-        return self.rng.choice(options) if options else None
-
-    def _drop_modifier(self, f: Fact) -> Fact | None:
-        options = []
-        if f.pps:
-            options.append(replace(f, pps=()))
-        if f.adv is not None:
-            options.append(replace(f, adv=None))
-        return self.rng.choice(options) if options and f.verb != self.cop else None
-
-    def _add_modifier(self, f: Fact) -> Fact | None:
-        if f.verb == self.cop:
-            return None
-        options = []
-        if not f.pps:
-            options.append(replace(f, pps=((self.rng.choice(LOCATION_PREPS), self.s.place()),)))
-        if f.adv is None:
-            options.append(replace(f, adv=self.lex.adverb(self.rng)))
-        return self.rng.choice(options) if options else None
-
-    def _swap(self, f: Fact) -> Fact | None:
-        """Replace the subject, verb or object by an unrelated one (neutral)."""
-        lex, r = self.lex, self.rng
-        options = []
-        if f.subj is not None:
-            if f.subj.kind == "person":
-                other = self.s.person()
-                if other.name != f.subj.name and not set(other.name) & set(f.subj.name):
-                    options.append(replace(f, subj=other))
-            elif f.subj.kind == "common":
-                y = self._other(lex.noun_of_kind["animate"].ids, f.subj.lemma)
-                if y is not None:
-                    options.append(replace(f, subj=replace(f.subj, lemma=y, adjs=())))
-        if f.verb != self.cop:
-            y = self._other(lex.transitive_verb.ids, f.verb)
-            if y is not None:
-                options.append(replace(f, verb=y))
-        else:
-            y = self._other(lex.by_pos["adj"], f.pred_adj)
-            if y is not None:
-                options.append(replace(f, pred_adj=y))
-        if f.obj is not None and f.obj.kind == "common":
-            cat = lex.categories[lex.lemmas[f.obj.lemma].category]
-            y = self._other(cat.members, f.obj.lemma)
-            if y is not None:
-                options.append(replace(f, obj=replace(f.obj, lemma=y, adjs=())))
-        return r.choice(options) if options else None
-
-    def _contradict(self, f: Fact) -> Fact | None:
-        r = self.rng
-        options = [replace(f, neg=not f.neg)]
-        if not f.neg and f.obj is not None and f.obj.count is not None:
-            other = r.choice([c for c in range(2, 13) if c != f.obj.count])
-            options.append(replace(f, obj=replace(f.obj, count=other)))
-        if not f.neg and f.pred_adj is not None and self.lex.lemmas[f.pred_adj].antonym is not None:
-            options.append(replace(f, pred_adj=self.lex.lemmas[f.pred_adj].antonym))
-        return r.choice(options)
-
-    def _hypothesis(self, f: Fact, label: int) -> Fact | None:
-        """A hypothesis with the wanted label, or ``None`` if no edit of this premise gives it."""
-        r = self.rng
-        if label == CONTRADICTION:
-            return self._contradict(f)
-        up = lambda: (lambda np: replace(f, obj=np) if np else None)(self._up(f.obj))  # noqa: E731
-        down = lambda: (lambda np: replace(f, obj=np) if np else None)(self._down(f.obj))  # noqa: E731
-        subj_up = lambda: (lambda np: replace(f, subj=np) if np else None)(self._up(f.subj))  # noqa: E731
-        if label == ENTAILMENT:
-            edits = [lambda: self._synonym(f), subj_up] + (
-                [down, lambda: self._add_modifier(f)] if f.neg else [up, lambda: self._drop_modifier(f)]
-            )
-        else:
-            edits = [lambda: self._swap(f)] + (
-                [up, lambda: self._drop_modifier(f)] if f.neg else [down, lambda: self._add_modifier(f)]
-            )
-            if f.neg and f.pred_adj is not None and self.lex.lemmas[f.pred_adj].antonym is not None:
-                edits.append(lambda: replace(f, pred_adj=self.lex.lemmas[f.pred_adj].antonym, neg=False))
-        r.shuffle(edits)
-        for edit in edits:
-            h = edit()
-            if h is not None and h != f:
-                return h
+        for _ in range(20):
+            x = draw(self.rng)
+            if (
+                lex.lemmas[x].concept != la.concept
+                and x != la.antonym
+                and lex.hypernym(x) != avoid
+                and lex.hypernym(avoid) != x
+            ):
+                return x
         return None
+
+    def _adj_pool(self, subj: NounSpec) -> list[int]:
+        """The adjectives with an antonym that describe the subject's category (copular premises)."""
+        lex = self.lex
+        cat = lex.lemmas[subj.lemma].category if subj.kind == "common" else None
+        pool = [a for a in lex.adj_for[cat].ids if lex.lemmas[a].antonym is not None] if cat is not None else []
+        return pool or lex.antonym_adjs
+
+    def _syn(self, lemma: int) -> int | None:
+        syn = self.lex.synonyms(lemma)
+        return self.rng.choice(syn) if syn else None
+
+    def _modifiers(self, f: Fact) -> tuple[list[Fact], list[Fact]]:
+        """Hypotheses with one modifier (object adjective, adverbial, adverb) fewer, and one more."""
+        lex, r = self.lex, self.rng
+        drop, add = [], []
+        if f.obj.adjs:
+            drop.append(replace(f, obj=replace(f.obj, adjs=())))
+        else:
+            extra = self.s.adjectives(lex.lemmas[f.obj.lemma].category, 1, f.obj.lemma)
+            if extra:
+                add.append(replace(f, obj=replace(f.obj, adjs=extra)))
+        if f.pps:
+            drop.append(replace(f, pps=()))
+        else:
+            add.append(replace(f, pps=((r.choice(LOCATION_PREPS), self.s.place()),)))
+        if f.adv is not None:
+            drop.append(replace(f, adv=None))
+        else:
+            add.append(replace(f, adv=lex.adverb(r)))
+        return drop, add
+
+    def _edits(self, f: Fact) -> dict[str, Fact]:
+        """Every edit of :data:`NLI_EDITS` that applies to premise ``f``, with its hypothesis."""
+        lex, r = self.lex, self.rng
+        out: dict[str, Fact] = {"toggle": replace(f, neg=not f.neg)}
+        subj = f.subj
+        if subj.kind == "person":
+            other = self.s.person()
+            if not set(other.name) & set(subj.name):
+                out["subj_other"] = replace(f, subj=other)
+        else:
+            y = self._syn(subj.lemma)
+            if y is not None:
+                out["subj_synonym"] = replace(f, subj=replace(subj, lemma=y))
+            h = lex.hypernym(subj.lemma)
+            if h is not None:
+                out["subj_hypernym"] = replace(f, subj=replace(subj, lemma=h))
+                out["subj_hypernym_toggle"] = replace(f, subj=replace(subj, lemma=h), neg=not f.neg)
+            hypo = lex.hyponyms(subj.lemma)
+            if hypo:
+                out["subj_hyponym"] = replace(f, subj=replace(subj, lemma=r.choice(hypo)))
+            y = self._other(lex.noun_of_kind["animate"], subj.lemma)
+            if y is not None:
+                out["subj_other"] = replace(f, subj=replace(subj, lemma=y))
+        if f.verb == self.cop:
+            a = f.pred_adj
+            y = self._syn(a)
+            if y is not None:
+                out["adj_synonym"] = replace(f, pred_adj=y)
+                out["adj_synonym_toggle"] = replace(f, pred_adj=y, neg=not f.neg)
+            out["adj_antonym"] = replace(f, pred_adj=lex.lemmas[a].antonym)
+            out["adj_antonym_toggle"] = replace(f, pred_adj=lex.lemmas[a].antonym, neg=not f.neg)
+            pool = self._adj_pool(subj)
+            y = self._other(lambda r: r.choice(pool), a)
+            if y is not None:
+                out["adj_other"] = replace(f, pred_adj=y)
+                out["adj_other_toggle"] = replace(f, pred_adj=y, neg=not f.neg)
+            return out
+        y = self._syn(f.verb)
+        if y is not None:
+            out["verb_synonym"] = replace(f, verb=y)
+            out["verb_synonym_toggle"] = replace(f, verb=y, neg=not f.neg)
+        y = self._other(lex.transitive_verb, f.verb)
+        if y is not None:
+            out["verb_other"] = replace(f, verb=y)
+            out["verb_other_toggle"] = replace(f, verb=y, neg=not f.neg)
+        obj = f.obj
+        y = self._syn(obj.lemma)
+        if y is not None:
+            out["obj_synonym"] = replace(f, obj=replace(obj, lemma=y))
+        h = lex.hypernym(obj.lemma)
+        if h is not None:
+            out["obj_hypernym"] = replace(f, obj=replace(obj, lemma=h))
+            out["obj_hypernym_toggle"] = replace(f, obj=replace(obj, lemma=h), neg=not f.neg)
+        hypo = lex.hyponyms(obj.lemma)
+        if hypo:
+            y = r.choice(hypo)
+            out["obj_hyponym"] = replace(f, obj=replace(obj, lemma=y))
+            out["obj_hyponym_toggle"] = replace(f, obj=replace(obj, lemma=y), neg=not f.neg)
+        y = self._other(lex.noun_in[lex.lemmas[obj.lemma].category], obj.lemma)
+        if y is not None:
+            out["obj_other"] = replace(f, obj=replace(obj, lemma=y))
+        drop, add = self._modifiers(f)
+        if drop:
+            out["drop_modifier"] = r.choice(drop)
+        if add:
+            out["add_modifier"] = r.choice(add)
+        if obj.count is not None:
+            out["other_count"] = replace(f, obj=replace(obj, count=r.choice([c for c in range(2, 13) if c != obj.count])))
+        return out
+
+    def example(self, label: int) -> tuple[SentenceSpec, SentenceSpec, int]:
+        """One ``(premise, hypothesis, label)`` with the given label; sets :attr:`last_edit`."""
+        r = self.rng
+        event = r.random() < PREMISE_EVENT_RATE
+        neg = r.random() < PREMISE_NEGATION_RATE
+        while True:
+            p = self.premise(event, neg)
+            edits = {k: h for k, h in self._edits(p).items() if NLI_EDITS[k][neg] == label and h != p}
+            if edits:
+                names = sorted(edits)
+                weights = [TOGGLE_WEIGHT if k == "toggle" else 1.0 for k in names]
+                name = r.choices(names, weights)[0]
+                self.last_edit = name
+                return SentenceSpec((p,)), SentenceSpec((edits[name],)), label
 
     def examples(self, n: int) -> list[tuple[SentenceSpec, SentenceSpec, int]]:
         """``n`` examples ``(premise, hypothesis, label)``; labels as balanced as ``n`` allows, shuffled."""
         labels = [i % 3 for i in range(n)]
         self.rng.shuffle(labels)
-        out = []
-        for label in labels:
-            while True:
-                p = self.premise()
-                h = self._hypothesis(p, label)
-                if h is not None:
-                    break
-            out.append((SentenceSpec((p,)), SentenceSpec((h,)), label))
-        return out
+        return [self.example(label) for label in labels]
 
 
 def xnli_record(example: tuple[SentenceSpec, SentenceSpec, int], lex: Lexicon, L: Language) -> dict:
@@ -462,6 +519,7 @@ def translation_record(tree: Sentence, L: Language, src: Language) -> dict:
 
 __all__ = [
     "NER_LABELS",
+    "NLI_EDITS",
     "XNLI_LABELS",
     "NliGenerator",
     "QaExample",

@@ -5,7 +5,7 @@ Example:
     >>> from harness.world import build_world
     >>> w = World(build_world("tiny", seed=0, root=tempfile.mkdtemp()))
     >>> w.languages
-    ['src', 'near', 'far', 'script']
+    ['src', 'near', 'far', 'script', 'agglu']
     >>> w.task_file("near", "qa", "dev").name
     'dev.jsonl'
     >>> w.labels("xnli")
@@ -84,7 +84,7 @@ class World:
 
     @property
     def languages(self) -> list[str]:
-        """All languages, source first (e.g. ``["src", "near", "far", "script"]``)."""
+        """All languages, source first (e.g. ``["src", "near", "far", "script", "agglu"]``)."""
         return list(self.manifest["languages"])
 
     @property
