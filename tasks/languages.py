@@ -72,6 +72,7 @@ _ROWS = [
     Language("near", "world near (cognate-rich)", "Latn", world=True),
     Language("far", "world far (few cognates, other morphology/order)", "Latn", world=True),
     Language("script", "world far in another script", "Cyrl", world=True),
+    Language("agglu", "world agglutinative, verb-first (VSO)", "Latn", world=True),
     # real languages (FOCUS: de, ar, sw + low-resource ha, xh; XLP/WECHSEL/VIPI: more)
     Language("en", "English", "Latn", xnli="en", wikiann="en", qa="tydiqa", tydiqa="english"),
     Language("de", "German", "Latn", xnli="de", wikiann="de", germeval=True, qa="germanquad", iwslt="de-en"),
