@@ -282,10 +282,12 @@ FAST_ALIGN_DEFAULTS: dict[str, float | int | bool] = {
     "tension": 4.0,
     "optimize_tension": True,
     "alpha": 0.01,
-    "ibm1_warmup": 0,
+    "ibm1_warmup": 5,
 }
 """fast_align's defaults with its recommended flags ``-d -o -v`` (favor the diagonal, optimize the
-tension, Dirichlet prior ``alpha`` on the translation tables); see :func:`fast_align_directional`."""
+tension, Dirichlet prior ``alpha`` on the translation tables), after 5 IBM Model 1 iterations that
+warm-start the translation table (``ibm1_warmup``; 0 is fast_align's own uniform start); see
+:func:`fast_align_directional`."""
 
 _BLOCK_ENTRIES = 1 << 20
 """At most this many (target word, source word) cells per block of equally long sentence pairs."""
@@ -510,9 +512,15 @@ def fast_align_directional(
     (``exp(ψ(c + α) - ψ(Σ(c + α)))``; ``alpha = 0``: plain relative frequencies). Differences from
     fast_align's code, all deliberate: the tension gradient weighs the model side by each token's
     posterior non-NULL mass and uses the 1-based target position on both sides (fast_align's
-    empirical side uses the 0-based one); ``ibm1_warmup`` (default 0, fast_align has none) runs that
-    many IBM Model 1 EM iterations (uniform prior over the words and NULL) first. Words are
-    lower-cased, as for the other aligners. Deterministic: no randomness, fixed summation order.
+    empirical side uses the 0-based one); and ``ibm1_warmup`` (default 5; ``0`` is fast_align's
+    start) IBM Model 1 EM iterations (uniform prior over the words and NULL) train the translation
+    table first, the customary Model-1-first schedule of GIZA++-style pipelines. From a uniform
+    table, the first E-step is the diagonal prior alone, which on languages with another word order
+    locks in links to diagonal neighbours: on the built-in world's ``far`` language (18k pairs,
+    ``grow-diag-final``, pairs seen >= 10 times), 95.6 % of the kept word-pair types are gold without
+    the warm start and 99.3 % with it (IBM Model 1 alone: 98.7 %; ``near``: 99.9 % either way).
+    Words are lower-cased, as for the other aligners. Deterministic: no randomness, fixed summation
+    order.
 
     Args:
         src / tgt: sentences as word lists.

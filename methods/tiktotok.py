@@ -274,6 +274,11 @@ class TikToTokConfig:
     fast_align_alpha: float = 0.01
     """``fast-align``: Dirichlet prior on the translation tables (``-v -a``, recommended, 0.01); 0: plain EM."""
 
+    fast_align_ibm1_warmup: int = 5
+    """``fast-align``: IBM Model 1 EM iterations that train the translation table before fast_align's
+    passes (0: fast_align's uniform start, whose first E-step is the diagonal prior alone; see
+    :func:`methods._align.fast_align_directional` for why the warm start is the default)."""
+
     def fast_align_options(self) -> dict:
         """The ``fast-align`` aligner's options (:data:`methods._align.FAST_ALIGN_DEFAULTS` names)."""
         return {
@@ -282,6 +287,7 @@ class TikToTokConfig:
             "tension": self.fast_align_tension,
             "optimize_tension": self.fast_align_optimize_tension,
             "alpha": self.fast_align_alpha,
+            "ibm1_warmup": self.fast_align_ibm1_warmup,
         }
 
     def __post_init__(self) -> None:
@@ -331,6 +337,9 @@ class TikToTokConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or not ok(v):
                 raise ValueError(f"TikToTokConfig.{name} must be a number {bound}, got {v!r}")
+        v = self.fast_align_ibm1_warmup
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"TikToTokConfig.fast_align_ibm1_warmup must be an integer >= 0, got {v!r}")
         if not isinstance(self.fast_align_optimize_tension, bool):
             raise ValueError(
                 f"TikToTokConfig.fast_align_optimize_tension must be true or false, got {self.fast_align_optimize_tension!r}"

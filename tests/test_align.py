@@ -141,15 +141,22 @@ def test_fast_align_learns_the_diagonal_tension():
 
 
 def test_fast_align_handles_blocks_larger_than_one_chunk(monkeypatch, corpus):
-    """Splitting the corpus into many small blocks and chunks changes nothing (only memory)."""
+    """Many small blocks and chunks compute the same model; only the order of float sums changes.
+
+    (The layout is fixed by two constants, so a given corpus always gets the same one; a different
+    layout can flip a Viterbi choice between two near-equal source words, nothing more.)
+    """
     src, tgt, _, _ = corpus
     ref = _align.fast_align_directional(src[:300], tgt[:300])
     monkeypatch.setattr(_align, "_BLOCK_ENTRIES", 50)
     monkeypatch.setattr(_align, "_CHUNK_ENTRIES", 300)
     small = _align.fast_align_directional(src[:300], tgt[:300])
-    assert small[0] == ref[0] and small[1] == ref[1]
+    for a, b in ((ref[0], small[0]), (ref[1], small[1])):
+        same = sum(len(set(x) & set(y)) for x, y in zip(a, b))
+        assert same >= 0.995 * sum(map(len, a)) and sum(map(len, a)) == sum(map(len, b))
     for d in ("forward", "reverse"):
         assert small[2][d]["tension"] == pytest.approx(ref[2][d]["tension"], rel=1e-9)
+        assert small[2][d]["log_likelihood"] == pytest.approx(ref[2][d]["log_likelihood"], rel=1e-9)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -213,7 +220,7 @@ def test_fast_align_options_are_checked(options, match):
 def test_plain_em_and_ibm1_warmup_options(corpus):
     src, tgt, gold, _ = corpus
     src, tgt, gold = src[:500], tgt[:500], gold[:500]
-    for options in ({"alpha": 0.0}, {"ibm1_warmup": 2}):
+    for options in ({"alpha": 0.0}, {"ibm1_warmup": 0}, {"ibm1_warmup": 2}):
         a = _fresh(src, tgt, fast_align_options=options)
         p, r = link_scores(a.links, gold)
         assert p > 0.9 and r > 0.9, (options, p, r)
