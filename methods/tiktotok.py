@@ -6,8 +6,10 @@ from a word-aligned parallel corpus:
 1. **Align.** Both sides of ``inputs.parallel_corpus`` (JSON lines ``{"source": …, "target": …}``)
    are split into words (runs of word characters, single punctuation marks) and each word is
    tokenized *in context* with its own tokenizer (the tokens whose character offsets fall in the
-   word). The words are aligned with eflomal (or a deterministic IBM Model 1), in both directions,
-   symmetrized (``grow-diag-final`` by default); see :mod:`methods._align`. A word is identified
+   word). The words are aligned in both directions with fast_align's model (IBM Model 2 with a
+   diagonal prior, the aligner of the reference code; default ``aligner: "fast-align"``, run as
+   deterministic EM in numpy), or with eflomal or IBM Model 1 (options), and symmetrized
+   (``grow-diag-final`` by default); see :mod:`methods._align`. A word is identified
    by its token sequence, so counting aligned word pairs is counting pairs of token sequences.
    Pairs seen fewer than ``min_count`` times are dropped (reference: 10 — the public code uses 20).
 2. **Spread** each kept word pair over token pairs. The rule is the reference code's
@@ -46,16 +48,10 @@ from a word-aligned parallel corpus:
    word-start translations, then normalized.
 5. **Fallback.** Whatever is left gets one of two fallbacks (``fallback``):
 
-   * ``"random"`` (default): a random row, drawn by the harness from N(mean, std) of the source
-     with the trial's generator (``FALLBACK``). This is the path of the trans-tokenization paper
-     and its reference code (smoothing, then a fallback row), with the reference code's trap
-     removed: it maps unmapped tokens to the source *UNK row* (``get_coefficients_for_token``
-     returns ``[(unk_token, 1.0)]`` and ``remap_model`` copies ``old_embeddings[unk_token_id]``);
-     we never do.
-   * ``"fasttext-knn"``: the 2023 blog's variant (METHODS.md): a bilingual fastText space built
-     from the word mapping, and the ``fallback_k`` (3) nearest source tokens, averaged. An option,
-     not the default. Token-level fastText models (skipgram by default, seeded from the trial's
-     generator, one thread) are trained on the target side and on the source side of the parallel
+   * ``"fasttext-knn"`` (default): the method as the 2023 blog describes it and METHODS.md restates
+     it (step 4, after smoothing): a bilingual fastText space built from the word mapping, and the
+     ``fallback_k`` (3) nearest source tokens, averaged. Token-level fastText models (skipgram by
+     default, seeded from the trial's generator, one thread) are trained on the target side and on the source side of the parallel
      corpus, each pre-tokenized with its own tokenizer (:func:`methods._fasttext.pretokenize`,
      cached under ``inputs.cache_dir`` like FOCUS's). An orthogonal Procrustes map (rows
      L2-normalized) takes target-token vectors onto source-token vectors; it is fitted on the
@@ -75,17 +71,27 @@ from a word-aligned parallel corpus:
      source token has a vector). ``info["fallback"]`` says how many went each way and how well the
      Procrustes map fits (residual, pair cosines before/after, how often a fitted pair's source
      token is its nearest / among its ``k`` nearest source tokens).
+   * ``"random"``: every token left gets a random row, drawn by the harness from N(mean, std) of
+     the source with the trial's generator (``FALLBACK``). This is the path of the public reference
+     code (smoothing, then a fallback row), with its trap removed: it maps unmapped tokens to the
+     source *UNK row* (``get_coefficients_for_token`` returns ``[(unk_token, 1.0)]`` and
+     ``remap_model`` copies ``old_embeddings[unk_token_id]``); we never do.
 
 Provenance: rows from the alignment, from smoothing or from the kNN fallback are ``COMBINED``
 (``COPIED`` when they reduce to one source row, the convention of
 :func:`methods._canon.assemble_mapping`; for the kNN fallback only with ``fallback_k=1``); the
 info breaks the counts down by origin (identity, number, aligned, smoothed, knn, fallback).
 
-Randomness: eflomal cannot be seeded (no seed option in eflomal 2.0; it reads ``/dev/urandom``).
-One 63-bit number is drawn from the trial's generator and becomes part of the alignment cache key
-under ``inputs.cache_dir``, so a re-run reads the same links; see :mod:`methods._align`.
-``aligner: "ibm1"`` is fully deterministic. A second number, drawn after it whatever the
-fallback, seeds the fallback's fastText models (one thread: reproducible).
+Randomness: the default aligner (``fast-align``) and ``ibm1`` have none: their links depend on
+the corpus only, and a cold run gives the same links as a cached one. eflomal cannot be seeded (no
+seed option in eflomal 2.0; it reads ``/dev/urandom``): one 63-bit number drawn from the trial's
+generator becomes part of its alignment cache key under ``inputs.cache_dir``, so a re-run reads
+the same links, but two cold runs differ; a result built on it carries
+``info["nondeterministic"] = ["eflomal"]``, which the harness turns into a record flag and a
+leaderboard marker (:mod:`harness.sanity`). A second number, drawn after it whatever the aligner
+and the fallback, seeds the fallback's fastText models (one thread: reproducible; with
+``fasttext_threads > 1`` the info lists ``"fasttext"`` as nondeterministic too). Deterministic
+runs carry no ``nondeterministic`` key.
 
 The core, :func:`tiktotok_mapping`, works on canonical vocabulary lists and counted word pairs, so it
 can be tested and benchmarked without tokenizers or an aligner.
@@ -96,7 +102,7 @@ Example:
     >>> tgt = [None, Canon(b"haus", True), Canon(b"hau", True), Canon(b"zzz", True)]
     >>> m, info = tiktotok_mapping(tgt, src, n_source=3, word_pairs={((1,), (1,)): 12},
     ...     exact=np.zeros((0, 2)), fuzzy=np.zeros((0, 2)), specials=np.array([[0, 0]]),
-    ...     config=TikToTokConfig(min_count=10))
+    ...     config=TikToTokConfig(min_count=10, fallback="random"))
     >>> m.row(1), m.row(2)   # aligned; smoothed from "▁haus", which contains "▁hau"
     ((array([1]), array([1.], dtype=float32)), (array([1]), array([1.], dtype=float32)))
     >>> info["sources"]
@@ -143,9 +149,12 @@ _KNN = ORIGINS.index("knn")
 class TikToTokConfig:
     """Configuration of :class:`TikToTok`."""
 
-    aligner: str = "eflomal"
-    """``"eflomal"`` (default; not seedable, reproducible through the cache) or ``"ibm1"``
-    (deterministic IBM Model 1 in numpy); see :mod:`methods._align`."""
+    aligner: str = "fast-align"
+    """``"fast-align"`` (default: fast_align's IBM Model 2 with a diagonal prior, the aligner of the
+    reference code, as deterministic EM in numpy), ``"eflomal"`` (stronger on real text, but not
+    seedable: a result built on it is marked ``info["nondeterministic"] = ["eflomal"]``; reproducible
+    only through the alignment cache) or ``"ibm1"`` (deterministic IBM Model 1, no distortion
+    model); see :mod:`methods._align`."""
 
     symmetrization: str = "grow-diag-final"
     """How the two alignment directions are combined: ``intersection``, ``union``, ``grow-diag``,
@@ -181,12 +190,13 @@ class TikToTokConfig:
     """At most this many donor tokens per smoothed token (the shortest first, ties by id) —
     bounds the cost for very short tokens contained in thousands of others."""
 
-    fallback: str = "random"
-    """What target tokens still unmapped after smoothing get: ``"random"`` (default; the paper's and
-    reference code's path, minus its UNK-row trap: a row drawn by the harness) or ``"fasttext-knn"``
-    (the 2023 blog's variant: the average of the ``fallback_k`` nearest source tokens in a bilingual
-    token-level fastText space; tokens without a fastText vector still get a random row). See the
-    module docstring."""
+    fallback: str = "fasttext-knn"
+    """What target tokens still unmapped after smoothing get: ``"fasttext-knn"`` (default; the 2023
+    blog's method and METHODS.md's step 4: the average of the ``fallback_k`` nearest source tokens
+    in a bilingual token-level fastText space built from the word mapping; tokens without a
+    fastText vector still get a random row) or ``"random"`` (the public reference code's path,
+    minus its UNK-row trap: a row drawn by the harness from the trial's generator). See the module
+    docstring."""
 
     fallback_k: int = 3
     """``fasttext-knn``: source tokens averaged per token (the blog: 3), weights ``1/k`` each."""
@@ -249,6 +259,37 @@ class TikToTokConfig:
     ibm1_iterations: int = 5
     """EM iterations of the ``ibm1`` aligner."""
 
+    fast_align_iterations: int = 5
+    """``fast-align``: passes over the corpus, the last one only aligns (fast_align's ``-I``, default 5)."""
+
+    fast_align_p0: float = 0.08
+    """``fast-align``: probability of aligning a word to NULL (fast_align's ``-p``, default 0.08)."""
+
+    fast_align_tension: float = 4.0
+    """``fast-align``: starting diagonal tension λ of ``p(a_i = j) ∝ exp(-λ |i/m - j/n|)`` (``-T``, default 4)."""
+
+    fast_align_optimize_tension: bool = True
+    """``fast-align``: re-estimate λ in every EM iteration after the first (``-o``, recommended); ``False``: keep it fixed."""
+
+    fast_align_alpha: float = 0.01
+    """``fast-align``: Dirichlet prior on the translation tables (``-v -a``, recommended, 0.01); 0: plain EM."""
+
+    fast_align_ibm1_warmup: int = 5
+    """``fast-align``: IBM Model 1 EM iterations that train the translation table before fast_align's
+    passes (0: fast_align's uniform start, whose first E-step is the diagonal prior alone; see
+    :func:`methods._align.fast_align_directional` for why the warm start is the default)."""
+
+    def fast_align_options(self) -> dict:
+        """The ``fast-align`` aligner's options (:data:`methods._align.FAST_ALIGN_DEFAULTS` names)."""
+        return {
+            "iterations": self.fast_align_iterations,
+            "p0": self.fast_align_p0,
+            "tension": self.fast_align_tension,
+            "optimize_tension": self.fast_align_optimize_tension,
+            "alpha": self.fast_align_alpha,
+            "ibm1_warmup": self.fast_align_ibm1_warmup,
+        }
+
     def __post_init__(self) -> None:
         choices = {
             "aligner": _align.ALIGNERS,
@@ -263,7 +304,7 @@ class TikToTokConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"TikToTokConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
         for name in (
-            "min_count", "smoothing_max_donors", "max_words", "eflomal_n_samplers", "ibm1_iterations",
+            "min_count", "smoothing_max_donors", "max_words", "eflomal_n_samplers", "ibm1_iterations", "fast_align_iterations",
             "fallback_k", "fasttext_dim", "fasttext_epochs", "fasttext_min_count", "fasttext_bucket", "fasttext_threads",
         ):  # fmt: skip
             v = getattr(self, name)
@@ -288,6 +329,21 @@ class TikToTokConfig:
             isinstance(self.max_sentence_pairs, bool) or self.max_sentence_pairs < 1
         ):
             raise ValueError(f"TikToTokConfig.max_sentence_pairs must be None or >= 1, got {self.max_sentence_pairs!r}")
+        for name, ok, bound in (
+            ("fast_align_p0", lambda v: 0.0 < v < 1.0, "strictly between 0 and 1"),
+            ("fast_align_tension", lambda v: v > 0.0, "> 0"),
+            ("fast_align_alpha", lambda v: v >= 0.0, ">= 0"),
+        ):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or not ok(v):
+                raise ValueError(f"TikToTokConfig.{name} must be a number {bound}, got {v!r}")
+        v = self.fast_align_ibm1_warmup
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"TikToTokConfig.fast_align_ibm1_warmup must be an integer >= 0, got {v!r}")
+        if not isinstance(self.fast_align_optimize_tension, bool):
+            raise ValueError(
+                f"TikToTokConfig.fast_align_optimize_tension must be true or false, got {self.fast_align_optimize_tension!r}"
+            )
         if not self.eflomal_rel_iterations > 0:
             raise ValueError(f"TikToTokConfig.eflomal_rel_iterations must be > 0, got {self.eflomal_rel_iterations!r}")
 
@@ -1064,6 +1120,7 @@ class TikToTok:
             cache_dir=Path(inputs.cache_dir) if inputs.cache_dir is not None else None,
             eflomal_options={"n_samplers": cfg.eflomal_n_samplers, "rel_iterations": cfg.eflomal_rel_iterations},
             ibm1_iterations=cfg.ibm1_iterations,
+            fast_align_options=cfg.fast_align_options(),
         )
         word_pairs = _align.count_pairs(
             [[ids for _, ids in s] for s in src_words], [[ids for _, ids in t] for t in tgt_words], alignment.links
@@ -1099,8 +1156,15 @@ class TikToTok:
             number_pieces=number_pieces,
             fallback_space=space,
         )
+        nondeterministic: list[str] = []
+        if not alignment.info["deterministic"]:
+            nondeterministic.append(cfg.aligner)
         if space is not None:
             info["fallback"]["fasttext"] = space.info
+            if any(space.info.get(side, {}).get("deterministic") is False for side in ("target", "source")):
+                nondeterministic.append("fasttext")
+        if nondeterministic:  # components whose output the trial seed does not fix (harness.sanity flags them)
+            info["nondeterministic"] = nondeterministic
         info["overlap"] = overlap.report()
         info["corpus"] = {
             "sentence_pairs_read": len(pairs),

@@ -76,6 +76,8 @@ class CipherWorld:
 
     def run(self, seed: int = 0, inputs: TransferInputs | None = None, **cfg):
         cfg.setdefault("min_count", 3)
+        # the default fastText-kNN fallback is exercised in test_tiktotok_fallback.py and below
+        cfg.setdefault("fallback", "random")
         method = get("method", "tiktotok").make(cfg)
         return method.initialize(inputs or self.inputs(), np.random.default_rng(seed))
 
@@ -180,7 +182,7 @@ def test_align_corpus_rejects_bad_input():
 # ------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("aligner", ["eflomal", "ibm1"])
+@pytest.mark.parametrize("aligner", ["fast-align", "eflomal", "ibm1"])
 def test_cipher_corpus_recovers_the_gold_mapping(world, aligner, tmp_path):
     res = world.run(aligner=aligner, inputs=world.inputs(cache_dir=tmp_path))
     m = res.mapping
@@ -278,7 +280,7 @@ def test_alignment_cache_is_reused(world, tmp_path):
     assert c.info["alignment"]["cache_key"] != a.info["alignment"]["cache_key"]
 
 
-@pytest.mark.parametrize("aligner", ["ibm1", "eflomal"])
+@pytest.mark.parametrize("aligner", ["fast-align", "ibm1", "eflomal"])
 def test_determinism_under_disturbed_global_rng(world, aligner, tmp_path):
     a = world.run(seed=5, aligner=aligner, inputs=world.inputs(cache_dir=tmp_path))
     random.seed(1)
@@ -288,6 +290,41 @@ def test_determinism_under_disturbed_global_rng(world, aligner, tmp_path):
     b = world.run(seed=5, aligner=aligner, inputs=world.inputs(cache_dir=tmp_path))
     for f in ("indptr", "indices", "weights", "provenance"):
         assert np.array_equal(getattr(a.mapping, f), getattr(b.mapping, f))
+
+
+def _same(a, b) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("indptr", "indices", "weights", "provenance"))
+
+
+def test_default_aligner_is_deterministic_across_fresh_caches(world, tmp_path):
+    """Two cold runs (empty caches, no in-process memo) give the same links and the same rows."""
+    assert TikToTokConfig().aligner == "fast-align"
+    runs = []
+    for k in range(2):
+        _align._MEMO.clear()
+        res = world.run(seed=3, inputs=world.inputs(cache_dir=tmp_path / f"cold{k}"))
+        assert res.info["alignment"]["links_from"] == "computed" and res.info["alignment"]["aligner"] == "fast-align"
+        runs.append(res)
+    a, b = runs
+    assert a.info["alignment"]["cache_key"] == b.info["alignment"]["cache_key"]
+    assert a.info["alignment"]["links"] == b.info["alignment"]["links"]
+    assert a.info["alignment"]["model"] == b.info["alignment"]["model"]
+    assert _same(a.mapping, b.mapping)
+    # another trial seed reads the same (deterministic) links
+    c = world.run(seed=4, inputs=world.inputs(cache_dir=tmp_path / "cold0"))
+    assert c.info["alignment"]["links_from"] in ("memo", "cache")
+    assert c.info["alignment"]["cache_key"] == a.info["alignment"]["cache_key"]
+
+
+@pytest.mark.parametrize("aligner, flagged", [("fast-align", None), ("ibm1", None), ("eflomal", ["eflomal"])])
+def test_nondeterministic_components_are_listed_in_the_info(world, aligner, flagged, tmp_path):
+    res = world.run(aligner=aligner, inputs=world.inputs(cache_dir=tmp_path))
+    assert res.info.get("nondeterministic") == flagged
+    assert res.info["alignment"]["deterministic"] is (flagged is None)
+    if flagged:  # a cached eflomal alignment was still produced by eflomal
+        _align._MEMO.clear()
+        again = world.run(aligner=aligner, inputs=world.inputs(cache_dir=tmp_path))
+        assert again.info["alignment"]["links_from"] == "cache" and again.info["nondeterministic"] == flagged
 
 
 def test_core_on_canonical_lists_without_tokenizers():
@@ -303,7 +340,7 @@ def test_core_on_canonical_lists_without_tokenizers():
     m, info = tiktotok_mapping(
         tgt, src, n_source=4,
         word_pairs={((1,), (1,)): 20, ((2,), (1, 2)): 10, ((5,), (1,)): 2},
-        exact=np.array([[4, 3]]), fuzzy=np.zeros((0, 2)), specials=np.array([[0, 0]]), config=TikToTokConfig(min_count=5),
+        exact=np.array([[4, 3]]), fuzzy=np.zeros((0, 2)), specials=np.array([[0, 0]]), config=TikToTokConfig(min_count=5, fallback="random"),
     )  # fmt: skip
     assert m.row(1)[0].tolist() == [1]
     ids, ws = m.row(2)  # "hauses" ↔ "house"+"s": half all-to-all (.5/.5), half diagonal (.5/.5)
@@ -351,3 +388,12 @@ def test_config_validation_names_the_field():
         TikToTokConfig(symmetrization="gdfa")
     with pytest.raises(ValueError, match="aligner"):
         TikToTokConfig(aligner="fast_align")
+    with pytest.raises(ValueError, match="TikToTokConfig.fast_align_p0 must be a number strictly between 0 and 1"):
+        TikToTokConfig(fast_align_p0=1.0)
+    with pytest.raises(ValueError, match="TikToTokConfig.fast_align_iterations"):
+        TikToTokConfig(fast_align_iterations=0)
+    with pytest.raises(ValueError, match="TikToTokConfig.fast_align_optimize_tension"):
+        TikToTokConfig(fast_align_optimize_tension=1)
+    with pytest.raises(ValueError, match="TikToTokConfig.fast_align_alpha"):
+        TikToTokConfig(fast_align_alpha=-1.0)
+    assert TikToTokConfig(fast_align_tension=6.0).fast_align_options()["tension"] == 6.0

@@ -82,7 +82,7 @@ class KnnWorld:
         return TransferInputs(self.src, self.tgt, self.E, **kw)
 
     def run(self, seed: int = 0, inputs: TransferInputs | None = None, **cfg):
-        cfg = {"min_count": 3, "aligner": "ibm1", "smoothing": "none", **cfg}
+        cfg = {"min_count": 3, "aligner": "ibm1", "smoothing": "none", "fallback": "random", **cfg}
         if cfg.get("fallback") == "fasttext-knn":
             cfg = {**FAST_FT, **cfg}
         return get("method", "tiktotok").make(cfg).initialize(inputs or self.inputs(), np.random.default_rng(seed))
@@ -272,8 +272,25 @@ def test_procrustes_knn_clips_k_to_the_keys():
 # ------------------------------------------------------------------------------------------------
 
 
+def test_the_default_fallback_is_the_blogs_fasttext_knn(world, runs):
+    """METHODS.md step 4 / the blog: after smoothing, the fastText k-NN step; ``random`` is the option."""
+    assert TikToTokConfig().fallback == "fasttext-knn" and TikToTokConfig().fallback_k == 3
+    cfg = {**FAST_FT, "min_count": 3, "aligner": "ibm1", "smoothing": "none"}  # no "fallback" key: the default
+    res = get("method", "tiktotok").make(cfg).initialize(world.inputs(cache_dir=runs["cache"]), np.random.default_rng(4))
+    assert res.info["fallback"]["mode"] == "fasttext-knn" and res.info["sources"]["knn"] >= 2
+    assert _same_mapping(res.mapping, runs["knn"].mapping)
+    assert res.info["sources"]["fallback"] < runs["random"].info["sources"]["fallback"]
+    assert "nondeterministic" not in res.info  # one fastText thread, a deterministic aligner
+
+
+def test_fasttext_threads_are_listed_as_nondeterministic(world):
+    res = world.run(seed=4, fallback="fasttext-knn", fasttext_threads=2)
+    assert res.info["nondeterministic"] == ["fasttext"]
+    assert res.info["fallback"]["fasttext"]["target"]["deterministic"] is False
+
+
 def test_config_accepts_fasttext_knn_and_rejects_unknown_fallbacks():
-    assert TikToTokConfig().fallback == "random"
+    assert TikToTokConfig(fallback="random").fallback == "random"
     assert TikToTokConfig(fallback="fasttext-knn").fallback_k == 3
     with pytest.raises(
         ValueError, match=r"TikToTokConfig\.fallback must be one of \('random', 'fasttext-knn'\), got 'knn'"
