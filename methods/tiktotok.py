@@ -1086,6 +1086,9 @@ class TikToTok:
         2
     """
 
+    combines = True
+    """Rows are alignment-weighted mixtures of source rows: an all-fallback result is flagged (harness.sanity)."""
+
     def __init__(self, config: TikToTokConfig) -> None:
         self.config = config
 
