@@ -414,7 +414,7 @@ def test_language_table():
     from tasks.data import resolve_source
     from tasks.languages import LANGUAGES, WORLD_LANGUAGES, get_language, hub_config
 
-    assert set(WORLD_LANGUAGES) == {"src", "near", "far", "script"}
+    assert set(WORLD_LANGUAGES) == {"src", "near", "far", "script", "agglu"}
     assert hub_config("de", "xnli") == "de" and get_language("de").qa == "germanquad"
     assert get_language("ar").tydiqa == "arabic" and get_language("ur").xnli == "ur"
     assert all(row.code == code for code, row in LANGUAGES.items())
