@@ -69,6 +69,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._e2e import run_worker, subprocess_env  # noqa: E402
+
 METHODS = ("tokxfer", "deepfocus", "naive")
 
 
@@ -326,24 +328,6 @@ def e2e_deepfocus_worker(work: Path, out: Path, threads: int) -> None:
                                                     "special_anchors": specials}))
 
 
-def _subprocess_env(threads: int, work: Path) -> dict:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[var] = str(threads)
-    env.update(TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", TOKXFER_CACHE=str(work / "tokxfer-cache"))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _run(cmd: list[str], env: dict, what: str) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr or proc.stdout)[-3000:]}")
-    return round(time.perf_counter() - t0, 2)
-
-
 def _tokxfer_rows(out: Path) -> tuple:
     import numpy as np
     from transformers import AutoModelForMaskedLM
@@ -399,10 +383,10 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
         print(f"building inputs in {work} (scale {scale}) ...", flush=True)
         files = e2e_files(work, scale, seed)
         paths = files["paths"]
-        env = _subprocess_env(threads, work)
+        env = subprocess_env(threads, work)
         print("running deepfocus.FOCUS ...", flush=True)
         df_out = work / "deepfocus.npz"
-        wall = {"deepfocus": _run([sys.executable, str(Path(__file__).resolve()), "--e2e-worker", "deepfocus", "--work-dir", str(work),
+        wall = {"deepfocus": run_worker([sys.executable, str(Path(__file__).resolve()), "--e2e-worker", "deepfocus", "--work-dir", str(work),
                                    "--out", str(df_out), "--threads", str(threads)], env, "deepfocus worker")}
         df = np.load(df_out)
         df_info = json.loads(df_out.with_suffix(".json").read_text())
@@ -417,7 +401,7 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
             cmd = [sys.executable, "-m", "harness.cli", "init", "--method", "focus", "--source", paths["source_model"],
                    "--target-tokenizer", paths["target_tokenizer"], "--seed", "1", "--out", str(out),
                    "--config", *[f"{k}={json.dumps(val)}" for k, val in cfg.items()]]
-            wall[f"tokxfer-{v}"] = _run(cmd, env, f"tokxfer init ({v})")
+            wall[f"tokxfer-{v}"] = run_worker(cmd, env, f"tokxfer init ({v})")
             tk_rows, tk_prov, info = _tokxfer_rows(out)
             rows[v] = tk_rows
             res = compare_rows(tk_rows, tk_prov, df["rows"], df["provenance"], atol)

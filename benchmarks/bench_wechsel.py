@@ -81,6 +81,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._e2e import run_worker, subprocess_env  # noqa: E402
+
 METHODS = ("tokxfer", "wechsel", "wechsel-f32", "naive")
 
 XLMR_SOURCE_VOCAB = 250_002
@@ -511,24 +513,6 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     (out / "wall.json").write_text(json.dumps({"initialize_model_s": round(wall, 3)}))
 
 
-def _subprocess_env(threads: int, work: Path) -> dict:
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[var] = str(threads)
-    env.update(TQDM_DISABLE="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               HF_DATASETS_OFFLINE="1", TOKXFER_CACHE=str(work / "tokxfer-cache"))
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
-def _run_cmd(cmd: list[str], env: dict, what: str) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr or proc.stdout)[-3000:]}")
-    return round(time.perf_counter() - t0, 2)
-
-
 def compare_e2e(tk: dict, ref: dict, near_ids: list[int], atol: float) -> dict:
     """Row-by-row comparison of tokxfer's and the reference's matrices (harness provenance codes).
 
@@ -576,11 +560,11 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
         print(f"building inputs in {work} (scale {scale}, target {language}) ...", flush=True)
         files = e2e_files(work, scale, seed, language)
         paths = files["paths"]
-        env = _subprocess_env(threads, work)
+        env = subprocess_env(threads, work)
         me = str(Path(__file__).resolve())
         print("running wechsel.WECHSEL(...).apply(...) ...", flush=True)
         ref_out = work / "reference.npz"
-        wall = {"reference": _run_cmd([sys.executable, me, "--e2e-worker", "reference", "--work-dir", str(work),
+        wall = {"reference": run_worker([sys.executable, me, "--e2e-worker", "reference", "--work-dir", str(work),
                                        "--out", str(ref_out), "--threads", str(threads)], env, "reference worker")}
         ref = dict(np.load(ref_out))
         ref_info = json.loads(ref_out.with_suffix(".json").read_text())
@@ -589,7 +573,7 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
         for v in variants:
             print(f"running tokxfer initialize_model ({v}) ...", flush=True)
             out = work / f"tokxfer-{v}"
-            wall[f"tokxfer-{v}"] = _run_cmd([sys.executable, me, "--e2e-worker", "tokxfer", "--variant", v, "--work-dir", str(work),
+            wall[f"tokxfer-{v}"] = run_worker([sys.executable, me, "--e2e-worker", "tokxfer", "--variant", v, "--work-dir", str(work),
                                              "--out", str(out), "--threads", str(threads)], env, f"tokxfer ({v})")
             tk = dict(np.load(out / "rows.npz"))
             info = json.loads((out / "init_info.json").read_text())["info"]
