@@ -44,6 +44,9 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
 import hashlib
 import json
 import logging
@@ -424,6 +427,45 @@ def _zero_init_words(n_words: int, bucket: int, dim: int, threads: int) -> int:
     return max(n_words - initialized // dim, 0)
 
 
+_M_PERTURB = -6
+"""glibc ``mallopt`` parameter: fill every block ``malloc`` hands out with ``byte ^ 0xff``."""
+
+
+def _libc() -> Any:
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+    except OSError:
+        return None
+    if libc is None or not hasattr(libc, "mallopt"):
+        return None
+    libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    libc.mallopt.restype = ctypes.c_int
+    return libc
+
+
+@contextlib.contextmanager
+def zeroed_allocations() -> Iterator[bool]:
+    """While inside, glibc's ``malloc`` returns zero-filled memory (``mallopt(M_PERTURB, 0xff)``).
+
+    fastText-numpy2 leaves part of its input matrix uninitialized (see the module docstring). A
+    matrix above the mmap threshold comes from fresh zero pages only when no freed heap block is
+    large enough; after a process has freed big heap blocks (a test session, a long grid), the
+    matrix can be carved from them and training starts on stale bytes — other numbers, or
+    "Encountered NaN". With the perturb byte 0xff every block from the heap is zeroed, exactly what
+    fresh pages give, so the result is the same as in a fresh process. Freed blocks are filled with
+    0xff meanwhile (harmless). Yields whether the setting took effect (``False`` off glibc, where
+    the ``min_bucket`` guard remains the protection).
+    """
+    libc = _libc()
+    ok = bool(libc is not None and libc.mallopt(_M_PERTURB, 0xFF) == 1)
+    try:
+        yield ok
+    finally:
+        if ok:
+            libc.mallopt(_M_PERTURB, 0)
+
+
 def _train_unsupervised(text: Path, params: dict) -> Any:
     """``fasttext.train_unsupervised`` with the ``seed`` argument, which its Python wrapper does not accept.
 
@@ -437,7 +479,8 @@ def _train_unsupervised(text: Path, params: dict) -> Any:
     built = ftmod._build_args(args, manual)
     model = ftmod._FastText(args=built)
     try:
-        ftmod.fasttext.train(model.f, built)
+        with zeroed_allocations():
+            ftmod.fasttext.train(model.f, built)
     except ValueError as e:
         if "Empty vocabulary" in str(e):
             raise EmptyVocabularyError(
