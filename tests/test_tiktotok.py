@@ -16,7 +16,14 @@ from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInput
 from harness.registry import get
 from methods import _align
 from methods._canon import Canon
-from methods.tiktotok import FALLBACKS, TikToTokConfig, find_containers, read_parallel_corpus, spread_pair, tiktotok_mapping
+from methods.tiktotok import (
+    FALLBACKS,
+    TikToTokConfig,
+    find_containers,
+    read_parallel_corpus,
+    spread_pair,
+    tiktotok_mapping,
+)
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 SRC_ALPHABET, TGT_ALPHABET = "abcdefgh", "pqrstuvw"
