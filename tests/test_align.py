@@ -108,10 +108,13 @@ def test_fast_align_cold_run_equals_cached_run(corpus, tmp_path):
 # ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("warmup", [None, 0], ids=["default", "uniform-start"])
 @pytest.mark.parametrize("symmetrization", ["intersection", "grow-diag-final", "grow-diag-final-and"])
-def test_fast_align_recovers_the_known_correspondence_at_least_as_well_as_ibm1(corpus, symmetrization):
+def test_fast_align_recovers_the_known_correspondence_at_least_as_well_as_ibm1(corpus, symmetrization, warmup):
+    """Also with fast_align's own start (``ibm1_warmup: 0``: a uniform table, no IBM Model 1 warm start)."""
     src, tgt, gold, perm = corpus
-    fa = _fresh(src, tgt, aligner="fast-align", symmetrization=symmetrization)
+    options = {} if warmup is None else {"ibm1_warmup": warmup}
+    fa = _fresh(src, tgt, aligner="fast-align", symmetrization=symmetrization, fast_align_options=options)
     ibm = _fresh(src, tgt, aligner="ibm1", symmetrization=symmetrization)
     p_fa, r_fa = link_scores(fa.links, gold)
     p_ibm, r_ibm = link_scores(ibm.links, gold)

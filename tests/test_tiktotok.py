@@ -16,7 +16,14 @@ from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInput
 from harness.registry import get
 from methods import _align
 from methods._canon import Canon
-from methods.tiktotok import TikToTokConfig, find_containers, read_parallel_corpus, spread_pair, tiktotok_mapping
+from methods.tiktotok import (
+    FALLBACKS,
+    TikToTokConfig,
+    find_containers,
+    read_parallel_corpus,
+    spread_pair,
+    tiktotok_mapping,
+)
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 SRC_ALPHABET, TGT_ALPHABET = "abcdefgh", "pqrstuvw"
@@ -397,3 +404,13 @@ def test_config_validation_names_the_field():
     with pytest.raises(ValueError, match="TikToTokConfig.fast_align_alpha"):
         TikToTokConfig(fast_align_alpha=-1.0)
     assert TikToTokConfig(fast_align_tension=6.0).fast_align_options()["tension"] == 6.0
+
+
+def test_method_declares_that_it_combines_and_defaults_are_the_blogs():
+    """The sanity guard flags an all-fallback result only for methods with ``combines = True``."""
+    cls = get("method", "tiktotok").cls
+    assert cls.combines is True
+    cfg = TikToTokConfig()
+    assert (cfg.aligner, cfg.fallback, cfg.fallback_k) == ("fast-align", "fasttext-knn", 3)
+    assert FALLBACKS == ("random", "fasttext-knn")
+    assert TikToTokConfig(fallback="random").fallback == "random"

@@ -283,6 +283,32 @@ def test_the_default_fallback_is_the_blogs_fasttext_knn(world, runs):
     assert "nondeterministic" not in res.info  # one fastText thread, a deterministic aligner
 
 
+def test_two_cold_runs_of_the_full_default_are_bit_identical(world):
+    """The method's own defaults end to end (fast-align, fastText-kNN), no cache and no in-process memo:
+    two runs with one trial seed and a disturbed global RNG in between give the same links and rows."""
+    from methods import _align
+
+    cfg = {**FAST_FT, "min_count": 3}  # nothing else: the default aligner, smoothing and fallback
+    results = []
+    for k in range(2):
+        _align._MEMO.clear()
+        if k:
+            random.seed(11)
+            np.random.seed(11)
+            torch.manual_seed(11)
+            _ = random.random(), np.random.rand(3), torch.rand(3)
+        res = get("method", "tiktotok").make(cfg).initialize(world.inputs(), np.random.default_rng(9))
+        assert res.info["alignment"]["aligner"] == "fast-align" and res.info["alignment"]["links_from"] == "computed"
+        assert res.info["fallback"]["mode"] == "fasttext-knn" and res.info["fallback"]["fasttext"]["target"]["cache"] == "off"
+        assert "nondeterministic" not in res.info
+        results.append(res)
+    a, b = results
+    assert a.info["sources"]["knn"] > 0 and a.info["sources"]["aligned"] > 0
+    assert a.info["alignment"]["cache_key"] == b.info["alignment"]["cache_key"]
+    assert a.info["alignment"]["model"] == b.info["alignment"]["model"]  # tension, likelihood: identical floats
+    assert _same_mapping(a.mapping, b.mapping)
+
+
 def test_fasttext_threads_are_listed_as_nondeterministic(world):
     res = world.run(seed=4, fallback="fasttext-knn", fasttext_threads=2)
     assert res.info["nondeterministic"] == ["fasttext"]
