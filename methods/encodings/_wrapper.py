@@ -76,6 +76,17 @@ def parse_init(value: str, *, where: str) -> tuple[str, str | None]:
     raise ValueError(f"{where}: init must be 'identity', 'zero', 'random', 'mean' or 'copy:<language>', got {value!r}")
 
 
+def check_init_options(name: str, init: str, random_std: float | None) -> None:
+    """Validate the ``init``/``random_std`` fields every encoding config has (errors name ``<name>.<field>``).
+
+    Example:
+        >>> check_init_options("xlp", "identity", None)
+    """
+    parse_init(init, where=f"{name}.init")
+    if random_std is not None and not random_std > 0:
+        raise ValueError(f"{name}.random_std must be > 0 or None, got {random_std}")
+
+
 # ------------------------------------------------------------------------------------ tables
 
 

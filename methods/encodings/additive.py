@@ -28,9 +28,7 @@ class AdditiveConfig:
     """Std of ``random`` vectors; None: the std of the model's word-embedding matrix."""
 
     def __post_init__(self) -> None:
-        _wrapper.parse_init(self.init, where="additive.init")
-        if self.random_std is not None and not self.random_std > 0:
-            raise ValueError(f"additive.random_std must be > 0 or None, got {self.random_std}")
+        _wrapper.check_init_options("additive", self.init, self.random_std)
 
 
 @register_encoding("additive", config=AdditiveConfig,

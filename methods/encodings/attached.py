@@ -40,9 +40,7 @@ class AttachedConfig:
     """Column of the language token; None: 1 for encoders (after [CLS]/<s>), 0 for causal LMs."""
 
     def __post_init__(self) -> None:
-        _wrapper.parse_init(self.init, where="attached.init")
-        if self.random_std is not None and not self.random_std > 0:
-            raise ValueError(f"attached.random_std must be > 0 or None, got {self.random_std}")
+        _wrapper.check_init_options("attached", self.init, self.random_std)
         if self.insert_at is not None and self.insert_at < 0:
             raise ValueError(f"attached.insert_at must be >= 0 or None, got {self.insert_at}")
 

@@ -39,9 +39,7 @@ class XlpConfig:
     """Train the projections in task fine-tuning (xnli, qa, ner); the paper keeps them fixed."""
 
     def __post_init__(self) -> None:
-        _wrapper.parse_init(self.init, where="xlp.init")
-        if self.random_std is not None and not self.random_std > 0:
-            raise ValueError(f"xlp.random_std must be > 0 or None, got {self.random_std}")
+        _wrapper.check_init_options("xlp", self.init, self.random_std)
 
 
 @register_encoding("xlp", config=XlpConfig,
