@@ -1,4 +1,4 @@
-"""Subprocess plumbing shared by the end-to-end benchmarks (``bench_focus.py``/``bench_wechsel.py --end-to-end``).
+"""Plumbing shared by the benchmarks (``bench_focus.py``, ``bench_wechsel.py``), mostly for ``--end-to-end``.
 
 Each implementation runs in its own Python process, offline, with a fixed thread count and its own
 tokxfer cache under the benchmark's work folder, so timings and memory are per implementation.
@@ -7,6 +7,7 @@ tokxfer cache under the benchmark's work folder, so timings and memory are per i
 from __future__ import annotations
 
 import os
+import platform
 import subprocess
 import time
 from pathlib import Path
@@ -32,3 +33,8 @@ def run_worker(cmd: list[str], env: dict, what: str) -> float:
     if proc.returncode != 0:
         raise RuntimeError(f"{what} failed (exit {proc.returncode}):\n{(proc.stderr or proc.stdout)[-3000:]}")
     return round(time.perf_counter() - t0, 2)
+
+
+def environment() -> dict:
+    """The machine facts every benchmark result records."""
+    return {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}

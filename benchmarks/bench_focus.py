@@ -57,7 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -69,7 +68,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._e2e import run_worker, subprocess_env  # noqa: E402
+from benchmarks._e2e import environment, run_worker, subprocess_env  # noqa: E402
 
 METHODS = ("tokxfer", "deepfocus", "naive")
 
@@ -426,7 +425,7 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
             "sizes": files["sizes"], "deepfocus": {**df_info, "anchors": int(df["anchors"].sum()),
                                                    "random": int(np.sum(df["provenance"] == 3))},
             "variants": results, "wall_s_information_only": wall,
-            "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()},
+            "environment": environment(),
         }
 
 
@@ -563,7 +562,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "bench": "focus", "scale": args.scale, "seed": args.seed, "k": args.k, "chunk_rows": args.chunk_rows, "threads": args.threads,
         "results": results, "comparisons": comparisons,
-        "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()},
+        "environment": environment(),
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -65,7 +65,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -81,7 +80,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._e2e import run_worker, subprocess_env  # noqa: E402
+from benchmarks._e2e import environment, run_worker, subprocess_env  # noqa: E402
 
 METHODS = ("tokxfer", "wechsel", "wechsel-f32", "naive")
 
@@ -593,7 +592,7 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
             "bench": "wechsel-end-to-end", "scale": scale, "seed": seed, "language": language, "atol": atol, "threads": threads,
             "sizes": files["sizes"], "reference": {**ref_info, "random": int(np.sum(ref["provenance"] == 3))},
             "variants": results, "wall_s_information_only": wall,
-            "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()},
+            "environment": environment(),
         }
 
 
@@ -748,7 +747,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "bench": "wechsel", "scale": args.scale, "seed": args.seed, "k": args.k, "tau": args.tau, "chunk_rows": args.chunk_rows,
         "screen": args.screen, "threads": args.threads, "results": results, "comparisons": comparisons,
-        "environment": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()},
+        "environment": environment(),
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
