@@ -77,16 +77,19 @@ which (``preset``: ``paper``/``reference``/``custom``).
   (and specials) are not candidates.
 
 Speed and memory (the similarity is ``|Vt| x |Vs|``, 50k x 250k for XLM-R): target rows are
-scored in chunks against the source vectors, never materializing the full matrix. With
-``screen="bf16"`` (default where the CPU has native bfloat16 matrix instructions) each chunk is
-scored in bfloat16, and every source token whose bfloat16 score is within a *proven* error bound
-of the k-th best is rescored exactly (float64 from the float32 vectors); the top-k is then taken
-on the exact scores (source tokens with identical vectors, e.g. ``▁the``/``the``, tie exactly and
-are ordered by id). The result equals an exact float64 top-k, whatever the screen or chunk size
-(:func:`topk_cosine`; the bound is checked on every rescored pair and a chunk falls back to a
-float32 screen if it were ever violated), at about half the cost of a float32 matrix multiply
-(measured: ~2.2x the float32 GEMM throughput on AVX512-BF16). Peak memory beyond the inputs is
-a ``d x |Vs|`` bfloat16 copy of the source vectors plus one ``chunk_rows x |Vs|`` score block.
+scored in chunks against the source vectors, never materializing the full matrix
+(:func:`methods._similarity.topk_cosine`). Each chunk is first *screened* by a matrix product in
+bfloat16 (default where the CPU has native bfloat16 matrix instructions: ~2.2x the float32 GEMM
+throughput on AVX512-BF16), float32 or float64, and every source token whose screen score is
+within a *proven* error bound of the k-th best is rescored exactly (float64 from the float32
+vectors); the top-k is then taken on the exact scores (source tokens with identical vectors, e.g.
+``▁the``/``the``, are searched once, tie exactly and are ordered by id). The result equals an
+exact float64 top-k, whatever the screen, chunk size or thread count. ``screen="auto"`` moves to
+a finer screen as soon as a chunk keeps more candidates than the finer product would cost:
+with concentrated cosines (word fastText vectors trained on a few MB) the bf16 and even the fp32
+margin keep most of a row, the fp64 one about k. Peak memory beyond the inputs is one
+``d x |Vs|`` copy of the source vectors in the screen's type plus one ``chunk_rows x |Vs|`` score
+block (at most 512 MB).
 
 The numeric core is pure: :func:`wechsel_weights` (neighbours and softmax weights from subword
 vectors given as arrays) and :func:`wechsel_mapping` (a :class:`~harness.protocols.TokenMapping`);
@@ -108,6 +111,7 @@ from harness.protocols import COMBINED, FALLBACK, SPECIAL, InitResult, TokenMapp
 from harness.registry import register_method
 from methods import _canon, _fasttext
 from methods import _wordvectors as wv_mod
+from methods._similarity import EXACT_CHUNK_ROWS, TopK, topk_cosine
 
 logger = logging.getLogger(__name__)
 
@@ -133,20 +137,11 @@ __all__ = [
 TABLE7_GRID: tuple[tuple[int, float], ...] = ((1, 1.0), (10, 0.1), (10, 1.0), (50, 0.1), (50, 1.0))
 """The ``(k, temperature)`` grid of the paper's Table 7 (its choice: ``(10, 0.1)``)."""
 
-DEFAULT_CHUNK_ROWS = 512
+DEFAULT_CHUNK_ROWS = EXACT_CHUNK_ROWS
 """Target rows scored at once: 512 x 250k source tokens is 256 MB in bfloat16 (512 MB in float32)."""
-
-_BLOCK_BYTES = 512 * 2**20
-"""Upper bound on one score block; ``chunk_rows`` is lowered to respect it for huge source vocabularies."""
-
-_GATHER_BYTES = 8 * 2**20
-"""Gathered candidate key vectors (float64) rescored at once (small: reused heap memory, no page faults)."""
 
 _MAX_LISTED = 50_000
 """At most this many near-tie target ids are listed in the method's info (the count is always exact)."""
-
-_U_BF16 = 2.0**-8
-"""Unit roundoff of bfloat16 (8 significant bits, round to nearest)."""
 
 
 @dataclass(frozen=True)
@@ -216,10 +211,11 @@ class WechselConfig:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     """Target rows scored at once (memory ~ chunk_rows x |Vs| x 2 bytes in bf16); results do not depend on it."""
 
-    screen: Literal["auto", "bf16", "fp32"] = "auto"
-    """Precision of the first scoring pass; the result is exact and identical for all three.
-    ``auto``: bf16 on CPUs with native bfloat16 matmul (AVX512-BF16/AMX), else fp32; switches to
-    fp32 after the first chunk when bf16 keeps too many candidates (concentrated cosines)."""
+    screen: Literal["auto", "bf16", "fp32", "fp64"] = "auto"
+    """Precision of the screening pass; the result is exact and identical for all four.
+    ``auto``: bf16 on CPUs with native bfloat16 matmul (AVX512-BF16/AMX), else fp32, moving to
+    fp32 and then fp64 when a chunk keeps too many candidates (concentrated cosines); an explicit
+    precision screens every chunk as given (for measurements)."""
 
     english_tokens: Literal["tokenizer-overlap", "source-corpus"] = "tokenizer-overlap"
     """What ``source_tokens="english-only"`` keeps. ``tokenizer-overlap`` (the FOCUS paper, after
@@ -274,7 +270,7 @@ class WechselConfig:
     def __post_init__(self) -> None:
         choices = {
             "variant": ("subword", "tfr"), "source_tokens": ("all", "english-only"), "alignment": ("procrustes", "none"),
-            "dim_mismatch": ("error", "reduce"), "fasttext_model": ("cbow", "skipgram"), "screen": ("auto", "bf16", "fp32"),
+            "dim_mismatch": ("error", "reduce"), "fasttext_model": ("cbow", "skipgram"), "screen": ("auto", "bf16", "fp32", "fp64"),
             "english_tokens": ("tokenizer-overlap", "source-corpus"), "case_expansion": ("unique", "all-combinations"),
             "procrustes_precision": ("float64", "float32"),
         }
@@ -318,428 +314,6 @@ def preset_name(cfg: WechselConfig) -> str:
         if all(getattr(cfg, f) == getattr(preset, f) for f in _PRESET_FIELDS):
             return name
     return "custom"
-
-
-# ------------------------------------------------------------------------------------------------
-# Exact top-k cosine with a bfloat16 screen
-# ------------------------------------------------------------------------------------------------
-
-
-def resolve_screen(screen: str) -> str:
-    """``"bf16"`` or ``"fp32"`` for a :attr:`WechselConfig.screen` value (``auto`` asks the CPU)."""
-    if screen not in ("auto", "bf16", "fp32"):
-        raise ValueError(f"screen must be 'auto', 'bf16' or 'fp32', got {screen!r}")
-    if screen != "auto":
-        return screen
-    try:
-        native = bool(torch.cpu._is_avx512_bf16_supported()) or bool(torch.cpu._is_amx_tile_supported())
-    except AttributeError:  # older torch
-        native = False
-    return "bf16" if native else "fp32"
-
-
-def _gamma(d: int) -> float:
-    """Higham's ``gamma_d`` for float32: bound on the relative error of a d-term sum."""
-    t = d * 2.0**-24
-    return t / (1.0 - t)
-
-
-def _screen_err(screen: str, d: int, magnitude: torch.Tensor) -> torch.Tensor:
-    """Bound on ``|screen score - exact cosine|`` for screen scores of absolute value ``<= magnitude``.
-
-    Exact: ``sum_i qn_i k_i * inv_norm`` in float64 from the float32 unit query ``qn`` and the
-    float32 key. bf16 screen: both unit vectors rounded to bfloat16 (relative error
-    ``u = 2^-8`` per component, so ``|â·b̂ - a·b| <= (2u + u²) ||a|| ||b||``), products exact in
-    float32 and summed in float32 (``gamma_d`` relative to ``sum |â_i b̂_i| <= (1 + u)²``), the
-    result rounded to bfloat16 (``u |s| / (1 - u)`` in terms of the rounded score ``s``). fp32
-    screen: a float32 GEMM of the unit vectors (``gamma_d``) against float64 (few ulps). Both
-    carry slack (``1e-4`` / ``5e-5``) for the float32 normalization and DAZ/FTZ.
-    """
-    g = _gamma(d)
-    if screen == "fp32":
-        return torch.full_like(magnitude, 4.0 * g + 5e-5)
-    u = _U_BF16
-    return (2 * u + u * u) * (1 + 1e-6) + 2 * g * (1 + u) ** 2 + u * magnitude / (1 - u) + 1e-4
-
-
-def _screen_eps(screen: str, d: int, v_top: torch.Tensor, v_k: torch.Tensor) -> torch.Tensor:
-    """Per-row bound ``eps`` on ``|screen score - exact cosine|`` for every score in ``[v_k - 2 eps, v_top]``.
-
-    ``v_top`` is the row's best screen score and ``v_k`` its ``k``-th best. Every score in that
-    interval has ``|s| <= M = max(|v_top|, |v_k| + 0.05)`` because ``2 eps < 0.05``, so
-    ``eps = _screen_err(M)`` (see :func:`_screen_err`).
-    """
-    # 2*eps < 0.05, so every score between the threshold v_k - 2 eps and v_top has |s| <= m
-    return _screen_err(screen, d, torch.maximum(v_top.abs(), v_k.abs() + 0.05))
-
-
-@dataclass
-class TopK:
-    """Result of :func:`topk_cosine`.
-
-    Attributes:
-        indices: ``n x k`` int64 key indices, by decreasing cosine (identical keys: lower index first);
-            ``-1`` in rows that have no vector.
-        similarities: ``n x k`` float32 cosines (0 in rows without a vector).
-        has_vector: ``n`` bool, the query rows with a nonzero vector.
-        stats: JSON-serializable facts (screen used, candidates rescored, timings).
-        kth_gap: ``n`` float64: exact cosine of the k-th neighbour minus that of the (k+1)-th
-            (``>= 0``; 0 for an exact tie straddling the cut; ``inf`` where there is no (k+1)-th
-            key or no vector). A row with a small gap is a *near tie*: another implementation
-            whose cosines differ in the last float bits may choose a different k-th neighbour.
-    """
-
-    indices: np.ndarray
-    similarities: np.ndarray
-    has_vector: np.ndarray
-    stats: dict
-    kth_gap: np.ndarray | None = None
-
-
-def _explosion_threshold(k: int, m: int) -> float:
-    """Candidates per row above which ``screen="auto"`` leaves a bf16 screen for fp32 (see :func:`topk_cosine`).
-
-    A rescored candidate costs a gather of its ``d`` floats and ``d`` float64 products, several times
-    the cost of one entry of the screen's matrix product, and bf16 saves about half of that product:
-    beyond ``max(16 x the base width, m / 32)`` candidates the bf16 screen no longer pays.
-    """
-    return max(16.0 * _base_width(k), m / 32.0)
-
-
-def _as_f32(x: Any, name: str) -> torch.Tensor:
-    t = torch.as_tensor(x)
-    if t.dtype != torch.float32:
-        t = t.to(torch.float32)
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(t.shape)}")
-    return t
-
-
-def _scores(qn: torch.Tensor, keys_t: torch.Tensor, screen: str) -> torch.Tensor:
-    """Screen scores of a chunk of unit queries against the prepared ``d x m`` key matrix."""
-    if screen == "bf16":
-        return qn.to(torch.bfloat16) @ keys_t
-    return qn @ keys_t
-
-
-def _scores_fp32_blocked(qn: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, block: int = 65536) -> torch.Tensor:
-    """float32 scores without a full normalized key copy (the rare fallback of a bf16 chunk)."""
-    out = torch.empty((qn.shape[0], len(cand)), dtype=torch.float32)
-    for a in range(0, len(cand), block):
-        b = min(a + block, len(cand))
-        out[:, a:b] = qn @ (keys[cand[a:b]] * inv[a:b, None]).T
-    return out
-
-
-def _exact_cosines(qn: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-    """Exact cosines ``r x w`` of unit queries ``qn`` (``r x d``) with the keys at ``cand[pos]``.
-
-    float64 arithmetic on the float32 inputs, in row batches of at most ~8 MB of gathered keys.
-    """
-    r, w = pos.shape
-    d = qn.shape[1]
-    out = torch.empty((r, w), dtype=torch.float64)
-    step = max(1, _GATHER_BYTES // max(1, w * d * 8))
-    for a in range(0, r, step):
-        b = min(a + step, r)
-        g = keys[cand[pos[a:b]].reshape(-1)].to(torch.float64).view(b - a, w, d)
-        out[a:b] = torch.bmm(g, qn[a:b].to(torch.float64).unsqueeze(2)).squeeze(2) * inv[pos[a:b]].to(torch.float64)
-    return out
-
-
-def _topk_desc(a: torch.Tensor, w: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``w`` largest entries of every row, in decreasing order (values, column indices).
-
-    For wide rows, two-stage: the row is cut into blocks of ``block`` columns, the ``w`` blocks
-    with the largest maxima are kept (the ``w`` largest entries lie in them: each of those
-    entries is at least the ``w``-th largest block maximum), and the top-``w`` is taken among
-    their ``w * block`` entries. The values equal ``torch.topk``'s; among equal values the
-    indices may differ, which the callers do not depend on (they re-rank by exact scores).
-    """
-    c, m = a.shape
-    nb = m // block
-    if nb < 8 * w:
-        return torch.topk(a, w, dim=1, sorted=True)
-    main = nb * block
-    bmax = a[:, :main].reshape(c, nb, block).amax(2)
-    if main < m:
-        bmax = torch.cat([bmax, a[:, main:].amax(1, keepdim=True)], 1)
-    blocks = torch.topk(bmax, w, dim=1, sorted=False).indices
-    idx = (blocks[:, :, None] * block + torch.arange(block)).reshape(c, -1)
-    outside = idx >= m  # the short last block
-    idx.clamp_(max=m - 1)
-    vals = torch.gather(a, 1, idx)
-    vals.masked_fill_(outside, float("-inf"))
-    v, p = torch.topk(vals, w, dim=1, sorted=True)
-    return v, torch.gather(idx, 1, p)
-
-
-def _duplicate_representatives(keys: torch.Tensor, cand: torch.Tensor) -> torch.Tensor | None:
-    """For each usable key (position in ``cand``), the first position with a bitwise-identical vector.
-
-    Tokens that share a string (``▁the`` / ``the``, ``Ġthe`` / ``the`` …) have identical subword
-    vectors, hence identical cosines; computed in float64 at different places of a batched
-    product they might still differ in the last bit. :func:`_select_chunk` gives every group of
-    identical keys one value, so such ties are always broken by index. Rows are grouped by a
-    64-bit hash of their bits and verified, so a hash collision never merges different vectors.
-
-    Returns:
-        int64 tensor ``rep`` (``rep[p] <= p``), or ``None`` when all usable keys are distinct.
-    """
-    k = keys.contiguous().numpy()
-    c = cand.numpy()
-    bits = k.view(np.uint32)
-    w = (np.arange(1, k.shape[1] + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
-    h = np.empty(len(c), dtype=np.uint64)
-    for a in range(0, len(c), 16384):
-        h[a : a + 16384] = (bits[c[a : a + 16384]].astype(np.uint64) * w).sum(axis=1)  # wraps mod 2^64
-    order = np.argsort(h, kind="stable")
-    hs = h[order]
-    start = np.ones(len(c), dtype=bool)
-    start[1:] = hs[1:] != hs[:-1]
-    if start.all():
-        return None
-    rep = np.empty(len(c), dtype=np.int64)
-    rep[order] = order[np.maximum.accumulate(np.where(start, np.arange(len(c)), 0))]
-    dup = np.flatnonzero(rep != np.arange(len(c)))
-    differs = ~np.all(k[c[dup]] == k[c[rep[dup]]], axis=1)
-    rep[dup[differs]] = dup[differs]  # hash collisions stay apart
-    return torch.from_numpy(rep) if bool((rep != np.arange(len(c))).any()) else None
-
-
-def _tie_duplicates(exact: torch.Tensor, reps: torch.Tensor) -> torch.Tensor:
-    """Within each row, give entries with the same representative the group's largest value."""
-    srt, perm = torch.sort(reps, dim=1)
-    ex = torch.gather(exact, 1, perm)
-    start = torch.ones_like(srt, dtype=torch.bool)
-    start[:, 1:] = srt[:, 1:] != srt[:, :-1]
-    seg = torch.cumsum(start.to(torch.int64), dim=1) - 1
-    top = torch.full_like(ex, float("-inf")).scatter_reduce(1, seg, ex, reduce="amax", include_self=True)
-    return torch.empty_like(exact).scatter_(1, perm, torch.gather(top, 1, seg))
-
-
-def _base_width(kk: int) -> int:
-    """The smallest candidate-set width :func:`_select_chunk` starts from."""
-    return max(32, 2 * kk + 12)
-
-
-def _select_chunk(
-    qn: torch.Tensor, a: torch.Tensor, mode: str, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, kk: int,
-    width: int, rep: torch.Tensor | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, int, int, int] | None:
-    """Exact top-``kk`` of every row of a screened chunk, or ``None`` if the screen's bound failed.
-
-    For each row the ``width`` best screen scores are taken (widened 4x for the rows that need
-    it). The set is *complete* when its last score is below the threshold ``v_k - 2 eps``
-    (``v_k``: the ``kk``-th best screen score): then it holds every key whose exact cosine can
-    reach the exact ``kk``-th best (a key scoring below the threshold has an exact cosine below
-    ``v_k - eps``, and at least ``kk`` keys have exact cosines of at least ``v_k - eps``; see
-    :func:`_screen_eps`), so the exact top-``kk`` among the candidates is the exact top-``kk``
-    overall. Candidates are rescored exactly (float64), the bound is verified on every one of
-    them, identical keys (``rep``) get one value, and the top-``kk`` is taken by decreasing
-    float64 cosine, ties to the lower key index.
-
-    Returns ``(positions into cand (c x kk), float32 cosines (c x kk), float64 gap between the
-    exact kk-th and (kk-1)-th cosines of each row (c; the caller asks for one neighbour more than
-    it keeps to measure the gap after the k-th), candidates rescored, widest width used, a width
-    for the next chunk)`` — the next width is 1.25x the 95th percentile of the candidate counts
-    this chunk needed, so that few rows need a second pass. Widths only change the work done,
-    never the result.
-    """
-    c, m = a.shape
-    d = qn.shape[1]
-    out_pos = torch.empty((c, kk), dtype=torch.int64)
-    out_sim = torch.empty((c, kk), dtype=torch.float32)
-    out_gap = torch.full((c,), float("inf"), dtype=torch.float64)
-    left = torch.arange(c)
-    width = min(m, max(width, kk))
-    widest, n_cand = width, 0
-    needed: list[torch.Tensor] = []
-    while True:
-        sub = a if len(left) == c else a[left]
-        vals, pos = _topk_desc(sub, width)
-        vals = vals.to(torch.float32)
-        eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
-        thr = vals[:, kk - 1] - 2 * eps
-        done = torch.ones(len(left), dtype=torch.bool) if width >= m else vals[:, -1] < thr
-        if bool(done.any()):
-            rows, pos_d, vals_d, eps_d = left[done], pos[done], vals[done], eps[done]
-            exact = _exact_cosines(qn[rows], keys, cand, inv, pos_d)
-            tol = torch.maximum(eps_d[:, None], _screen_err(mode, d, vals_d.abs()))  # candidates below thr may be larger
-            if bool(((vals_d.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
-                return None
-            n_cand += int(pos_d.numel())
-            needed.append((vals_d >= thr[done][:, None]).sum(1))
-            if rep is not None:
-                exact = _tie_duplicates(exact, rep[pos_d])
-            pos_sorted, perm = torch.sort(pos_d, dim=1)  # key order first, so that the stable sort breaks ties by index
-            exact = torch.gather(exact, 1, perm)
-            order = torch.sort(-exact, dim=1, stable=True).indices[:, :kk]
-            out_pos[rows] = torch.gather(pos_sorted, 1, order)
-            top = torch.gather(exact, 1, order)
-            out_sim[rows] = top.to(torch.float32)
-            if kk > 1:
-                out_gap[rows] = top[:, kk - 2] - top[:, kk - 1]
-        left = left[~done]
-        if not len(left):
-            q95 = float(torch.quantile(torch.cat(needed).to(torch.float32), 0.95))
-            next_width = max(_base_width(kk), int(np.ceil(1.25 * q95 / 8.0)) * 8)
-            return out_pos, out_sim, out_gap, n_cand, widest, min(m, next_width)
-        width = min(m, width * 4)
-        widest = width
-
-
-def topk_cosine(
-    queries: np.ndarray | torch.Tensor,
-    keys: np.ndarray | torch.Tensor,
-    k: int,
-    *,
-    key_mask: np.ndarray | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    screen: str = "auto",
-) -> TopK:
-    """Exact top-``k`` cosine neighbours among ``keys`` for every query row, in row chunks.
-
-    Query rows with a zero vector get no neighbours (``has_vector=False``); keys with a zero
-    vector, or ``False`` in ``key_mask``, are never neighbours. The inputs are not copied in
-    full (only a ``d x m`` screening copy of the usable keys: bfloat16 or float32).
-
-    The result does not depend on ``screen`` or ``chunk_rows``: cosines are computed exactly
-    (float64 from the float32 inputs, reported as float32) for every candidate a screen keeps,
-    a screen provably keeps every key that can be in the top-k (see :func:`_screen_eps` and
-    :func:`_select_chunk`), neighbours are ordered by float64 cosine, and keys with identical
-    vectors (tokens that share a string) tie exactly and are ordered by index: on an exact tie the
-    lower key index (source id) wins, also at the k-th place.
-
-    ``screen="auto"`` picks bf16 where the CPU multiplies bfloat16 natively and is adaptive: if
-    the first chunk keeps more than :func:`_explosion_threshold` candidates per row (concentrated
-    cosines, e.g. word fastText vectors trained on a few MB, where the bf16 error margin swallows
-    most of the row), the remaining chunks are screened in fp32 (``stats["screen_switched"]``
-    says why). Explicit ``"bf16"``/``"fp32"`` are kept as given.
-
-    One neighbour more than ``k`` is found exactly, to report :attr:`TopK.kth_gap`.
-
-    Args:
-        queries: ``n x d`` query vectors (target subword embeddings).
-        keys: ``m x d`` key vectors (source subword embeddings).
-        k: neighbours per query (clipped to the number of usable keys).
-        key_mask: optional boolean ``m`` mask of keys allowed as neighbours.
-        chunk_rows: query rows scored at once (lowered so one score block stays <= 512 MB).
-        screen: ``"auto"``, ``"bf16"`` or ``"fp32"`` (see :func:`resolve_screen`).
-
-    Returns:
-        :class:`TopK`.
-
-    Raises:
-        ValueError: shapes disagree, non-finite values, or no usable key.
-
-    Example:
-        >>> t = topk_cosine(np.array([[1.0, 0.1], [0.0, 0.0]]), np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]]), 2)
-        >>> t.indices.tolist(), t.has_vector.tolist()
-        ([[1, 2], [-1, -1]], [True, False])
-    """
-    t0 = time.perf_counter()
-    if k < 1:
-        raise ValueError(f"k must be >= 1, got {k}")
-    if chunk_rows < 1:
-        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    mode = resolve_screen(screen)
-    q = _as_f32(queries, "queries")
-    keys_f = _as_f32(keys, "keys")
-    n, d = q.shape
-    if keys_f.shape[1] != d:
-        raise ValueError(f"queries and keys differ in dimension: {d} vs {keys_f.shape[1]}")
-    with torch.no_grad():
-        # a float64 sum is finite iff every float32 entry is (one pass, no n x d boolean temporary)
-        if not bool(torch.isfinite(q.sum(dtype=torch.float64))):
-            raise ValueError("queries contain non-finite values")
-        if not bool(torch.isfinite(keys_f.sum(dtype=torch.float64))):
-            raise ValueError("keys contain non-finite values")
-        q_norm = torch.linalg.vector_norm(q, dim=1)
-        k_norm = torch.linalg.vector_norm(keys_f, dim=1)
-        usable = k_norm > 0
-        if key_mask is not None:
-            km = torch.as_tensor(np.asarray(key_mask, dtype=bool))
-            if km.shape != usable.shape:
-                raise ValueError(f"key_mask must have {len(usable)} entries, got {tuple(km.shape)}")
-            usable &= km
-        cand = torch.nonzero(usable).squeeze(1)
-        m = int(cand.numel())
-        if m == 0:
-            raise ValueError(f"no usable key: all {len(usable)} keys have a zero vector or are masked out")
-        kk = min(int(k), m)
-        ks = min(kk + 1, m)  # one neighbour more than kept: the gap after the k-th (near ties)
-        inv = (1.0 / k_norm[cand]).to(torch.float32)
-        rows = torch.nonzero(q_norm > 0).squeeze(1)
-        rep = _duplicate_representatives(keys_f, cand)
-        adaptive = screen == "auto" and mode == "bf16"
-        switched: str | None = None
-
-        def screening_copy(dtype: torch.dtype) -> torch.Tensor:
-            """The d x m copy of the unit keys a screen multiplies with (bf16: 2 bytes per entry)."""
-            kt = torch.empty((d, m), dtype=dtype)
-            for a0 in range(0, m, 65536):
-                b0 = min(a0 + 65536, m)
-                kt[:, a0:b0] = (keys_f[cand[a0:b0]] * inv[a0:b0, None]).to(dtype).T
-            return kt
-
-        keys_t = screening_copy(torch.bfloat16 if mode == "bf16" else torch.float32)
-        t_prep = time.perf_counter() - t0
-
-        step = max(1, min(int(chunk_rows), _BLOCK_BYTES // max(1, m * 4)))
-        out_idx = np.full((n, kk), -1, dtype=np.int64)
-        out_sim = np.zeros((n, kk), dtype=np.float32)
-        out_gap = np.full(n, np.inf, dtype=np.float64)
-        n_cand = n_fallback_chunks = widest = 0
-        width = _base_width(ks)
-        t_score = t_select = 0.0
-        for s in range(0, len(rows), step):
-            rr = rows[s : s + step]
-            ts = time.perf_counter()
-            qn = q[rr] * (1.0 / q_norm[rr]).to(torch.float32)[:, None]
-            a = _scores(qn, keys_t, mode)
-            t1 = time.perf_counter()
-            t_score += t1 - ts
-            res = _select_chunk(qn, a, mode, keys_f, cand, inv, ks, width, rep)
-            if res is None:  # the screen's error bound failed: redo this chunk with a float32 screen
-                if mode == "fp32":
-                    raise RuntimeError("topk_cosine: float32 scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
-                n_fallback_chunks += 1
-                logger.warning("topk_cosine: bf16 screen exceeded its error bound in one chunk; rescreening it in float32")
-                a = _scores_fp32_blocked(qn, keys_f, cand, inv)
-                res = _select_chunk(qn, a, "fp32", keys_f, cand, inv, ks, width, rep)
-                if res is None:
-                    raise RuntimeError("topk_cosine: float32 scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
-            pos, sims, gap, nc, used, width = res
-            n_cand += nc
-            widest = max(widest, used)
-            out_idx[rr.numpy()] = cand[pos[:, :kk]].numpy()
-            out_sim[rr.numpy()] = sims[:, :kk].numpy()
-            if ks > kk:
-                out_gap[rr.numpy()] = gap.numpy()
-            t_select += time.perf_counter() - t1
-            del a
-            if adaptive and s == 0 and nc / max(len(rr), 1) > _explosion_threshold(ks, m):
-                # Concentrated cosines: the bf16 error margin keeps most keys as candidates, and their
-                # exact rescoring costs far more than the bf16 product saves; screen the rest in fp32.
-                switched = (f"bf16 screen kept {nc / max(len(rr), 1):.0f} candidates per row of {m} keys in the first "
-                            f"chunk (> {_explosion_threshold(ks, m):.0f}); fp32 screen for the remaining chunks")
-                logger.info("topk_cosine: %s", switched)
-                mode, adaptive = "fp32", False
-                keys_t = screening_copy(torch.float32)
-    has = np.zeros(n, dtype=bool)
-    has[rows.numpy()] = True
-    stats = {
-        "screen": mode, "screen_requested": screen, "screen_switched": switched, "queries": int(n),
-        "queries_with_vector": int(len(rows)), "keys": int(len(usable)),
-        "keys_usable": m, "duplicate_keys": 0 if rep is None else int((rep != torch.arange(m)).sum()),
-        "k": kk, "dim": int(d), "chunk_rows": step,
-        "candidates_per_row": round(n_cand / max(len(rows), 1), 2), "widest_candidate_set": widest,
-        "fallback_chunks": n_fallback_chunks,
-        "prepare_s": round(t_prep, 3), "score_s": round(t_score, 3), "rescore_s": round(t_select, 3),
-        "total_s": round(time.perf_counter() - t0, 3),
-    }
-    return TopK(out_idx, out_sim, has, stats, out_gap)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -797,7 +371,7 @@ def wechsel_weights(
         tau: softmax temperature (paper: 0.1).
         source_mask: boolean ``n_source`` mask of allowed source tokens (e.g. no specials).
         chunk_rows: target rows scored at once.
-        screen: first-pass precision (``auto``/``bf16``/``fp32``); does not change the result.
+        screen: screening precision (``auto``/``bf16``/``fp32``/``fp64``); does not change the result.
 
     Returns:
         :class:`WechselNeighbours`.
