@@ -42,7 +42,6 @@ import logging
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -97,12 +96,13 @@ class SparseRows:
         return self.indices[a:b], self.weights[a:b]
 
 
-def _as_tensor(x: np.ndarray | torch.Tensor) -> torch.Tensor:
+def _as_tensor(x: np.ndarray | torch.Tensor, name: str = "input") -> torch.Tensor:
+    """``x`` as a float32 ``n x d`` tensor (no copy when it already is one)."""
     t = torch.as_tensor(x)
     if t.dtype != torch.float32:
         t = t.to(torch.float32)
     if t.dim() != 2:
-        raise ValueError(f"expected a 2-D matrix, got shape {tuple(t.shape)}")
+        raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(t.shape)}")
     return t
 
 
@@ -150,8 +150,8 @@ def iter_cosine_chunks(
     """
     if chunk_rows < 1:
         raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
-    q = _as_tensor(queries) if normalized else normalize_rows(queries)
-    k = _as_tensor(keys) if normalized else normalize_rows(keys)
+    q = _as_tensor(queries, "queries") if normalized else normalize_rows(queries)
+    k = _as_tensor(keys, "keys") if normalized else normalize_rows(keys)
     if q.shape[1] != k.shape[1]:
         raise ValueError(f"queries and keys differ in dimension: {q.shape[1]} vs {k.shape[1]}")
     kt = k.T.contiguous()
@@ -235,7 +235,7 @@ def sparsemax_topk(scores: torch.Tensor | np.ndarray, k: int) -> tuple[torch.Ten
     """
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    x = _as_tensor(scores)
+    x = _as_tensor(scores, "scores")
     n, m = x.shape
     if m == 0:
         raise ValueError("sparsemax over an empty row (no keys)")
@@ -417,15 +417,6 @@ class TopK:
     has_vector: np.ndarray
     stats: dict
     kth_gap: np.ndarray | None = None
-
-
-def _as_f32(x: Any, name: str) -> torch.Tensor:
-    t = torch.as_tensor(x)
-    if t.dtype != torch.float32:
-        t = t.to(torch.float32)
-    if t.dim() != 2:
-        raise ValueError(f"{name} must be a 2-D matrix, got shape {tuple(t.shape)}")
-    return t
 
 
 def _topk_desc(a: torch.Tensor, w: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
@@ -815,7 +806,7 @@ def topk_cosine(
     """
     t0 = time.perf_counter()
     mode = resolve_screen(screen)
-    q, keys_f = _as_f32(queries, "queries"), _as_f32(keys, "keys")
+    q, keys_f = _as_tensor(queries, "queries"), _as_tensor(keys, "keys")
     n, d = q.shape
     with torch.no_grad():
         _check_inputs(q, keys_f, k, chunk_rows)
