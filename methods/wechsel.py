@@ -93,7 +93,11 @@ block (at most 512 MB).
 
 The numeric core is pure: :func:`wechsel_weights` (neighbours and softmax weights from subword
 vectors given as arrays) and :func:`wechsel_mapping` (a :class:`~harness.protocols.TokenMapping`);
-:class:`Wechsel` only gathers their inputs.
+:class:`Wechsel` only gathers their inputs. Code layout, one module per step: word vectors and
+their alignment in :mod:`methods._wordvectors`, subword vectors and the English source tokens in
+:mod:`methods._wechsel_subwords`, the similarity search in :mod:`methods._similarity`, the softmax
+mixture and the mapping in :mod:`methods._wechsel_mixture`; this module holds the configuration
+and the registered method, and re-exports the public names.
 """
 
 from __future__ import annotations
@@ -105,13 +109,27 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import torch
 
-from harness.protocols import COMBINED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
+from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
 from methods import _canon, _fasttext
 from methods import _wordvectors as wv_mod
-from methods._similarity import EXACT_CHUNK_ROWS, TopK, topk_cosine
+from methods._similarity import TopK, topk_cosine
+from methods._wechsel_mixture import (
+    DEFAULT_CHUNK_ROWS,
+    NEAR_TIE,
+    WechselCore,
+    WechselNeighbours,
+    wechsel_mapping,
+    wechsel_weights,
+)
+from methods._wechsel_subwords import (
+    english_vocabulary_tokens,
+    source_language_tokens,
+    subword_embeddings,
+    tfr_embeddings,
+    token_strings,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -136,12 +154,6 @@ __all__ = [
 
 TABLE7_GRID: tuple[tuple[int, float], ...] = ((1, 1.0), (10, 0.1), (10, 1.0), (50, 0.1), (50, 1.0))
 """The ``(k, temperature)`` grid of the paper's Table 7 (its choice: ``(10, 0.1)``)."""
-
-DEFAULT_CHUNK_ROWS = EXACT_CHUNK_ROWS
-"""Target rows scored at once: 512 x 250k source tokens is 256 MB in bfloat16 (512 MB in float32)."""
-
-_MAX_LISTED = 50_000
-"""At most this many near-tie target ids are listed in the method's info (the count is always exact)."""
 
 
 @dataclass(frozen=True)
@@ -317,371 +329,41 @@ def preset_name(cfg: WechselConfig) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# Pure WECHSEL core
-# ------------------------------------------------------------------------------------------------
-
-
-@dataclass
-class WechselNeighbours:
-    """The k nearest source tokens of every target token and their softmax weights.
-
-    Attributes:
-        indices: ``n_target x k`` int64 source ids, most similar first (``-1`` where no vector).
-        similarities: ``n_target x k`` float32 cosines.
-        weights: ``n_target x k`` float32 ``softmax(similarities / tau)`` (rows sum to 1; 0 where no vector).
-        has_vector: ``n_target`` bool: the target tokens with a nonzero subword vector.
-        stats: the similarity search's facts (see :class:`TopK`).
-        kth_gap: ``n_target`` float64 gap between the k-th and (k+1)-th exact cosines (see :class:`TopK`).
-    """
-
-    indices: np.ndarray
-    similarities: np.ndarray
-    weights: np.ndarray
-    has_vector: np.ndarray
-    stats: dict
-    kth_gap: np.ndarray | None = None
-
-
-NEAR_TIE = 1e-6
-"""A row is a *near tie* when its k-th and (k+1)-th neighbours' exact cosines differ by less than this:
-cosines computed by another implementation (another precision, summation order, or rotation side)
-differ by about this much, so its k-th neighbour may legitimately differ there."""
-
-
-def wechsel_weights(
-    u_target: np.ndarray | torch.Tensor,
-    u_source: np.ndarray | torch.Tensor,
-    k: int = 10,
-    tau: float = 0.1,
-    *,
-    source_mask: np.ndarray | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    screen: str = "auto",
-) -> WechselNeighbours:
-    """WECHSEL's step 3 on subword embeddings given as arrays (pure; no tokenizers, no files).
-
-    For each target row ``x`` with ``u_x != 0``: the ``k`` source rows with the highest cosine
-    ``s_xy`` (exact; ties to the lower id) and weights ``softmax(s_xy / tau)`` over exactly those
-    ``k``. Source rows with a zero vector or ``False`` in ``source_mask`` are never chosen.
-
-    Args:
-        u_target: ``n_target x d`` target subword embeddings, already aligned to the source space.
-        u_source: ``n_source x d`` source subword embeddings.
-        k: neighbours per target token (paper: 10).
-        tau: softmax temperature (paper: 0.1).
-        source_mask: boolean ``n_source`` mask of allowed source tokens (e.g. no specials).
-        chunk_rows: target rows scored at once.
-        screen: screening precision (``auto``/``bf16``/``fp32``/``fp64``); does not change the result.
-
-    Returns:
-        :class:`WechselNeighbours`.
-
-    Example:
-        >>> nb = wechsel_weights(np.array([[1.0, 0.0]]), np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]]), k=2, tau=0.1)
-        >>> nb.indices.tolist(), [round(float(w), 4) for w in nb.weights[0]]
-        ([[0, 1]], [0.8808, 0.1192])
-    """
-    if not (tau > 0):
-        raise ValueError(f"tau must be > 0, got {tau}")
-    top = topk_cosine(u_target, u_source, k, key_mask=source_mask, chunk_rows=chunk_rows, screen=screen)
-    logits = top.similarities.astype(np.float64) / float(tau)
-    logits -= logits.max(axis=1, keepdims=True)
-    w = np.exp(logits)
-    w /= w.sum(axis=1, keepdims=True)
-    w = w.astype(np.float32)
-    w[~top.has_vector] = 0.0
-    return WechselNeighbours(top.indices, top.similarities, w, top.has_vector, top.stats, top.kth_gap)
-
-
-@dataclass
-class WechselCore:
-    """Result of :func:`wechsel_mapping`.
-
-    Attributes:
-        mapping: the target -> source map.
-        neighbours: the neighbours/weights of the rows that were scored (``rows``).
-        rows: target ids of ``neighbours``' rows.
-        stats: JSON-serializable counts.
-    """
-
-    mapping: TokenMapping
-    neighbours: WechselNeighbours
-    rows: np.ndarray
-    stats: dict
-
-
-def wechsel_mapping(
-    u_target: np.ndarray,
-    u_source: np.ndarray,
-    *,
-    k: int = 10,
-    tau: float = 0.1,
-    specials: np.ndarray | None = None,
-    target_mask: np.ndarray | None = None,
-    source_mask: np.ndarray | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
-    screen: str = "auto",
-    special_candidates: bool = False,
-    near_tie: float = NEAR_TIE,
-) -> WechselCore:
-    """The WECHSEL mapping from subword embeddings: specials copied, the rest combined or FALLBACK.
-
-    Args:
-        u_target: ``n_target x d`` aligned target subword embeddings (one row per target id).
-        u_source: ``n_source x d`` source subword embeddings (one row per source embedding row).
-        k: neighbours per target token.
-        tau: softmax temperature.
-        specials: ``(m, 2)`` ``[target, source]`` special-token pairs (SPECIAL; candidates only
-            with ``special_candidates``).
-        target_mask: target ids that may be combined (others, e.g. unmatched specials, are FALLBACK).
-        source_mask: source ids allowed as neighbours (the specials' sources are removed from it
-            here unless ``special_candidates``).
-        chunk_rows: target rows scored at once.
-        screen: first-pass precision; does not change the result.
-        special_candidates: let the source rows of ``specials`` be neighbours (reference code).
-        near_tie: threshold of :data:`NEAR_TIE`; ``stats["near_ties"]`` counts the combined rows
-            whose k-th and (k+1)-th cosines differ by less (``exact``: by nothing) and lists them.
-
-    Returns:
-        :class:`WechselCore`: COMBINED rows have exactly ``min(k, usable sources)`` entries whose
-        weights sum to 1; target rows with a zero vector are FALLBACK.
-
-    Example:
-        >>> u_s = np.array([[0, 0], [1, 0], [0, 1]], dtype=np.float32)
-        >>> u_t = np.array([[0, 0], [1, .1], [0, 0]], dtype=np.float32)
-        >>> core = wechsel_mapping(u_t, u_s, k=1, specials=np.array([[0, 0]]))
-        >>> core.mapping.counts(), core.mapping.row(1)[0].tolist()
-        ({'special': 1, 'copied': 0, 'combined': 1, 'fallback': 1}, [1])
-    """
-    n_target, n_source = int(len(u_target)), int(len(u_source))
-    specials = np.zeros((0, 2), dtype=np.int64) if specials is None else np.asarray(specials, dtype=np.int64).reshape(-1, 2)
-    tmask = np.ones(n_target, dtype=bool) if target_mask is None else np.asarray(target_mask, dtype=bool).copy()
-    smask = np.ones(n_source, dtype=bool) if source_mask is None else np.asarray(source_mask, dtype=bool).copy()
-    if tmask.shape != (n_target,) or smask.shape != (n_source,):
-        raise ValueError(f"target_mask/source_mask must have {n_target}/{n_source} entries, got {tmask.shape}/{smask.shape}")
-    if len(specials) and (specials[:, 0].max() >= n_target or specials[:, 1].max() >= n_source or specials.min() < 0):
-        raise ValueError("specials contain ids outside the target/source vocabularies")
-    tmask[specials[:, 0]] = False
-    if not special_candidates:
-        smask[specials[:, 1]] = False
-
-    rows = np.flatnonzero(tmask)
-    nb = wechsel_weights(
-        np.asarray(u_target)[rows] if len(rows) < n_target else u_target, u_source, k, tau,
-        source_mask=smask, chunk_rows=chunk_rows, screen=screen,
-    )
-    kk = nb.indices.shape[1]
-    combined = rows[nb.has_vector]
-
-    prov = np.full(n_target, FALLBACK, dtype=np.int8)
-    prov[combined] = COMBINED
-    prov[specials[:, 0]] = SPECIAL
-    counts = np.zeros(n_target, dtype=np.int64)
-    counts[combined] = kk
-    counts[specials[:, 0]] = 1
-    indptr = np.zeros(n_target + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    indices = np.empty(int(indptr[-1]), dtype=np.int64)
-    weights = np.empty(int(indptr[-1]), dtype=np.float32)
-    pos = (indptr[combined][:, None] + np.arange(kk)[None, :]).ravel()
-    indices[pos] = nb.indices[nb.has_vector].ravel()
-    weights[pos] = nb.weights[nb.has_vector].ravel()
-    indices[indptr[specials[:, 0]]] = specials[:, 1]
-    weights[indptr[specials[:, 0]]] = 1.0
-    mapping = TokenMapping(n_target, n_source, indptr, indices, weights, prov)
-
-    top1 = nb.similarities[nb.has_vector, 0] if len(combined) else np.zeros(0, np.float32)
-    gaps = nb.kth_gap[nb.has_vector] if nb.kth_gap is not None else np.full(len(combined), np.inf)
-    near = combined[gaps < near_tie]
-    stats = {
-        "k": int(kk),
-        "temperature": float(tau),
-        "combined": int(len(combined)),
-        "fallback_zero_vector": int(len(rows) - len(combined)),
-        "fallback_excluded": int(n_target - len(rows) - len(specials)),
-        "specials": int(len(specials)),
-        "top1_cosine_mean": round(float(top1.mean()), 4) if len(top1) else None,
-        "top1_weight_mean": round(float(nb.weights[nb.has_vector, 0].mean()), 4) if len(combined) else None,
-        "near_ties": {
-            "threshold": float(near_tie), "rows": int(len(near)), "exact": int(np.sum(gaps == 0)),
-            "ids": near[:_MAX_LISTED].tolist(), "ids_truncated": bool(len(near) > _MAX_LISTED),
-        },
-        "similarity": nb.stats,
-    }
-    return WechselCore(mapping, nb, rows, stats)
-
-
-# ------------------------------------------------------------------------------------------------
-# Subword embeddings from word vectors
-# ------------------------------------------------------------------------------------------------
-
-
-def token_strings(tokenizer: Any, n_rows: int) -> list[str]:
-    """The string of every token id below ``n_rows``: marker removed, bytes decoded.
-
-    Specials, ids without a token, and tokens whose bytes are not valid UTF-8 on their own
-    (e.g. a lone byte-fallback piece) give ``""``.
-
-    Example:
-        >>> # token_strings(xlmr_tokenizer, 5) -> ['', '', '', '', ',']  (4 specials, then '▁,' without its marker)
-    """
-    canon = _canon.canonical_vocab(tokenizer)
-    out = [_canon.decode_canon(c) if c is not None else "" for c in canon[:n_rows]]
-    return out + [""] * (n_rows - len(out))
-
-
-def subword_embeddings(tokenizer: Any, vectors: wv_mod.WordVectors, n_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """WECHSEL's ``u_x``: fastText's n-gram (out-of-vocabulary) vector of each token's string.
-
-    Args:
-        tokenizer: the tokenizer whose tokens are embedded.
-        vectors: word vectors of the tokenizer's language (with n-grams).
-        n_rows: number of rows (the embedding matrix's rows for the source; the vocabulary size
-            for the target).
-
-    Returns:
-        ``(u, has_vector)``: float32 ``n_rows x dim`` and a boolean mask.
-    """
-    return vectors.string_vectors(token_strings(tokenizer, n_rows))
-
-
-def _encode_words(tokenizer: Any, words: list[str]) -> list[list[int]]:
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is not None:
-        return [e.ids for e in backend.encode_batch(words, add_special_tokens=False)]
-    return tokenizer(words, add_special_tokens=False)["input_ids"]
-
-
-def tfr_embeddings(
-    tokenizer: Any,
-    vectors: wv_mod.WordVectors,
-    n_rows: int,
-    *,
-    counts: dict[str, int] | None = None,
-    max_words: int | None = None,
-) -> tuple[np.ndarray, np.ndarray, dict]:
-    """WECHSEL_TFR's ``u_x``: frequency-weighted mean of the vectors of the words containing ``x``.
-
-    ``u_x = sum_{v in V(x)} f_v w_v / sum_{v in V(x)} f_v`` (paper App. D), where ``V(x)`` is the
-    set of vocabulary words whose tokenization (as ``word`` or as ``" " + word``, like the
-    reference code) contains token ``x``; each word counts once per token.
-
-    Args:
-        tokenizer: the tokenizer whose tokens are embedded.
-        vectors: word vectors (fastText ``.bin`` frequencies are its corpus counts).
-        n_rows: number of rows.
-        counts: word frequencies to use instead of ``vectors.counts`` (needed for ``.vec`` files).
-        max_words: use only the first (most frequent) N words.
-
-    Returns:
-        ``(u, has_vector, info)``.
-
-    Raises:
-        ValueError: no frequencies are known.
-    """
-    import scipy.sparse as sp
-
-    words = [w for w in vectors.words if w != "</s>"]
-    if counts is not None:
-        freqs = np.array([counts.get(w, 0) for w in words], dtype=np.float64)
-    elif vectors.counts is not None:
-        keep = np.array([w != "</s>" for w in vectors.words], dtype=bool)
-        freqs = vectors.counts[keep].astype(np.float64)
-    else:
-        raise ValueError(
-            f"WECHSEL_TFR needs word frequencies, which {vectors.origin} does not have (a .vec file); "
-            "give the corpus it was trained on, or a fastText .bin"
-        )
-    if max_words is not None:
-        words, freqs = words[:max_words], freqs[:max_words]
-    keep = freqs > 0
-    words = [w for w, ok in zip(words, keep) if ok]
-    freqs = freqs[keep]
-    n_words = len(words)
-    dim = vectors.dim
-    if n_words == 0:
-        return np.zeros((n_rows, dim), np.float32), np.zeros(n_rows, bool), {"words": 0, "tokens_with_words": 0}
-    ids_a = _encode_words(tokenizer, words)
-    ids_b = _encode_words(tokenizer, [" " + w for w in words])
-    tok_ids = np.fromiter((t for ids in ids_a + ids_b for t in ids), dtype=np.int64)
-    lengths = np.fromiter((len(ids) for ids in ids_a + ids_b), dtype=np.int64)
-    word_idx = np.repeat(np.concatenate([np.arange(n_words), np.arange(n_words)]), lengths)
-    ok = tok_ids < n_rows
-    key = np.unique(tok_ids[ok] * n_words + word_idx[ok])
-    rows, cols = key // n_words, key % n_words
-    m = sp.csr_matrix((freqs[cols], (rows, cols)), shape=(n_rows, n_words))
-    w = vectors.word_vectors(words)  # float32: n_words x dim (2.4 GB for 2M words at dim 300; see tfr_max_words)
-    num = np.asarray(m @ w)  # float64 (the frequencies are float64)
-    den = np.asarray(m.sum(axis=1)).ravel()
-    has = den > 0
-    u = np.zeros((n_rows, dim), dtype=np.float32)
-    u[has] = (num[has] / den[has, None]).astype(np.float32)
-    has &= np.any(u != 0, axis=1)
-    info = {"words": n_words, "tokens_with_words": int(has.sum()), "word_token_pairs": int(len(key))}
-    return u, has, info
-
-
-def source_language_tokens(tokenizer: Any, corpus: str | Path, n_rows: int, *, max_lines: int | None = None) -> tuple[np.ndarray, dict]:
-    """Token ids that occur when ``corpus`` is tokenized with ``tokenizer`` (the "English" tokens).
-
-    Args:
-        tokenizer: the source tokenizer.
-        corpus: source-language text, one sentence/document per line.
-        n_rows: size of the returned mask.
-        max_lines: read at most this many lines.
-
-    Returns:
-        ``(mask, info)``: boolean ``n_rows`` mask and ``{"lines": …, "tokens": …}``.
-    """
-    seen = np.zeros(n_rows, dtype=bool)
-    lines_read = 0
-    batch: list[str] = []
-
-    def flush() -> None:
-        for ids in _encode_words(tokenizer, batch):
-            a = np.asarray(ids, dtype=np.int64)
-            seen[a[a < n_rows]] = True
-        batch.clear()
-
-    with open(corpus, encoding="utf-8", newline="\n") as f:
-        for line in f:
-            if max_lines is not None and lines_read >= max_lines:
-                break
-            lines_read += 1
-            if line.strip():
-                batch.append(line.rstrip("\n"))
-            if len(batch) >= 4096:
-                flush()
-    flush()
-    return seen, {"lines": lines_read, "tokens": int(seen.sum())}
-
-
-def english_vocabulary_tokens(tokenizer: Any, english_tokenizer: Any, n_rows: int) -> tuple[np.ndarray, dict]:
-    """Source token ids that are also in an English tokenizer's vocabulary (the FOCUS paper's "English tokens").
-
-    Tokens are compared in canonical form (:func:`methods._canon.compute_overlap`, exact matches
-    only), so word-start pieces match across families (``▁the`` = ``Ġthe`` = WordPiece ``the``);
-    special tokens are never English tokens.
-
-    Args:
-        tokenizer: the source tokenizer.
-        english_tokenizer: a tokenizer of the source's main language (English for XLM-R).
-        n_rows: size of the returned mask.
-
-    Returns:
-        ``(mask, info)``: boolean ``n_rows`` mask and ``{"english_vocab": …, "tokens": …}``.
-    """
-    ov = _canon.compute_overlap(english_tokenizer, tokenizer, fuzzy=False)
-    seen = np.zeros(n_rows, dtype=bool)
-    ids = ov.exact[:, 0] if len(ov.exact) else np.zeros(0, dtype=np.int64)
-    seen[ids[ids < n_rows]] = True
-    return seen, {"english_vocab": int(_canon.vocab_size(english_tokenizer)), "tokens": int(seen.sum()),
-                  "english_family": ov.source_family}
-
-
-# ------------------------------------------------------------------------------------------------
 # The registered method
 # ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _AlignedVectors:
+    """Step 1's result: both word-vector models and the rotation of the target space onto the source space."""
+
+    source: wv_mod.WordVectors
+    target: wv_mod.WordVectors
+    rotation: np.ndarray | None
+    """``d x d`` orthogonal map applied to target vectors (``None``: ``alignment="none"``)."""
+    infos: dict
+    """``{"source": …, "target": …, "dimensions": …}``: origin, size and training report of each model."""
+    alignment_info: dict
+
+
+@dataclass
+class _Specials:
+    """Special tokens matched by role: the ``[target, source]`` pairs and a mask per side."""
+
+    pairs: np.ndarray
+    unmatched: list
+    target: np.ndarray
+    source: np.ndarray
+
+    @classmethod
+    def of(cls, src_tok: Any, tgt_tok: Any, n_source: int, n_target: int) -> _Specials:
+        pairs, unmatched = _canon.match_specials(src_tok, tgt_tok)
+        pairs = pairs[(pairs[:, 0] < n_target) & (pairs[:, 1] < n_source)] if len(pairs) else pairs.reshape(0, 2)
+        target = np.zeros(n_target, dtype=bool)
+        target[[i for i in _canon.special_ids(tgt_tok) if i < n_target]] = True
+        source = np.zeros(n_source, dtype=bool)
+        source[[i for i in _canon.special_ids(src_tok) if i < n_source]] = True
+        return cls(pairs, unmatched, target, source)
 
 
 @register_method(
@@ -731,14 +413,61 @@ class Wechsel:
         n_source = int(inputs.source_embeddings.shape[0])
         n_target = _canon.vocab_size(tgt_tok)
         seeds = rng.integers(0, 2**31 - 1, size=2) if cfg.fasttext_seed is None else (cfg.fasttext_seed, cfg.fasttext_seed)
-        cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
+        self._check_inputs(inputs)
+
+        # 1. word vectors, dimensions, alignment
+        vec = self._aligned_vectors(inputs, seeds, timings)
+
+        # 2. subword embeddings
+        t0 = time.perf_counter()
+        sub_info: dict[str, Any] = {"variant": cfg.variant}
+        if cfg.variant == "subword":
+            u_s, has_s = subword_embeddings(src_tok, vec.source, n_source)
+            u_t, has_t = subword_embeddings(tgt_tok, vec.target, n_target)
+        else:
+            u_s, has_s, sub_info["source_tfr"] = tfr_embeddings(
+                src_tok, vec.source, n_source, counts=self._counts(vec.source, inputs.source_corpus), max_words=cfg.tfr_max_words)
+            u_t, has_t, sub_info["target_tfr"] = tfr_embeddings(
+                tgt_tok, vec.target, n_target, counts=self._counts(vec.target, inputs.target_corpus), max_words=cfg.tfr_max_words)
+        if vec.rotation is not None:
+            u_t = (u_t.astype(np.float64) @ vec.rotation).astype(np.float32)
+        timings["subword_embeddings_s"] = time.perf_counter() - t0
+
+        # specials by role; source candidates
+        sides = _Specials.of(src_tok, tgt_tok, n_source, n_target)
+        smask, cand_info = self._source_candidates(inputs, vec.source, u_s, has_s, sides.source, timings)
+
+        # 3. similarity, weights, mapping
+        t0 = time.perf_counter()
+        core = wechsel_mapping(
+            u_t, u_s, k=cfg.k, tau=cfg.temperature, specials=sides.pairs, target_mask=~sides.target, source_mask=smask,
+            chunk_rows=cfg.chunk_rows, screen=cfg.screen, special_candidates=cfg.special_candidates,
+        )
+        timings["similarity_s"] = time.perf_counter() - t0
+        sub_info.update({
+            "source_with_vector": int(has_s.sum()), "source_zero_vectors": int((~has_s & ~sides.source).sum()),
+            "target_with_vector": int((has_t & ~sides.target).sum()),
+            "target_zero_vectors": int((~has_t & ~sides.target).sum()),
+        })
+        timings["total_s"] = time.perf_counter() - t_start
+        info = self._info(core.stats, vec, sub_info, cand_info, sides, timings)
+        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
+
+    # ------------------------------------------------------------------------------------------
+
+    def _check_inputs(self, inputs: TransferInputs) -> None:
+        """Clear errors for the inputs the configuration needs."""
+        cfg = self.config
         if cfg.alignment == "procrustes" and inputs.dictionary is None:
             raise ValueError("WECHSEL with alignment='procrustes' needs inputs.dictionary (TSV target_word<TAB>source_word)")
         if cfg.source_tokens == "english-only" and cfg.english_tokens == "source-corpus" and inputs.source_corpus is None:
             raise ValueError("WECHSEL with source_tokens='english-only' and english_tokens='source-corpus' needs "
                              "inputs.source_corpus (source-language text)")
 
-        # 1. word vectors, dimensions, alignment
+    def _aligned_vectors(self, inputs: TransferInputs, seeds: Any, timings: dict[str, float]) -> _AlignedVectors:
+        """Step 1: both word-vector models (loaded or trained), dimensions checked, the target rotated onto the source."""
+        cfg = self.config
+        cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
         t0 = time.perf_counter()
         src_wv, src_info = self._word_vectors("source", inputs.source_word_vectors, inputs.source_corpus, int(seeds[0]), cache)
         tgt_wv, tgt_info = self._word_vectors("target", inputs.target_word_vectors, inputs.target_corpus, int(seeds[1]), cache)
@@ -752,29 +481,18 @@ class Wechsel:
         else:
             w_align, align_info = None, {"method": "none"}
         timings["alignment_s"] = time.perf_counter() - t0
+        infos = {"source": src_info, "target": tgt_info, "dimensions": dim_info}
+        return _AlignedVectors(src_wv, tgt_wv, w_align, infos, align_info)
 
-        # 2. subword embeddings
-        t0 = time.perf_counter()
-        sub_info: dict[str, Any] = {"variant": cfg.variant}
-        if cfg.variant == "subword":
-            u_s, has_s = subword_embeddings(src_tok, src_wv, n_source)
-            u_t, has_t = subword_embeddings(tgt_tok, tgt_wv, n_target)
-        else:
-            u_s, has_s, sub_info["source_tfr"] = tfr_embeddings(
-                src_tok, src_wv, n_source, counts=self._counts(src_wv, inputs.source_corpus), max_words=cfg.tfr_max_words)
-            u_t, has_t, sub_info["target_tfr"] = tfr_embeddings(
-                tgt_tok, tgt_wv, n_target, counts=self._counts(tgt_wv, inputs.target_corpus), max_words=cfg.tfr_max_words)
-        if w_align is not None:
-            u_t = (u_t.astype(np.float64) @ w_align).astype(np.float32)
-        timings["subword_embeddings_s"] = time.perf_counter() - t0
-
-        # specials by role; source candidates
-        pairs, unmatched = _canon.match_specials(src_tok, tgt_tok)
-        pairs = pairs[(pairs[:, 0] < n_target) & (pairs[:, 1] < n_source)] if len(pairs) else pairs.reshape(0, 2)
-        target_special = np.zeros(n_target, dtype=bool)
-        target_special[[i for i in _canon.special_ids(tgt_tok) if i < n_target]] = True
-        source_special = np.zeros(n_source, dtype=bool)
-        source_special[[i for i in _canon.special_ids(src_tok) if i < n_source]] = True
+    def _source_candidates(
+        self, inputs: TransferInputs, src_wv: wv_mod.WordVectors, u_s: np.ndarray, has_s: np.ndarray,
+        source_special: np.ndarray, timings: dict[str, float],
+    ) -> tuple[np.ndarray, dict[str, Any]]:
+        """The source tokens that may be neighbours (a vector; no special unless ``special_candidates``;
+        English tokens for ``english-only``). Fills the specials' rows of ``u_s``/``has_s`` when they are candidates."""
+        cfg = self.config
+        src_tok = inputs.source_tokenizer
+        n_source = len(has_s)
         if cfg.special_candidates and cfg.variant == "subword" and source_special.any():
             # the reference embeds every token's decoded string, specials included ("<s>" -> its n-grams)
             sp_ids = np.flatnonzero(source_special)
@@ -807,35 +525,26 @@ class Wechsel:
                 f"WECHSEL: no source token can be a neighbour ({cand_info}); the source word vectors give no token a "
                 "nonzero subword vector" + (" or no source token is an English token" if cfg.source_tokens == "english-only" else "")
             )
-        unmatched_ids = target_special.copy()
-        unmatched_ids[pairs[:, 0]] = False
+        return smask, cand_info
 
-        # 3. similarity, weights, mapping
-        t0 = time.perf_counter()
-        core = wechsel_mapping(
-            u_t, u_s, k=cfg.k, tau=cfg.temperature, specials=pairs, target_mask=~target_special, source_mask=smask,
-            chunk_rows=cfg.chunk_rows, screen=cfg.screen, special_candidates=cfg.special_candidates,
-        )
-        timings["similarity_s"] = time.perf_counter() - t0
-        st = core.stats
-
-        sub_info.update({
-            "source_with_vector": int(has_s.sum()), "source_zero_vectors": int((~has_s & ~source_special).sum()),
-            "target_with_vector": int((has_t & ~target_special).sum()),
-            "target_zero_vectors": int((~has_t & ~target_special).sum()),
-        })
+    def _info(
+        self, st: dict, vec: _AlignedVectors, sub_info: dict, cand_info: dict, sides: _Specials, timings: dict[str, float],
+    ) -> dict[str, Any]:
+        """The method's info: options, word vectors, alignment, subword vectors, candidates, search facts, fallbacks."""
+        cfg = self.config
         fallbacks: list[dict] = []
         if st["fallback_zero_vector"]:
             why = "zero subword vector (no character n-gram: empty or non-UTF-8 token string)" if cfg.variant == "subword" \
                 else "zero subword vector (the token occurs in no vocabulary word)"
             fallbacks.append({"reason": why, "count": st["fallback_zero_vector"], "fallback": "random N(mean, std) of the source rows"})
+        unmatched_ids = sides.target.copy()
+        unmatched_ids[sides.pairs[:, 0]] = False
         if unmatched_ids.any():
             fallbacks.append({
                 "reason": "target special token with no source special of the same role", "count": int(unmatched_ids.sum()),
-                "tokens": list(unmatched), "fallback": "random N(mean, std) of the source rows",
+                "tokens": list(sides.unmatched), "fallback": "random N(mean, std) of the source rows",
             })
-        timings["total_s"] = time.perf_counter() - t_start
-        info = {
+        return {
             "preset": preset_name(cfg),
             "variant": cfg.variant,
             "source_tokens": cfg.source_tokens if cfg.source_tokens == "all" else f"english-only ({cfg.english_tokens})",
@@ -843,16 +552,15 @@ class Wechsel:
             "procrustes_precision": cfg.procrustes_precision,
             "special_candidates": cfg.special_candidates,
             "near_ties": {k: v for k, v in st["near_ties"].items() if k != "ids"},
-            "word_vectors": {"source": src_info, "target": tgt_info, "dimensions": dim_info},
-            "alignment": align_info,
+            "word_vectors": vec.infos,
+            "alignment": vec.alignment_info,
             "subword_embeddings": sub_info,
             "source_candidates": cand_info,
             "wechsel": st,
-            "specials": {"matched": int(len(pairs)), "unmatched": list(unmatched)},
+            "specials": {"matched": int(len(sides.pairs)), "unmatched": list(sides.unmatched)},
             "fallbacks": fallbacks,
             "timings": {k: round(v, 3) for k, v in timings.items()},
         }
-        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
 
     # ------------------------------------------------------------------------------------------
 
