@@ -73,7 +73,7 @@ from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import seeded_globals, torch_generator
 from tasks import metrics
-from tasks.data import DataError, added_tokens, language_collate, limit, load_task_splits
+from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
 from tasks.languages import LANGUAGES, SUMMARY
 from tasks.loop import (
     IGNORE_INDEX,
@@ -171,7 +171,9 @@ class IwsltConfig:
     languages: tuple[str, ...] | None = None
     """Source languages X of one multilingual X→en model (the XLP paper's Table 2 setting); None:
     one model per language of the trial. Must include the trial's target language (resume checks
-    its metrics). ``max_train_examples``/``max_eval_examples`` then apply per language."""
+    its metrics). ``max_train_examples``/``max_eval_examples`` then apply per language. Languages a
+    language-encoded model has no parameters for are added, initialized by the encoding's ``init``
+    option (:func:`tasks.data.ensure_languages`)."""
     eval_batch_size: int = 64
     mixed_precision: bool = True
     """bf16 autocast on CUDA only."""
@@ -570,13 +572,11 @@ class IwsltBleu:
                 f"iwslt-bleu.languages {langs} must include the trial's target language(s) {missing} "
                 "(a record is complete when its target language has metrics)"
             )
-        known = getattr(ctx.model, "languages", None) if getattr(ctx.model, "is_language_encoded", False) else None
-        unknown = [lang for lang in langs if known is not None and lang not in known]
-        if unknown:
-            raise ValueError(
-                f"iwslt-bleu: the model's language encoding has parameters for {list(known)}, not for {unknown}; "
-                "pretrain the source with them (source.pretrain.extra_languages) or drop them from iwslt-bleu.languages"
-            )
+        # languages the model's encoding lacks start from the encoding's init option
+        model, added = ensure_languages(ctx.model, ctx.encoding, langs, ctx.seed)
+        if added:
+            ctx = dataclasses.replace(ctx, model=model)
+            out.info["encoding_languages_added"] = added
         self._run_languages(ctx, langs, out, multilingual=True)
         if len(langs) > 1:
             keys = [k for k in ("bleu", "bleu_tokenized") if k in out.metrics[langs[0]]]

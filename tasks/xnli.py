@@ -21,6 +21,7 @@ the training language; test: each test language), see :func:`tasks.data.language
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import DataError, added_tokens, language_collate, limit, load_task_splits
+from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
 from tasks.languages import SUMMARY
 from tasks.loop import (
     TrainConfig,
@@ -82,7 +83,9 @@ class XnliConfig:
     eval_languages: tuple[str, ...] | None = None
     """Languages tested on their own test sets (``translate-train``: each also fine-tuned on its
     own training data). None: the trial's target language. Must include the trial's target
-    language (resume checks its metrics); two or more add ``metrics["all"]`` (mean and gap)."""
+    language (resume checks its metrics); two or more add ``metrics["all"]`` (mean and gap).
+    Languages a language-encoded model has no parameters for are added, initialized by the
+    encoding's ``init`` option (:func:`tasks.data.ensure_languages`)."""
 
     def __post_init__(self) -> None:
         if self.setting not in SETTINGS:
@@ -200,11 +203,10 @@ class Xnli:
         return result, counts, head_info
 
     def languages(self, ctx: TaskContext) -> tuple[str | None, list[str]]:
-        """``(train_language, test languages)`` of a trial, checked against the trial and its model.
+        """``(train_language, test languages)`` of a trial.
 
         Raises:
-            ValueError: a target language missing from ``eval_languages``, or a language the
-                model's language encoding has no parameters for (named, with the known ones).
+            ValueError: a target language missing from ``eval_languages``.
         """
         cfg = self.config
         train = cfg.train_language or ctx.source_language
@@ -215,15 +217,6 @@ class Xnli:
                 f"xnli.eval_languages {tests} must include the trial's target language(s) {missing} "
                 "(a record is complete when its target language has metrics)"
             )
-        known = getattr(ctx.model, "languages", None) if getattr(ctx.model, "is_language_encoded", False) else None
-        if known is not None:
-            wanted = tests + ([train] if cfg.setting == "cross-lingual" and train else [])
-            unknown = [lang for lang in dict.fromkeys(wanted) if lang not in known]
-            if unknown:
-                raise ValueError(
-                    f"xnli: the model's language encoding has parameters for {list(known)}, not for {unknown}; "
-                    "pretrain the source with them (source.pretrain.extra_languages) or drop them from xnli.eval_languages"
-                )
         return train, tests
 
     def run(self, ctx: TaskContext) -> TaskResult:
@@ -233,6 +226,12 @@ class Xnli:
         train_lang, langs = self.languages(ctx)
         out = TaskResult(metrics={}, info={"setting": cfg.setting, "data": {}, "finetune": {},
                                            "train_language": train_lang, "eval_languages": langs})  # fmt: skip
+        if cfg.eval_languages is not None:  # languages the model's encoding lacks start from its init option
+            wanted = langs + ([train_lang] if cfg.setting == "cross-lingual" and train_lang else [])
+            model, added = ensure_languages(ctx.model, ctx.encoding, wanted, ctx.seed)
+            if added:
+                ctx = dataclasses.replace(ctx, model=model)
+                out.info["encoding_languages_added"] = added
         if cfg.setting == "translate-train":
             for lang in langs:
                 data, info = self._load(ctx, lang, ("train", "dev", "test"))
