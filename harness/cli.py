@@ -264,16 +264,26 @@ def cmd_overlap(args) -> int:
 def cmd_world(args) -> int:
     from harness.world import build_world
 
+    if args.action != "pretrain" and (args.encoding is not None or args.languages is not None):
+        raise ValueError("world build: --encoding and --languages apply to 'world pretrain' only")
+    if args.languages is not None and args.encoding is None:
+        raise ValueError("world pretrain: --languages needs --encoding (the multilingual sources are per encoding)")
     t0 = time.perf_counter()
     path = build_world(size=args.size, seed=args.seed)
     print(f"world ({args.size}, seed {args.seed}) at {path} [{time.perf_counter() - t0:.1f}s]")
     if args.action == "pretrain":
-        from harness.world.pretrain import PretrainConfig, pretrained_source
+        from harness.world.pretrain import PretrainConfig, multilingual_config, pretrained_source
 
         for kind in args.kind:
             t0 = time.perf_counter()
-            p = pretrained_source(path, kind=kind, config=PretrainConfig(kind=kind), progress=True)
-            print(f"{kind} source model at {p} [{time.perf_counter() - t0:.1f}s]")
+            if args.encoding is None:
+                config = PretrainConfig(kind=kind)
+                what = f"{kind} source model"
+            else:  # the XLP settings' multilingual source (same config as 'pretrain: {encoding: trial, ...}')
+                config = multilingual_config(path, kind, args.encoding, args.languages)
+                what = f"{kind} source model (source language + {', '.join(config.extra_languages)}; encoding {args.encoding})"
+            p = pretrained_source(path, kind=kind, config=config, progress=True)
+            print(f"{what} at {p} [{time.perf_counter() - t0:.1f}s]")
     return 0
 
 
@@ -425,6 +435,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--size", default="small", choices=["tiny", "small"])
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--kind", nargs="+", default=["mlm"], choices=["mlm", "clm"])
+    sp.add_argument("--encoding", default=None, metavar="ENCODING",
+                    help="pretrain a multilingual source (src + the world's targets) with this language encoding "
+                         "(none|additive|attached|xlp; cached per encoding); default: the plain src-only source")
+    sp.add_argument("--languages", nargs="+", default=None, metavar="LANG",
+                    help="with --encoding: the target languages pretrained beside src (default: all of the world's)")
     sp.set_defaults(fn=cmd_world)
 
     sp = sub.add_parser("quickstart", help="world + source + every method on mlm-at-init + leaderboard")

@@ -205,7 +205,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
             f"task {spec.task.name!r} needs a {kind} source model but source.model is {spec.source.model!r}"
         )
     t0 = time.perf_counter()
-    src_path = resources.source_model_dir(spec.source, spec.world, progress=progress)
+    src_path = resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
     tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
     paths = resources.transfer_paths(spec.target, world)
     t_resources = time.perf_counter() - t0

@@ -113,6 +113,12 @@ _ROWS = [
 LANGUAGES: dict[str, Language] = {row.code: row for row in _ROWS}
 """The table, by code."""
 
+SUMMARY = "all"
+"""The key beside the language codes in a record's ``metrics`` under which multilingual task
+settings put their cross-language summary (the mean over the evaluated languages; XNLI's transfer
+gap): leaderboard columns read it like a language (``{task: xnli, languages: [all], ...}``).
+No language of the table may have this code."""
+
 WORLD_LANGUAGES: tuple[str, ...] = tuple(code for code, row in LANGUAGES.items() if row.world)
 
 
