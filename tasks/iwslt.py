@@ -101,6 +101,9 @@ or ``none`` (the decoded text's own whitespace tokens)."""
 class IwsltConfig:
     """Configuration of :class:`IwsltBleu`. Defaults: XLP paper, Appendix B.2 / Table 7."""
 
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("languages", "tokenized_bleu")
+    """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
+
     files: str | None = None
     """Local JSONL path template with ``{lang}`` and ``{split}``; default: the world directory for
     world languages, the hub (``IWSLT/iwslt2017``) for real ones."""

@@ -51,6 +51,9 @@ SETTINGS = ("translate-train", "cross-lingual")
 class XnliConfig:
     """Configuration of :class:`Xnli`. Defaults: FOCUS Table 6 (XNLI column)."""
 
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("train_language", "eval_languages")
+    """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
+
     setting: str = "translate-train"
     """``translate-train`` or ``cross-lingual`` (train on the source language, test on targets)."""
     files: str | None = None
