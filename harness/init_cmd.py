@@ -1106,10 +1106,10 @@ def run(args: argparse.Namespace) -> int:
         raise InitInputError(problems[0] + (f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")" if len(problems) > 1 else "")
                              + f". See `tokxfer init --method {args.method} --explain`")
     reads = set(method_reads(args.method, entry.cls)) | ({"target_corpus"} if args.mode == "extend" else set())
+    method_paths = {k: (v if k in reads else None) for k, v in paths.items()}
     for k, v in paths.items():
         if v is not None and k not in reads:
-            notes.warn(f"{INPUT_BY_FIELD[k].flag} is not used by --method {args.method}; ignored")
-            paths[k] = None
+            notes.warn(f"{INPUT_BY_FIELD[k].flag} is not read by --method {args.method} (used only to check the other inputs)")
 
     # -- tokenizers (seconds), then the source checkpoint's head (no weights loaded)
     from harness import resources
@@ -1141,21 +1141,20 @@ def run(args: argparse.Namespace) -> int:
         "target_tok": tgt, "source_tok": src_tok,
     }
     input_info: dict[str, Any] = {}
-    method_paths = dict(paths)
-    if paths["dictionary"] is not None:
+    if method_paths["dictionary"] is not None:
         method_paths["dictionary"], input_info["dictionary"] = prepare_dictionary(paths["dictionary"], args.swap_dictionary, ctx_kw, notes)
     elif args.swap_dictionary:
         raise InitInputError("--swap-dictionary without --dictionary")
-    if paths["parallel_corpus"] is not None:
+    if method_paths["parallel_corpus"] is not None:
         method_paths["parallel_corpus"], input_info["parallel_corpus"] = prepare_parallel(
             paths["parallel_corpus"], args.swap_parallel, ctx_kw, notes)
     elif args.swap_parallel:
         raise InitInputError("--swap-parallel without --parallel-corpus")
     n_source = _source_rows(args.source, src_tok)
     if args.method == "wechsel":
-        input_info["wechsel_source_ngrams"] = check_wechsel_source(cfg, paths, src_tok, notes)
+        input_info["wechsel_source_ngrams"] = check_wechsel_source(cfg, method_paths, src_tok, notes)
     if args.method == "focus" and args.mode == "replace":
-        input_info["focus_forecast"] = focus_forecast(cfg, paths, src_tok, tgt, n_source, notes)
+        input_info["focus_forecast"] = focus_forecast(cfg, method_paths, src_tok, tgt, n_source, notes)
     t_checks = time.perf_counter() - t0
 
     # -- the long part
@@ -1207,8 +1206,8 @@ def run(args: argparse.Namespace) -> int:
         "source": _model_record(args.source, "--source"),
         "source_tokenizer": _model_record(args.source_tokenizer or args.source, "--source-tokenizer"),
         "target_tokenizer": _model_record(args.target_tokenizer, "--target-tokenizer"),
-        "inputs": {k: {**_input_record(v, INPUT_BY_FIELD[k].flag), **(input_info.get(k) or {})}
-                   for k, v in paths.items() if v is not None},
+        "inputs": {k: {**_input_record(v, INPUT_BY_FIELD[k].flag), "read_by_method": method_paths[k] is not None,
+                       **(input_info.get(k) or {})} for k, v in paths.items() if v is not None},
         "checks": {k: v for k, v in input_info.items() if k not in paths and v is not None},
         "new_head": new_head,
         "warnings": notes.warnings,
