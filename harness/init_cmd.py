@@ -35,7 +35,6 @@ import dataclasses
 import inspect
 import json
 import logging
-import os
 import re
 import sys
 import textwrap
@@ -235,7 +234,8 @@ def explain(name: str, width: int = 100) -> str:
     from harness import registry
 
     entry = registry.get("method", name)
-    wrap = lambda text, ind: textwrap.fill(text, width, initial_indent=ind, subsequent_indent=ind)  # noqa: E731
+    wrap = lambda text, ind: textwrap.fill(text, width, initial_indent=ind, subsequent_indent=ind,  # noqa: E731
+                                           break_on_hyphens=False, break_long_words=False)
     lines = [f"{name}: {entry.description}", "", wrap(_paper(entry.cls), "  "), "", "Inputs (besides --source and --target-tokenizer):"]
     if name in METHOD_NEEDS:
         for n in METHOD_NEEDS[name]:
@@ -264,7 +264,7 @@ def explain(name: str, width: int = 100) -> str:
             lines.append(wrap(" ".join(flag_wording(docs[f.name]).split()), "      "))
     presets = [m for m in ("reference",) if callable(getattr(entry.config_cls, m, None))]
     if presets:
-        ref = getattr(entry.config_cls, "reference")
+        ref = entry.config_cls.reference
         first = (inspect.getdoc(ref) or "").split("\n\n")[0]
         diff = {f.name: getattr(ref(), f.name) for f in fields if getattr(ref(), f.name) != _default(f)}
         lines += ["", wrap(f"Preset 'reference' — {' '.join(first.split())} As flags: --config "
@@ -895,13 +895,13 @@ def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]
     """Count a mapping's target rows by :data:`PROVENANCE_CATEGORIES`.
 
     Example:
-        >>> from harness.protocols import TokenMapping, COPIED, COMBINED, FALLBACK
+        >>> from harness.protocols import COMBINED, COPIED, FALLBACK, TokenMapping
         >>> from tokenizers import Tokenizer, models
         >>> from transformers import PreTrainedTokenizerFast
-        >>> tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "b": 1, "c": 2}, unk_token="a")))
-        >>> m = TokenMapping.from_coo(3, 3, [0, 1, 1], [0, 2, 1], [1, .5, .5], [COPIED, COMBINED, FALLBACK][:2] + [FALLBACK])
-        >>> categorize(m, tok, tok)["copied"], categorize(m, tok, tok)["combined"], categorize(m, tok, tok)["fallback"]
-        (1, 1, 1)
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"a": 0, "b": 1, "c": 2}, unk_token="a")))
+        >>> m = TokenMapping.from_coo(3, 3, [0, 1, 1], [0, 2, 1], [1, .5, .5], [COPIED, COMBINED, FALLBACK])
+        >>> categorize(m, tok, tok)
+        {'special': 0, 'copied': 1, 'single-source': 0, 'combined': 1, 'fallback': 1}
     """
     import numpy as np
 
@@ -1159,7 +1159,7 @@ def run(args: argparse.Namespace) -> int:
 
     # -- the long part
     from harness import seeding
-    from harness.runner import initialize_model, init_summary, provenance_string
+    from harness.runner import init_summary, initialize_model, provenance_string
     from methods import _fasttext
 
     notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")

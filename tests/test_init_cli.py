@@ -514,3 +514,20 @@ def test_s11_wechsel_random_rows_get_their_true_reasons(standin, tmp_path, capfd
     assert fb["empty"] + fb["short"] + fb["untrained"] == info["categories"]["fallback"] - sum(
         1 for f in info["info"]["fallbacks"] if "special" in f["reason"] for _ in range(f["count"]))
     assert fb["short"] > 0 and "shorter than minn-2=3 characters" in " ".join(out.split())
+
+
+def test_s11_categories_are_structural_whatever_the_method_label(standin):
+    from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
+    from harness.tokenizers import load_tokenizer
+
+    tok = load_tokenizer(standin["xlmr"])
+    n = len(tok)
+    special = tok.pad_token_id
+    a, b = 10, 11  # two different ordinary tokens
+    rows, cols, w = [special, a, b, 12, 13, 13], [special, a, a, a, a, b], [1, 1, 1, 1, .5, .5]
+    prov = [FALLBACK] * n
+    prov[special], prov[a], prov[b], prov[12], prov[13] = SPECIAL, COPIED, COPIED, COMBINED, COMBINED
+    m = TokenMapping.from_coo(n, n, rows, cols, w, prov)
+    c = categorize(m, tok, tok)
+    # a->a is a copy; b->a (labelled COPIED) and 12->a (labelled COMBINED, one member) are single-source
+    assert c == {"special": 1, "copied": 1, "single-source": 2, "combined": 1, "fallback": n - 5}
