@@ -1160,14 +1160,14 @@ def run(args: argparse.Namespace) -> int:
     # -- the long part
     from harness import seeding
     from harness.runner import init_summary, initialize_model, provenance_string
-    from methods import _fasttext
+    from methods import _fasttext, _progress
 
     notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")
     import contextlib
 
     seeded = seeding.seeded_globals(args.seed, "init", "new-head") if new_head else contextlib.nullcontext()
     try:
-        with seeded, _fasttext.training_progress(not args.quiet):
+        with seeded, _fasttext.training_progress(not args.quiet), _progress.reporting(_bar_factory(args.quiet)):
             init = initialize_model(
                 source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
                 method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=method_paths, mode=args.mode,
@@ -1228,6 +1228,13 @@ def run(args: argparse.Namespace) -> int:
     _print_summary(Console(soft_wrap=True), init, categories, timings, out.resolve(), info["counts"], notes.warnings, new_head,
                    info["checks"].get("wechsel_fallbacks"))
     return 0
+
+
+def _bar_factory(quiet: bool) -> Callable[[str, int | None], Any]:
+    """Progress bars of long method steps (:mod:`methods._progress`): tqdm on stderr, or none with --quiet."""
+    from tqdm.auto import tqdm
+
+    return lambda desc, total: tqdm(total=total, desc=desc, file=sys.stderr, disable=quiet, dynamic_ncols=True)
 
 
 def _source_rows(source: str, src_tok: Any) -> int:

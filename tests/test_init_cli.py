@@ -297,6 +297,20 @@ def test_s06_fasttext_training_shows_progress_unless_quiet(standin, tmp_path, ca
     assert code == 0 and "Progress:" not in err
 
 
+def test_s06_similarity_search_and_alignment_show_progress(standin, tmp_path, capfd):
+    s = standin
+    code, _, err = cli(capfd, *init_argv(s, "wechsel", tmp_path / "w", "--target-corpus", s["de_txt"], "--source-corpus",
+                                         s["en_txt"], "--dictionary", s["dict"], "--config", *FAST_WECHSEL))
+    assert code == 0 and "similarity search (query rows)" in err
+    pairs = tmp_path / "pairs.tsv"  # a corpus of its own, so the alignment is not a cache hit
+    pairs.write_text(s["pairs_tsv"].read_text() + "Kre.\tKra.\n")
+    code, _, err = cli(capfd, *init_argv(s, "tiktotok", tmp_path / "t", "--parallel-corpus", pairs))
+    assert code == 0 and "fast_align (EM iterations" in err
+    pairs.write_text(s["pairs_tsv"].read_text() + "Kre trenas.\tKra trenas.\n")  # again not cached
+    code, _, err = cli(capfd, *init_argv(s, "tiktotok", tmp_path / "q", "--parallel-corpus", pairs, "--quiet"))
+    assert code == 0 and "fast_align" not in err
+
+
 # ---------------------------------------------------------------------------------------------
 # 7. errors: one line, flag names, before model loading; TSV parallel corpora
 
