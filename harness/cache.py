@@ -245,6 +245,7 @@ _KIND_NOTES = {
     "inits": "a trial's method output (mapping + info)",
     "alignments": "Tik-to-Tok word alignment",
     "wordvectors": "word-level fastText vectors",
+    "wechsel": "word-tokenized corpus (WECHSEL's fastText input)",
     "inputs": "converted `tokxfer init` input (TSV parallel corpus as JSON lines, swapped dictionary)",
 }
 

@@ -204,13 +204,13 @@ def cmd_init(args) -> int:
 
 
 def cmd_tokenizer(args) -> int:
-    from harness.init_cmd import train_tokenizer_command
+    from harness.tool_cmds import train_tokenizer_command
 
     return train_tokenizer_command(args)
 
 
 def cmd_cache(args) -> int:
-    from harness.init_cmd import cache_command
+    from harness.tool_cmds import cache_command
 
     return cache_command(args)
 
@@ -359,7 +359,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_sync)
 
     sp = sub.add_parser("init", help="initialize a model for a new tokenizer and save it (HF directory)")
-    from harness.init_cmd import add_arguments, add_cache_arguments, add_tokenizer_arguments
+    from harness.init_cmd import add_arguments
+    from harness.tool_cmds import add_cache_arguments, add_tokenizer_arguments
 
     add_arguments(sp)
     sp.set_defaults(fn=cmd_init)
@@ -461,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = argv  # the command as given, for provenance (init_info.json)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     try:

@@ -18,18 +18,14 @@ import pytest
 import torch
 
 from harness.cli import main
-from harness.init_cmd import (
-    CONFIG_FLAGS,
-    INPUT_FLAGS,
-    METHOD_NEEDS,
+from harness.init_checks import (
     PROVENANCE_CATEGORIES,
     categorize,
     fasttext_bin_words,
-    flag_wording,
-    method_reads,
     ngram_coverage,
     orientation,
 )
+from harness.init_cmd import CONFIG_FLAGS, INPUT_FLAGS, METHOD_NEEDS, flag_wording, method_reads
 
 # fastText small enough for seconds on tiny text (fastText needs bucket >= min_bucket(dim))
 FAST_WECHSEL = ["dim=16", "bucket=540672", "min_count=1", "epochs=2"]
