@@ -1,4 +1,4 @@
-"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | overlap | world | quickstart | sync."""
+"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | tokenizer | cache | overlap | world | quickstart | sync."""
 
 from __future__ import annotations
 
@@ -198,58 +198,21 @@ def cmd_sync(args) -> int:
 
 
 def cmd_init(args) -> int:
-    import yaml
+    from harness.init_cmd import run
 
-    from harness import registry, resources
-    from harness.registry import build_config
-    from harness.runner import initialize_model, write_init_info
+    return run(args)
 
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
-        raise FileExistsError(
-            f"--out {out}: {'exists and is not a directory' if not out.is_dir() else 'is not empty'}; "
-            f"choose a new directory or pass --overwrite"
-        )
-    try:
-        entry = registry.get("method", args.method)
-    except registry.RegistryError as e:
-        raise registry.RegistryError(f"--method: {e}") from None
-    cfg_values = {}
-    for item in args.config or []:
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise ValueError(f"--config {item!r}: expected KEY=VALUE")
-        try:
-            cfg_values[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError as e:
-            raise ValueError(f"--config {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
-    cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
-    tgt = resources.load_tokenizer(args.target_tokenizer)
-    paths = {
-        "target_corpus": resources.check_corpus(Path(args.target_corpus)) if args.target_corpus else None,
-        "source_corpus": Path(args.source_corpus) if args.source_corpus else None,
-        "parallel_corpus": Path(args.parallel_corpus) if args.parallel_corpus else None,
-        "dictionary": Path(args.dictionary) if args.dictionary else None,
-        "source_word_vectors": None, "target_word_vectors": None,
-    }
-    for k, v in paths.items():
-        if v is not None and not v.is_file():
-            raise resources.ResourceError(f"--{k.replace('_', '-')}: file not found: {v}")
-    init = initialize_model(
-        source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
-        method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=paths, mode=args.mode,
-        extend_top_n=args.extend_top_n, bias=args.bias,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    init.model.save_pretrained(out)
-    init.tokenizer.save_pretrained(out)
-    import dataclasses
 
-    write_init_info(out / "init_info.json", init, {"method": args.method, "config": dataclasses.asdict(cfg),
-                                                   "seed": args.seed, "source": args.source})
-    c = init.result.mapping.counts()
-    print(f"wrote {out}: {init.result.mapping.n_target} tokens — " + ", ".join(f"{k} {v}" for k, v in c.items()))
-    return 0
+def cmd_tokenizer(args) -> int:
+    from harness.tool_cmds import train_tokenizer_command
+
+    return train_tokenizer_command(args)
+
+
+def cmd_cache(args) -> int:
+    from harness.tool_cmds import cache_command
+
+    return cache_command(args)
 
 
 def cmd_overlap(args) -> int:
@@ -406,24 +369,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_sync)
 
     sp = sub.add_parser("init", help="initialize a model for a new tokenizer and save it (HF directory)")
-    sp.add_argument("--method", required=True)
-    sp.add_argument("--source", required=True, help="source model directory or hub id")
-    sp.add_argument("--source-tokenizer", default=None)
-    sp.add_argument("--target-tokenizer", required=True)
-    sp.add_argument("--target-corpus", default=None)
-    sp.add_argument("--source-corpus", default=None)
-    sp.add_argument("--parallel-corpus", default=None)
-    sp.add_argument("--dictionary", default=None)
-    sp.add_argument("--seed", type=int, default=1)
-    sp.add_argument("--kind", default="mlm", choices=["mlm", "clm"])
-    sp.add_argument("--mode", default="replace", choices=["replace", "extend"])
-    sp.add_argument("--extend-top-n", type=int, default=30000)
-    sp.add_argument("--bias", default="map", choices=["map", "zero", "keep"])
-    sp.add_argument("--config", nargs="*", help="method config key=value")
-    sp.add_argument("--plugin", action="append")
-    sp.add_argument("--out", required=True, help="output directory (new or empty, unless --overwrite)")
-    sp.add_argument("--overwrite", action="store_true", help="write into a non-empty --out directory")
+    from harness.init_cmd import add_arguments
+    from harness.tool_cmds import add_cache_arguments, add_tokenizer_arguments
+
+    add_arguments(sp)
     sp.set_defaults(fn=cmd_init)
+
+    sp = sub.add_parser("tokenizer", help="train a target tokenizer like the source model's (`tokenizer train`)")
+    add_tokenizer_arguments(sp)
+    sp.set_defaults(fn=cmd_tokenizer)
+
+    sp = sub.add_parser("cache", help="list or prune tokxfer's cache (`cache ls`, `cache prune`)")
+    add_cache_arguments(sp)
+    sp.set_defaults(fn=cmd_cache)
 
     sp = sub.add_parser("overlap", help="overlap report (exact and fuzzy) of two tokenizers")
     sp.add_argument("source")
@@ -519,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = argv  # the command as given, for provenance (init_info.json)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     try:

@@ -79,18 +79,23 @@ def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: b
     return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress))
 
 
-def load_source_model(path: str, kind: str):
-    """Load a source model of ``kind`` (mlm | clm | seq2seq) from a directory or hub id."""
-    import transformers
-
-    cls = {"mlm": transformers.AutoModelForMaskedLM, "clm": transformers.AutoModelForCausalLM,
-           "seq2seq": transformers.AutoModelForSeq2SeqLM}[kind]
+def check_model_dir(path: str) -> None:
+    """Raise when a local model path is not a model directory or holds no weights (a hub id passes)."""
     p = Path(path)
     if p.exists():
         if not (p / "config.json").is_file():
             raise ResourceError(f"{p}: not a model directory (no config.json)")
         if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
             raise ResourceError(f"{p}: model directory has no weights (*.safetensors or *.bin), so no embeddings to transfer")
+
+
+def load_source_model(path: str, kind: str):
+    """Load a source model of ``kind`` (mlm | clm | seq2seq) from a directory or hub id."""
+    import transformers
+
+    cls = {"mlm": transformers.AutoModelForMaskedLM, "clm": transformers.AutoModelForCausalLM,
+           "seq2seq": transformers.AutoModelForSeq2SeqLM}[kind]
+    check_model_dir(path)
     try:
         return cls.from_pretrained(path)
     except OSError as e:

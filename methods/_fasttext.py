@@ -45,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import ctypes
 import ctypes.util
 import hashlib
@@ -75,6 +76,7 @@ __all__ = [
     "load_fasttext",
     "token_vectors",
     "string_vectors",
+    "training_progress",
 ]
 
 TokenFormat = Literal["string", "id", "raw"]
@@ -466,6 +468,22 @@ def zeroed_allocations() -> Iterator[bool]:
             libc.mallopt(_M_PERTURB, 0)
 
 
+_PROGRESS: contextvars.ContextVar[bool] = contextvars.ContextVar("tokxfer_fasttext_progress", default=False)
+
+
+@contextlib.contextmanager
+def training_progress(enabled: bool = True) -> Iterator[None]:
+    """While inside, fastText training prints its own progress line to stderr (percent, words/sec, loss, ETA).
+
+    Only what is printed changes (fastText's ``verbose=2``); the trained vectors and the cache key do not.
+    """
+    token = _PROGRESS.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _PROGRESS.reset(token)
+
+
 def _train_unsupervised(text: Path, params: dict) -> Any:
     """``fasttext.train_unsupervised`` with the ``seed`` argument, which its Python wrapper does not accept.
 
@@ -475,7 +493,7 @@ def _train_unsupervised(text: Path, params: dict) -> Any:
     from fasttext import FastText as ftmod
 
     manual = {k for k in params if k != "seed"} | {"input", "verbose"}
-    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 0}
+    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 2 if _PROGRESS.get() else 0}
     built = ftmod._build_args(args, manual)
     model = ftmod._FastText(args=built)
     try:

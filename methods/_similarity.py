@@ -46,6 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from methods import _progress
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -825,6 +827,7 @@ def topk_cosine(
         out_sim = np.zeros((n, kk), dtype=np.float32)
         out_gap = np.full(n, np.inf, dtype=np.float64)
         s = 0
+        bar = _progress.counter("similarity search (query rows)", len(rows))
         while s < len(rows):
             rr = rows[s : s + _chunk_step(chunk_rows, len(ucand), run.mode)]
             top = run.select(rr)
@@ -836,6 +839,8 @@ def topk_cosine(
             if ks > kk:
                 out_gap[rr.numpy()] = (val[:, kk - 1] - val[:, kk]).numpy()
             s += len(rr)
+            bar.update(len(rr))
+        bar.close()
     has = np.zeros(n, dtype=bool)
     has[rows.numpy()] = True
     stats = {
