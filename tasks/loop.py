@@ -453,6 +453,7 @@ def predict(
     show_progress: bool = True,
     description: str = "eval",
     forward_fn: Callable[[Any, dict], Any] | None = None,
+    lengths: Sequence[int] | None = None,
 ) -> list:
     """Run ``model`` over ``features`` in eval mode and return one output per feature, in order.
 
@@ -472,20 +473,34 @@ def predict(
         description: progress-bar label.
         forward_fn: ``(model, batch on device) -> output`` instead of ``model(**batch)`` (e.g.
             ``lambda m, b: m.generate(**b, num_beams=5)``).
+        lengths: one length per feature (e.g. its number of tokens): batches then hold features
+            of similar length (:func:`length_batches`, within each process's shard) and the
+            outputs are put back in feature order. Less padding; a feature's output may differ
+            from an unbucketed run by float rounding only, so a task opts in after checking its
+            goldens. None: batches in feature order.
     """
     rank, world = dist_info()
     mine = shard_indices(len(features), rank, world)
+    if lengths is not None and len(lengths) != len(features):
+        raise ValueError(f"predict: {len(lengths)} lengths for {len(features)} features")
+    if lengths is None:
+        batches = [list(range(s, min(s + batch_size, mine.stop))) for s in range(mine.start, mine.stop, batch_size)]
+    else:
+        batches = [[mine.start + j for j in b] for b in length_batches([lengths[i] for i in mine], batch_size)]
     was_training = model.training
     model.eval()
-    outputs: list = []
+    outputs: list = [None] * len(mine)
     try:
-        starts = range(mine.start, mine.stop, batch_size)
-        for start in progress(starts, description=description, enabled=show_progress):
-            batch = collate_fn([features[i] for i in range(start, min(start + batch_size, mine.stop))])
+        for rows in progress(batches, description=description, enabled=show_progress):
+            batch = collate_fn([features[i] for i in rows])
             with _autocast(device, mixed_precision):
                 on_device = _to_device(batch, device)
                 out = model(**on_device) if forward_fn is None else forward_fn(model, on_device)
-            outputs.extend(output_fn(batch, out))
+            got = list(output_fn(batch, out))
+            if len(got) != len(rows):
+                raise ValueError(f"predict: output_fn returned {len(got)} outputs for a batch of {len(rows)} features")
+            for i, o in zip(rows, got):
+                outputs[i - mine.start] = o
     finally:
         model.train(was_training)
     return _all_gather_list(outputs)

@@ -198,3 +198,26 @@ def test_memo_returns_what_building_returns(tmp_path):
     assert mod.evaluation_examples(tok, path, cfg)[0] is not first
     with pytest.raises(FileNotFoundError, match="missing.txt"):
         mod.evaluation_examples(tok, tmp_path / "missing.txt", cfg)
+
+
+def test_predict_with_lengths_keeps_feature_order(tmp_path):
+    from tasks.loop import pad_collate, predict
+
+    tok, model, _ = _setup("roberta", tmp_path)
+    feats = [{"input_ids": ids, "attention_mask": [1] * len(ids)} for ids in tok(LINES[:13])["input_ids"]]
+
+    def per_feature(batch, out):
+        n = batch["attention_mask"].sum(1).tolist()
+        return [out.logits[i, : n[i]].double().sum().item() for i in range(len(n))]
+
+    kw = dict(batch_size=4, show_progress=False)
+    plain = predict(model, feats, pad_collate(tok.pad_token_id), per_feature, **kw)
+    bucketed = predict(
+        model, feats, pad_collate(tok.pad_token_id), per_feature, lengths=[len(f["input_ids"]) for f in feats], **kw
+    )
+    assert len(bucketed) == len(feats)
+    assert bucketed == pytest.approx(plain, rel=1e-5, abs=1e-5)
+    with pytest.raises(ValueError, match="lengths"):
+        predict(model, feats, pad_collate(tok.pad_token_id), per_feature, lengths=[1, 2], **kw)
+    with pytest.raises(ValueError, match="output_fn returned"):
+        predict(model, feats, pad_collate(tok.pad_token_id), lambda b, o: [0], **kw)
