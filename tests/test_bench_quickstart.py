@@ -31,6 +31,7 @@ def smoke(tmp_path_factory) -> dict:
     return json.loads(out.read_text())
 
 
+@pytest.mark.slow
 def test_smoke_runs_cold_then_warm_through_the_cli(smoke):
     assert smoke["bench"] == "quickstart" and smoke["size"] == "tiny"
     assert smoke["config"] == "harness/configs/quickstart-tiny.yaml" and len(smoke["overrides"]) == 3
@@ -62,6 +63,7 @@ def test_smoke_runs_cold_then_warm_through_the_cli(smoke):
     assert sum(v["init_cache_hits"] for v in cold["breakdown"]["per_method"].values()) == 0
 
 
+@pytest.mark.slow
 def test_smoke_reports_leaderboard_machine_and_targets(smoke):
     for p in smoke["phases"].values():
         lb = p["leaderboard"]
