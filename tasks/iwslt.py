@@ -74,7 +74,7 @@ from harness.registry import register_task
 from harness.seeding import seeded_globals, torch_generator
 from tasks import metrics
 from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
-from tasks.languages import LANGUAGES, SUMMARY
+from tasks.languages import LANGUAGES, SUMMARY, check_language_list
 from tasks.loop import (
     IGNORE_INDEX,
     TrainConfig,
@@ -206,16 +206,7 @@ class IwsltConfig:
             raise ValueError(f"target_vocab_size must be >= 16, got {self.target_vocab_size}")
         if self.tokenized_bleu is not None and self.tokenized_bleu not in TOKENIZED_BLEU:
             raise ValueError(f"tokenized_bleu must be one of {TOKENIZED_BLEU} or null, got {self.tokenized_bleu!r}")
-        if isinstance(self.languages, list):
-            object.__setattr__(self, "languages", tuple(self.languages))
-        if self.languages is not None:
-            langs = self.languages
-            if not isinstance(langs, tuple) or not langs or not all(isinstance(x, str) and x for x in langs):
-                raise ValueError(f"languages must be a non-empty list of language codes or null, got {langs!r}")
-            if len(set(langs)) != len(langs):
-                raise ValueError(f"languages lists a language twice: {list(langs)}")
-            if SUMMARY in langs:
-                raise ValueError(f"languages may not contain {SUMMARY!r} (the key of the cross-language summary)")
+        check_language_list(self, "languages")
         TrainConfig.from_config(self)  # validates the shared optimization fields
 
     def architecture(self, source_hidden: int | None) -> dict[str, int]:

@@ -30,7 +30,7 @@ from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
 from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
-from tasks.languages import SUMMARY
+from tasks.languages import SUMMARY, check_language_list
 from tasks.loop import (
     TrainConfig,
     build_task_model,
@@ -93,16 +93,7 @@ class XnliConfig:
     def __post_init__(self) -> None:
         if self.setting not in SETTINGS:
             raise ValueError(f"setting must be one of {SETTINGS}, got {self.setting!r}")
-        if isinstance(self.eval_languages, list):
-            object.__setattr__(self, "eval_languages", tuple(self.eval_languages))
-        if self.eval_languages is not None:
-            langs = self.eval_languages
-            if not isinstance(langs, tuple) or not langs or not all(isinstance(x, str) and x for x in langs):
-                raise ValueError(f"eval_languages must be a non-empty list of language codes or null, got {langs!r}")
-            if len(set(langs)) != len(langs):
-                raise ValueError(f"eval_languages lists a language twice: {list(langs)}")
-            if SUMMARY in langs:
-                raise ValueError(f"eval_languages may not contain {SUMMARY!r} (the key of the cross-language summary)")
+        check_language_list(self, "eval_languages")
         if self.train_language is not None and (not isinstance(self.train_language, str) or not self.train_language):
             raise ValueError(f"train_language must be a language code or null, got {self.train_language!r}")
         if self.max_length < 8:
