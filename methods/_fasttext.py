@@ -511,7 +511,7 @@ def _compact_vectors(text: Path, params: dict, cache: Path | None, strings: Iter
         rep["cache"] = "miss"
     cv = CompactVectors.from_model(ft, wanted, params=params, origin=f"fastText trained on {text}")
     _atomic_write(path, cv.save)
-    if ft is not None and "migrated_from" in rep:
+    if "migrated_from" in rep:
         size = legacy.stat().st_size if legacy.is_file() else 0
         legacy.unlink(missing_ok=True)
         logger.info("fastText cache: replaced the full model %s (%.1f MB) by its compact vectors %s (%.1f MB)",

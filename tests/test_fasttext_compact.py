@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from harness.cache import list_entries
 from harness.protocols import FALLBACK, TransferInputs
 from harness.sanity import check_record
 from methods import _canon, _fasttext
@@ -108,6 +109,7 @@ def test_compact_cache_hit_extension_and_old_bin_conversion(wechsel_data, tmp_pa
     assert first["cache"] == "miss" and first["stored"] == "compact" and first["path"].endswith(".vectors.npz")
     assert _entries(tmp_path, "*.bin") == [] and len(_entries(tmp_path, "*.vectors.npz")) == 1
     assert first["bytes"] < 100_000  # the .bin of this model takes over 34 MB
+    assert [e.what for e in list_entries(tmp_path) if e.kind == "fasttext"] == ["fastText vectors (compact)"]
     hit: dict = {}
     b = _fasttext.train_fasttext(text, report=hit, strings=["zzq"], **kw)
     assert hit["cache"] == "hit"
