@@ -385,8 +385,6 @@ def train_fasttext(
     Example:
         >>> # m = train_fasttext(Path("tok.txt"), dim=16, epoch=1, min_count=1, cache_dir=Path("cache"))
     """
-    import fasttext
-
     if model not in ("skipgram", "cbow"):
         raise ValueError(f"model must be 'skipgram' or 'cbow', got {model!r}")
     if threads < 1:

@@ -487,9 +487,10 @@ class Wechsel:
         # vectors trained here are cached compactly, holding exactly the strings step 2 embeds; only a PCA
         # reduction against a given file of another dimension needs a trained model's full input matrix
         full = cfg.dim_mismatch == "reduce" and (inputs.source_word_vectors is not None or inputs.target_word_vectors is not None)
-        src_strings = None if full else self._embedded_strings(inputs.source_tokenizer, int(inputs.source_embeddings.shape[0]),
-                                                               specials=cfg.special_candidates)
-        tgt_strings = None if full else self._embedded_strings(inputs.target_tokenizer, _canon.vocab_size(inputs.target_tokenizer))
+        src_strings = None if full or inputs.source_word_vectors is not None else self._embedded_strings(
+            inputs.source_tokenizer, int(inputs.source_embeddings.shape[0]), specials=cfg.special_candidates)
+        tgt_strings = None if full or inputs.target_word_vectors is not None else self._embedded_strings(
+            inputs.target_tokenizer, _canon.vocab_size(inputs.target_tokenizer))
         src_wv, src_info = self._word_vectors("source", inputs.source_word_vectors, inputs.source_corpus, int(seeds[0]), cache,
                                               src_strings)
         tgt_wv, tgt_info = self._word_vectors("target", inputs.target_word_vectors, inputs.target_corpus, int(seeds[1]), cache,
@@ -606,8 +607,8 @@ class Wechsel:
 
     def _word_vectors(self, side: str, path: Any, corpus: Any, seed: int, cache: Path | None,
                       strings: list[str] | None) -> tuple[wv_mod.WordVectors, dict]:
-        """Load ``path`` or train on ``corpus`` (kept compactly with ``strings``; ``None``: the full model);
-        a clear error when neither is given."""
+        """Load ``path`` (the full model, never rewritten) or train on ``corpus`` (kept compactly with ``strings``;
+        ``None``: the full model); a clear error when neither is given."""
         cfg = self.config
         if path is not None:
             vectors = wv_mod.load_word_vectors(path)
