@@ -293,6 +293,8 @@ def _what(kind: str, path: Path) -> str:
     if kind == "fasttext":
         if path.name.startswith("pretok-"):
             return "pre-tokenized corpus"
+        if path.name.endswith(".vectors.npz"):  # methods._fasttext.COMPACT_SUFFIX
+            return "fastText vectors (compact)"
         return "fastText model" if path.suffix == ".bin" else "fastText file"
     return _KIND_NOTES.get(kind, kind)
 

@@ -18,7 +18,8 @@ import numpy as np
 from methods import _canon
 from methods import _wordvectors as wv_mod
 
-__all__ = ["token_strings", "subword_embeddings", "tfr_embeddings", "source_language_tokens", "english_vocabulary_tokens"]
+__all__ = ["token_strings", "subword_embeddings", "tfr_embeddings", "source_language_tokens", "english_vocabulary_tokens",
+           "ZERO_VECTOR_CAUSES", "zero_vector_causes", "describe_zero_vectors"]
 
 
 def token_strings(tokenizer: Any, n_rows: int) -> list[str]:
@@ -48,6 +49,63 @@ def subword_embeddings(tokenizer: Any, vectors: wv_mod.WordVectors, n_rows: int)
         ``(u, has_vector)``: float32 ``n_rows x dim`` and a boolean mask.
     """
     return vectors.string_vectors(token_strings(tokenizer, n_rows))
+
+
+ZERO_VECTOR_CAUSES = {
+    "empty": "empty once the word-start marker and surrounding whitespace are removed",
+    "not_utf8": "not valid UTF-8 on their own (byte pieces of a multi-byte character)",
+    "short": "shorter than minn-2={short_below} characters, so without any character n-gram (minn={minn})",
+    "untrained": "with n-grams the {side} word vectors never trained (all their rows are zero)",
+}
+"""Why a token's subword vector ``u_x`` is zero, as :func:`zero_vector_causes` tells them apart.
+
+fastText wraps a string in ``<``/``>`` and averages the vectors of its ``minn..maxn``-character
+n-grams: a string of fewer than ``minn - 2`` characters has none (punctuation and digits with the
+Common Crawl vectors' ``minn=5``), and n-grams met in no training word keep their rows at zero
+(outside the randomly initialized first part of the matrix, see :mod:`methods._fasttext`)."""
+
+
+def zero_vector_causes(tokenizer: Any, ids: Any, minn: int) -> dict[str, int]:
+    """Count the tokens ``ids`` (whose subword vectors are zero) by cause (:data:`ZERO_VECTOR_CAUSES`).
+
+    Args:
+        tokenizer: the tokenizer the ids belong to.
+        ids: token ids with a zero subword vector.
+        minn: the word vectors' shortest character n-gram.
+
+    Returns:
+        ``{"empty": …, "not_utf8": …, "short": …, "untrained": …}``.
+
+    Example:
+        >>> # zero_vector_causes(tok, [5, 9], minn=5) -> {'empty': 0, 'not_utf8': 0, 'short': 2, 'untrained': 0}
+    """
+    canon = _canon.canonical_vocab(tokenizer)
+    out = dict.fromkeys(ZERO_VECTOR_CAUSES, 0)
+    for i in np.asarray(ids, dtype=np.int64).tolist():
+        c = canon[i] if i < len(canon) else None
+        if c is None or not c.text:
+            out["empty"] += 1
+            continue
+        try:
+            s = c.text.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            out["not_utf8"] += 1
+            continue
+        out["empty" if not s else "short" if len(s) + 2 < minn else "untrained"] += 1
+    return out
+
+
+def describe_zero_vectors(causes: dict[str, int], *, minn: int, side: str = "target") -> str:
+    """One line naming each cause of zero subword vectors with its count, largest first.
+
+    Example:
+        >>> describe_zero_vectors({"empty": 1, "not_utf8": 0, "short": 40, "untrained": 2}, minn=5)
+        'zero subword vector: 40 tokens shorter than minn-2=3 characters, so without any character n-gram (minn=5); 2 tokens with n-grams the target word vectors never trained (all their rows are zero); 1 token empty once the word-start marker and surrounding whitespace are removed'
+    """
+    fmt = {"short_below": max(minn - 2, 0), "minn": minn, "side": side}
+    parts = [f"{n} token{'s' if n != 1 else ''} {ZERO_VECTOR_CAUSES[k].format(**fmt)}"
+             for k, n in sorted(causes.items(), key=lambda kv: -kv[1]) if k in ZERO_VECTOR_CAUSES and n]
+    return "zero subword vector: " + "; ".join(parts)
 
 
 def _encode_words(tokenizer: Any, words: list[str]) -> list[list[int]]:

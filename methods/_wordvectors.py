@@ -9,7 +9,9 @@ dictionary. This module provides those pieces as plain functions around one smal
   vectors, so out-of-vocabulary strings get vectors) or a text ``.vec`` / ``.vec.gz`` file (words
   and vectors only: no n-grams, no frequencies).
 * :func:`train_word_vectors` trains word-level fastText (subword n-grams on) on a raw corpus via
-  :func:`methods._fasttext.train_fasttext` (content-hashed cache, ``threads=1`` deterministic).
+  :func:`methods._fasttext.train_fasttext` (content-hashed cache, ``threads=1`` deterministic); with
+  ``compact=True`` only the vocabulary's vectors and those of given strings are kept and cached
+  (:class:`methods._fasttext.CompactVectors`), not the model's input matrix.
   The corpus is split into words by :func:`word_tokenize` (case kept: the dictionary expansion
   below relies on it).
 * :func:`read_dictionary` reads a TSV ``target_word<TAB>source_word`` (the tokxfer convention; the
@@ -119,7 +121,8 @@ class WordVectors:
         words: the vocabulary, in the model's order (fastText: by decreasing frequency).
         counts: int64 corpus frequency per word, or ``None`` when unknown (``.vec`` files).
         origin: where the vectors came from (a path, or ``"trained on <corpus>"``), for messages.
-        model: the ``fasttext`` model when the vectors have character n-grams, else ``None``.
+        model: the ``fasttext`` model (or its :class:`~methods._fasttext.CompactVectors`) when the
+            vectors have character n-grams, else ``None``.
         matrix: ``len(words) x dim`` float32 vectors when there is no fastText model.
 
     Example:
@@ -157,7 +160,7 @@ class WordVectors:
 
     @classmethod
     def from_fasttext(cls, model: Any, *, origin: str) -> WordVectors:
-        """Wrap a ``fasttext`` model (its words and frequencies are read once)."""
+        """Wrap a ``fasttext`` model or :class:`~methods._fasttext.CompactVectors` (words and frequencies are read once)."""
         words, freqs = model.get_words(include_freq=True, on_unicode_error="replace")
         return cls(list(words), np.asarray(freqs, dtype=np.int64), origin, model=model)
 
@@ -169,7 +172,7 @@ class WordVectors:
     @property
     def has_subwords(self) -> bool:
         """Whether out-of-vocabulary strings get vectors from character n-grams (fastText ``maxn > 0``)."""
-        return self.model is not None and int(self.model.f.getArgs().maxn) > 0
+        return self.model is not None and _fasttext.subword_lengths(self.model)[1] > 0
 
     def __len__(self) -> int:
         return len(self.words)
@@ -337,6 +340,8 @@ def train_word_vectors(
     threads: int = 1,
     cache_dir: Path | None = None,
     report: dict | None = None,
+    compact: bool = False,
+    strings: Iterable[str] = (),
 ) -> WordVectors:
     """Train word-level fastText (character n-grams on) on a raw corpus; cached by content.
 
@@ -350,6 +355,11 @@ def train_word_vectors(
             parameters (``threads=1`` is reproducible; more threads are not).
         cache_dir: cache root for the word-split corpus and the model; ``None``: no caching.
         report: filled with the training report (cache hit/miss, seconds, parameters …).
+        compact: keep (and cache) only the vocabulary's vectors and those of ``strings``
+            (:class:`methods._fasttext.CompactVectors`): :meth:`WordVectors.string_vectors` then
+            answers exactly those strings, and :func:`reduce_dimension` is not possible.
+        strings: with ``compact``, the strings :meth:`WordVectors.string_vectors` will be asked for
+            (surrounding whitespace stripped, as that method strips it).
 
     Returns:
         :class:`WordVectors` with n-gram vectors and corpus frequencies.
@@ -365,7 +375,8 @@ def train_word_vectors(
     if not corpus.is_file():
         raise FileNotFoundError(f"corpus for word vectors not found: {corpus}")
     kwargs = {"dim": dim, "epoch": epoch, "min_count": min_count, "model": model, "minn": minn, "maxn": maxn,
-              "neg": neg, "bucket": bucket, "seed": seed, "threads": threads}
+              "neg": neg, "bucket": bucket, "seed": seed, "threads": threads, "compact": compact,
+              "strings": [s.strip() for s in strings] if compact else ()}
     rep: dict = {} if report is None else report
     t0 = time.perf_counter()
     if cache_dir is not None:
@@ -417,6 +428,11 @@ def reduce_dimension(wv: WordVectors, dim: int) -> WordVectors:
         raise ValueError(f"cannot reduce {wv.origin} from {wv.dim} to a larger dimension {dim}")
     if dim == wv.dim:
         return wv
+    if isinstance(wv.model, _fasttext.CompactVectors):
+        raise ValueError(
+            f"cannot PCA-reduce {wv.origin}: compact fastText vectors keep no input matrix; train the vectors with "
+            "compact=False (the full model) to reduce them"
+        )
     if wv.model is not None:
         inp = wv.model.get_input_matrix()
         proj = _pca_projection(inp, dim)

@@ -11,8 +11,13 @@ The method (papers/wechsel.txt, Sec. 3; METHODS.md, "WECHSEL"):
    cosines are the same either way because the map is orthogonal.
 2. Subword embeddings ``u_x`` for every token of both tokenizers: fastText's out-of-vocabulary
    vector of the token's string with the word-start marker removed, i.e. the (mean ≙ sum, up to
-   scale) of its character n-gram vectors. Tokens whose string is empty or not valid UTF-8 on its
-   own (lone byte pieces) have no n-gram: ``u_x = 0``.
+   scale) of its character n-gram vectors. ``u_x = 0`` for a token whose string is empty, not valid
+   UTF-8 on its own (lone byte pieces), shorter than ``minn - 2`` characters (no n-gram: e.g.
+   punctuation and digits with ``minn=5``), or made of n-grams the vectors never trained; the info's
+   fallback entry counts each cause (:data:`~methods._wechsel_subwords.ZERO_VECTOR_CAUSES`).
+   Vectors trained here are cached compactly: the vocabulary's vectors and the n-gram vectors of
+   exactly these token strings (:class:`methods._fasttext.CompactVectors`), not the model's input
+   matrix — the same numbers, megabytes instead of gigabytes.
    Variant ``"tfr"`` (paper App. D, no subword information): ``u_x`` is the frequency-weighted
    mean of the vectors of all vocabulary words whose tokenization contains ``x`` (each word is
    tokenized as ``word`` and ``" " + word``, as in the reference code); frequencies are the word
@@ -110,7 +115,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from harness.protocols import InitResult, TransferInputs
+from harness.protocols import FALLBACK, InitResult, TransferInputs
 from harness.registry import register_method
 from methods import _canon, _fasttext
 from methods import _wordvectors as wv_mod
@@ -124,11 +129,13 @@ from methods._wechsel_mixture import (
     wechsel_weights,
 )
 from methods._wechsel_subwords import (
+    describe_zero_vectors,
     english_vocabulary_tokens,
     source_language_tokens,
     subword_embeddings,
     tfr_embeddings,
     token_strings,
+    zero_vector_causes,
 )
 
 logger = logging.getLogger(__name__)
@@ -209,7 +216,9 @@ class WechselConfig:
     input matrix uninitialized; see :mod:`methods._fasttext`)."""
 
     threads: int = 1
-    """fastText training threads: 1 is reproducible; more is faster but not bit-reproducible."""
+    """fastText training threads: 1 is reproducible; more is faster but not bit-reproducible (the result's
+    info then lists ``"fasttext"`` under ``nondeterministic``, which the trial record flags). Part of the
+    fastText cache key."""
 
     fasttext_seed: int | None = None
     """fastText seed; ``None`` draws it from the trial's generator (so trained vectors vary with the seed)."""
@@ -449,6 +458,12 @@ class Wechsel:
             "target_with_vector": int((has_t & ~sides.target).sum()),
             "target_zero_vectors": int((~has_t & ~sides.target).sum()),
         })
+        if cfg.variant == "subword" and core.stats["fallback_zero_vector"]:
+            zero = np.flatnonzero((core.mapping.provenance == FALLBACK) & ~sides.target)
+            sub_info["target_zero_vector_causes"] = {
+                **zero_vector_causes(tgt_tok, zero, _fasttext.subword_lengths(vec.target.model)[0]),
+                "minn": _fasttext.subword_lengths(vec.target.model)[0],
+            }
         timings["total_s"] = time.perf_counter() - t_start
         info = self._info(core.stats, vec, sub_info, cand_info, sides, timings)
         return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
@@ -469,8 +484,17 @@ class Wechsel:
         cfg = self.config
         cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
         t0 = time.perf_counter()
-        src_wv, src_info = self._word_vectors("source", inputs.source_word_vectors, inputs.source_corpus, int(seeds[0]), cache)
-        tgt_wv, tgt_info = self._word_vectors("target", inputs.target_word_vectors, inputs.target_corpus, int(seeds[1]), cache)
+        # vectors trained here are cached compactly, holding exactly the strings step 2 embeds; only a PCA
+        # reduction against a given file of another dimension needs a trained model's full input matrix
+        full = cfg.dim_mismatch == "reduce" and (inputs.source_word_vectors is not None or inputs.target_word_vectors is not None)
+        src_strings = None if full or inputs.source_word_vectors is not None else self._embedded_strings(
+            inputs.source_tokenizer, int(inputs.source_embeddings.shape[0]), specials=cfg.special_candidates)
+        tgt_strings = None if full or inputs.target_word_vectors is not None else self._embedded_strings(
+            inputs.target_tokenizer, _canon.vocab_size(inputs.target_tokenizer))
+        src_wv, src_info = self._word_vectors("source", inputs.source_word_vectors, inputs.source_corpus, int(seeds[0]), cache,
+                                              src_strings)
+        tgt_wv, tgt_info = self._word_vectors("target", inputs.target_word_vectors, inputs.target_corpus, int(seeds[1]), cache,
+                                              tgt_strings)
         timings["word_vectors_s"] = time.perf_counter() - t0
         src_wv, tgt_wv, dim_info = wv_mod.check_dimensions(src_wv, tgt_wv, mode=cfg.dim_mismatch)
         t0 = time.perf_counter()
@@ -534,9 +558,13 @@ class Wechsel:
         cfg = self.config
         fallbacks: list[dict] = []
         if st["fallback_zero_vector"]:
-            why = "zero subword vector (no character n-gram: empty or non-UTF-8 token string)" if cfg.variant == "subword" \
-                else "zero subword vector (the token occurs in no vocabulary word)"
-            fallbacks.append({"reason": why, "count": st["fallback_zero_vector"], "fallback": "random N(mean, std) of the source rows"})
+            causes = sub_info.get("target_zero_vector_causes")
+            if causes is not None:
+                why = describe_zero_vectors({k: v for k, v in causes.items() if k != "minn"}, minn=causes["minn"])
+            else:
+                why = "zero subword vector (the token occurs in no vocabulary word)"
+            fallbacks.append({"reason": why, "count": st["fallback_zero_vector"], "fallback": "random N(mean, std) of the source rows",
+                              **({"causes": causes} if causes is not None else {})})
         unmatched_ids = sides.target.copy()
         unmatched_ids[sides.pairs[:, 0]] = False
         if unmatched_ids.any():
@@ -544,7 +572,10 @@ class Wechsel:
                 "reason": "target special token with no source special of the same role", "count": int(unmatched_ids.sum()),
                 "tokens": list(sides.unmatched), "fallback": "random N(mean, std) of the source rows",
             })
+        nondeterministic = ["fasttext"] if any(
+            (vec.infos[side].get("trained") or {}).get("deterministic") is False for side in ("source", "target")) else []
         return {
+            **({"nondeterministic": nondeterministic} if nondeterministic else {}),
             "preset": preset_name(cfg),
             "variant": cfg.variant,
             "source_tokens": cfg.source_tokens if cfg.source_tokens == "all" else f"english-only ({cfg.english_tokens})",
@@ -564,8 +595,20 @@ class Wechsel:
 
     # ------------------------------------------------------------------------------------------
 
-    def _word_vectors(self, side: str, path: Any, corpus: Any, seed: int, cache: Path | None) -> tuple[wv_mod.WordVectors, dict]:
-        """Load ``path`` or train on ``corpus``; a clear error when neither is given."""
+    def _embedded_strings(self, tok: Any, n_rows: int, *, specials: bool = False) -> list[str]:
+        """The strings step 2 asks these word vectors for (``subword``: every token string, plus the specials'
+        own strings when they are candidates; ``tfr`` reads vocabulary words only)."""
+        if self.config.variant != "subword":
+            return []
+        out = token_strings(tok, n_rows)
+        if specials:
+            out += [str(tok.convert_ids_to_tokens(i)) for i in sorted(_canon.special_ids(tok)) if i < n_rows]
+        return out
+
+    def _word_vectors(self, side: str, path: Any, corpus: Any, seed: int, cache: Path | None,
+                      strings: list[str] | None) -> tuple[wv_mod.WordVectors, dict]:
+        """Load ``path`` (the full model, never rewritten) or train on ``corpus`` (kept compactly with ``strings``;
+        ``None``: the full model); a clear error when neither is given."""
         cfg = self.config
         if path is not None:
             vectors = wv_mod.load_word_vectors(path)
@@ -575,7 +618,7 @@ class Wechsel:
             vectors = wv_mod.train_word_vectors(
                 corpus, dim=cfg.dim, epoch=cfg.epochs, min_count=cfg.min_count, model=cfg.fasttext_model,
                 minn=cfg.minn, maxn=cfg.maxn, neg=cfg.neg, bucket=cfg.bucket, seed=seed, threads=cfg.threads,
-                cache_dir=cache, report=report,
+                cache_dir=cache, report=report, compact=strings is not None, strings=strings or (),
             )
             info = {"trained": report}
         else:
