@@ -172,9 +172,16 @@ def _value(record: Mapping, column: Column, language: str) -> float | None:
     return float(v) if _is_number(v) else None
 
 
+def _in_column_task(record: Mapping, column: Column) -> bool:
+    """Whether a record is of the column's task (and, for a column with a ``task_id``, of that task id)."""
+    if _get(record, "config.task.name") != column.task:
+        return False
+    return column.task_id is None or (_get(record, "config.task.id") or column.task) == column.task_id
+
+
 def _applies(record: Mapping, column: Column, language: str) -> bool:
     """Whether a (failed) record belongs to a cell: same task and target/evaluated language."""
-    if _get(record, "config.task.name") != column.task:
+    if not _in_column_task(record, column):
         return False
     return _get(record, "config.target.language") == language or language in (record.get("metrics") or {})
 
@@ -198,7 +205,7 @@ def cell_observations(
     obs: list[Observation] = []
     failed = 0
     for r in records:
-        if record_row(r, row_by) != method or _get(r, "config.task.name") != column.task:
+        if record_row(r, row_by) != method or not _in_column_task(r, column):
             continue
         if r.get("status") != "ok":
             failed += _applies(r, column, lang)

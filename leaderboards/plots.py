@@ -102,7 +102,7 @@ def plot_language_bars(
         series[row.label] = (means, stds)
     fig = Figure(figsize=(max(4.0, 1.2 * len(cols) * max(1, len(series)) / 2), 3.5))
     ax = fig.add_subplot()
-    _grouped_bars(ax, [c.language for c in cols], series)
+    _grouped_bars(ax, [c.language if c.task_id is None else f"{c.language}\n{c.task_id}" for c in cols], series)
     ax.set_ylabel(f"{m.label} {m.arrow}" + (f" (×{m.scale:g})" if m.scale != 1 else ""))
     ax.set_title(f"{table.spec.name}: {task}")
     return _save(fig, path)

@@ -89,7 +89,8 @@ def golden_spec(golden: Mapping) -> LeaderboardSpec:
     methods: list[str] = []
     for c in golden["cells"]:
         metric = MetricSpec(name=c["metric"], direction=c["direction"], source=c.get("source", "metrics"))
-        col = Column(task=c["task"], language=c["language"], metric=metric, components=tuple(c.get("components") or ()))
+        col = Column(task=c["task"], language=c["language"], metric=metric, components=tuple(c.get("components") or ()),
+                     task_id=c.get("task_id"))
         prev = cols.setdefault(col.key, col)
         if prev != col:
             raise ValueError(f"golden: inconsistent definitions of column {col.key}")
@@ -350,6 +351,7 @@ def update_golden(
                 {
                     "method": row.method,
                     "task": col.task,
+                    **({"task_id": col.task_id} if col.task_id is not None else {}),
                     "language": col.language,
                     "metric": col.metric.name,
                     "source": col.metric.source,

@@ -77,6 +77,8 @@ def _multi_task(table: Table) -> bool:
 def column_header(column: Column, with_task: bool = False) -> str:
     """Plain-text header of a column, e.g. ``"loss ↓ near"``."""
     head = f"{column.metric.label} {column.metric.arrow} {column.language}"
+    if column.task_id is not None:
+        head = f"{head} [{column.task_id}]"
     return f"{column.task} {head}" if with_task else head
 
 
@@ -219,7 +221,7 @@ def render_csv(table: Table) -> str:
                     "kind": row.kind,
                     "method": row.method,
                     "label": row.label,
-                    "task": c.task,
+                    "task": c.task if c.task_id is None else f"{c.task}[{c.task_id}]",
                     "language": c.language,
                     "metric": c.metric.name,
                     "direction": c.metric.direction,

@@ -103,6 +103,8 @@ def separation_lines(table: Table) -> list[str]:
     for s in separations(table):
         c = s.column
         where = f"{c.metric.label} {c.language}" + (f" ({c.task})" if len({x.task for x in table.columns}) > 1 else "")
+        if c.task_id is not None:
+            where += f" [{c.task_id}]"
         chance = c.metric.chance
         chance_text = f"; chance {_fmt(chance, c)}" if chance is not None else ""
         if s.best == s.baseline:

@@ -132,12 +132,16 @@ class Column:
         language: language code, or :data:`AVERAGE`.
         metric: the metric's spec.
         components: for an average column, the languages averaged (per seed); else empty.
+        task_id: only records whose task has this id (``record["config"]["task"]["id"]``): one of
+            several entries of the same task in an experiment (e.g. budgets of a learning curve);
+            ``None``: every record of the task.
     """
 
     task: str
     language: str
     metric: MetricSpec
     components: tuple[str, ...] = ()
+    task_id: str | None = None
 
     @property
     def is_average(self) -> bool:
@@ -146,8 +150,9 @@ class Column:
 
     @property
     def key(self) -> str:
-        """Stable identifier ``task/language/metric``."""
-        return f"{self.task}/{self.language}/{self.metric.name}"
+        """Stable identifier ``task/language/metric`` (``task[id]/…`` for a column of one task id)."""
+        task = self.task if self.task_id is None else f"{self.task}[{self.task_id}]"
+        return f"{task}/{self.language}/{self.metric.name}"
 
 
 @dataclass(frozen=True)
@@ -355,7 +360,7 @@ _TOP_KEYS = {
     "paper_numbers",
     "separation",
 }
-_COLUMN_KEYS = {"task", "languages", "language", "metrics", "metric", "average"}
+_COLUMN_KEYS = {"task", "id", "languages", "language", "metrics", "metric", "average"}
 _ROW_KEYS = {"method", "display"}
 
 
@@ -411,6 +416,9 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         langs = _str_list(c.get("languages", c.get("language")), origin, f"{ctx}.languages")
         names = _str_list(c.get("metrics", c.get("metric")), origin, f"{ctx}.metrics")
         average = c.get("average", False)
+        task_id = c.get("id")
+        if task_id is not None and (not isinstance(task_id, str) or not task_id):
+            raise SpecError(f"{origin}: {ctx}.id must be a task id (a non-empty string), got {task_id!r}")
         if not isinstance(average, bool):
             raise SpecError(f"{origin}: {ctx}.average must be true or false")
         if AVERAGE in langs:
@@ -420,11 +428,11 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
                 metrics[mname] = _metric(mname, {}, fmt, origin)
             m = metrics[mname]
             for lang in langs:
-                columns.append(Column(task=str(c["task"]), language=lang, metric=m))
+                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id))
             if average:
                 if len(langs) < 2:
                     raise SpecError(f"{origin}: {ctx}.average needs at least two languages")
-                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs))
+                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id))
     keys = [col.key for col in columns]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
