@@ -65,3 +65,43 @@ def test_bad_chance_is_an_error():
     data = dict(SPEC, metrics=dict(SPEC["metrics"], loss={"direction": "lower", "chance": "a third"}))
     with pytest.raises(SpecError, match="metrics.loss.chance"):
         parse_spec(data)
+
+
+def _budget_records():
+    """Two entries of one task (ids ``small`` and ``big``) in one experiment: a learning curve."""
+    from tests.test_leaderboards import make_record
+
+    out = []
+    for task_id, shift in (("small", 1.0), ("big", 0.0)):
+        for m, base in (("random", 8.0), ("overlap", 6.0)):
+            for seed in (1, 2, 3):
+                r = make_record(m, "near", seed, base + shift + 0.01 * seed)
+                r["trial_id"] += f"-{task_id}"
+                r["config"]["task"]["id"] = task_id
+                out.append(r)
+    return out
+
+
+def test_a_column_can_name_one_task_id():
+    spec = parse_spec(dict(SPEC, columns=[
+        {"task": SPEC["columns"][0]["task"], "id": "small", "languages": ["near"], "metrics": ["loss"]},
+        {"task": SPEC["columns"][0]["task"], "id": "big", "languages": ["near"], "metrics": ["loss"]},
+    ], separation={"baseline": "random"}))
+    table = aggregate(_budget_records(), spec)
+    small, big = table.columns
+    assert small.key != big.key and small.task_id == "small"
+    cells = {row.method: row.cells for row in table.rows}
+    assert cells["random"][small.key].mean == pytest.approx(9.02)
+    assert cells["random"][big.key].mean == pytest.approx(8.02)
+    assert cells["overlap"][big.key].n == 3  # the other entry's records never leak in
+    md = render_markdown(table)
+    assert "[small]" in md and "[big]" in md
+    assert sum("separation, loss near [" in line for line in separation_lines(table)) == 2
+
+
+def test_a_column_without_id_takes_every_entry_and_a_bad_id_is_an_error():
+    spec = parse_spec(dict(SPEC, columns=[{"task": SPEC["columns"][0]["task"], "languages": ["near"], "metrics": ["loss"]}]))
+    (col,) = aggregate(_budget_records(), spec).columns
+    assert aggregate(_budget_records(), spec).rows[0].cells[col.key].n == 6  # both entries: a spec must choose
+    with pytest.raises(SpecError, match=r"columns\[0\].id"):
+        parse_spec(dict(SPEC, columns=[{"task": "t", "id": 3, "languages": ["near"], "metrics": ["loss"]}]))
