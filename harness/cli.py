@@ -254,7 +254,7 @@ def cmd_init(args) -> int:
 
 def cmd_overlap(args) -> int:
     from harness import resources
-    from methods._canon import compute_overlap
+    from harness.vocab import compute_overlap
 
     rep = compute_overlap(resources.load_tokenizer(args.source), resources.load_tokenizer(args.target)).report()
     print(json.dumps(rep, indent=2))

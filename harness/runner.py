@@ -72,7 +72,7 @@ def initialize_model(
     t0 = time.perf_counter()
     tgt = target_tok
     if mode == "extend":
-        from methods._extension import extend_tokenizer
+        from harness.extension import extend_tokenizer
 
         if transfer_paths.get("target_corpus") is None:
             raise resources.ResourceError("mode=extend needs a target corpus to rank the new tokens")
@@ -114,8 +114,8 @@ def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch:
     where nothing is extended (a method that keeps the source tokenizer, ``original``) or nothing is
     kept by design (``from-scratch`` re-initializes every parameter); ``info["extension"]`` says which.
     """
-    from methods._canon import special_ids, vocab_size
-    from methods._extension import keep_original_rows
+    from harness.vocab import special_ids, vocab_size
+    from harness.extension import keep_original_rows
 
     def with_extension(**facts) -> dict:  # keeps what the method itself said about the extension
         return {**result.info, "extension": {**(result.info.get("extension") or {}), **facts}}
@@ -235,7 +235,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     ctx.encoding = encoding
     # the target, and the source language for cross-lingual settings; seed: random init of new languages
     languages = list(dict.fromkeys([spec.target.language] + ([ctx.source_language] if ctx.source_language else [])))
-    from methods.encodings._wrapper import read_pretrained  # a source pretrained with an encoding keeps it
+    from harness.language_encoding import read_pretrained  # a source pretrained with an encoding keeps it
 
     ctx.model = encoding.wrap(ctx.model, languages, seed=spec.seed, pretrained=read_pretrained(src_path))
     curves: dict = {}

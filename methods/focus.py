@@ -62,9 +62,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _canon, _fasttext
+from methods import _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, SparseRows, chunked_sparsemax_cosine
 
 logger = logging.getLogger(__name__)

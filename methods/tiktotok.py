@@ -97,7 +97,7 @@ The core, :func:`tiktotok_mapping`, works on canonical vocabulary lists and coun
 can be tested and benchmarked without tokenizers or an aligner.
 
 Example:
-    >>> from methods._canon import Canon
+    >>> from harness.vocab import Canon
     >>> src = [None, Canon(b"house", True), Canon(b"the", True)]
     >>> tgt = [None, Canon(b"haus", True), Canon(b"hau", True), Canon(b"zzz", True)]
     >>> m, info = tiktotok_mapping(tgt, src, n_source=3, word_pairs={((1,), (1,)): 12},
@@ -124,9 +124,10 @@ from typing import Any
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _align, _canon, _fasttext
+from methods import _align, _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 from methods._wordvectors import procrustes
 

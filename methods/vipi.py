@@ -30,7 +30,7 @@ The code is factored so that the core, :func:`vipi_mapping`, works on canonical 
 canonicalizes the two tokenizers and computes the overlap.
 
 Example:
-    >>> from methods._canon import Canon
+    >>> from harness.vocab import Canon
     >>> src = [None, Canon(b"un", True), Canon(b"do", False), Canon(b"undo", False)]
     >>> tgt = [None, Canon(b"undo", True)]
     >>> index = SourcePieceIndex(src)
@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _canon
 
 VARIANTS = ("all", "one-random", "match-shuffle")
 _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
@@ -369,7 +369,7 @@ def optimal_partitions(
         otherwise it is the exact average over all kept partitions.
 
     Example:
-        >>> from methods._canon import Canon
+        >>> from harness.vocab import Canon
         >>> idx = SourcePieceIndex([Canon(b"ab", True), Canon(b"a", True), Canon(b"b", False),
         ...                         Canon(b"c", False), Canon(b"bc", False)])
         >>> optimal_partitions(b"abc", True, idx).partitions  # ab+c and a+bc both have 2 pieces of max length 2
@@ -434,7 +434,7 @@ def vipi_mapping(
         The mapping and an info dict (counts, partition statistics, examples, timings).
 
     Example:
-        >>> from methods._canon import Canon
+        >>> from harness.vocab import Canon
         >>> src = [None, Canon(b"un", True), Canon(b"do", False)]
         >>> tgt = [None, Canon(b"undo", True), Canon(b"do", False)]
         >>> m, info = vipi_mapping(tgt, src, n_source=3, exact=np.array([[2, 2]]),

@@ -104,9 +104,10 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _canon, _fasttext
+from methods import _fasttext
 from methods import _wordvectors as wv_mod
 
 logger = logging.getLogger(__name__)

@@ -240,7 +240,7 @@ class Family:
         import torch
         import transformers
 
-        from methods._canon import vocab_size
+        from harness.vocab import vocab_size
 
         ids = {k: getattr(tok, f"{k}_token_id", None) for k in ("pad", "bos", "eos")}
         kwargs = {"vocab_size": vocab_size(tok), **self.config}

@@ -33,7 +33,7 @@ from harness import registry
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL
 from harness.registry import build_config
 from harness.runner import initialize_model
-from methods._canon import vocab_size
+from harness.vocab import vocab_size
 
 hf_logging.set_verbosity_error()
 

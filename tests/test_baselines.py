@@ -1,5 +1,5 @@
 """Baseline methods (random, random-mapping, overlap, mean-of-pieces, original, from-scratch,
-transinner) and vocabulary extension (``methods/_extension.py``)."""
+transinner) and vocabulary extension (``harness/extension.py``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import torch
 from _tokfixtures import TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 
 from harness import registry
+from harness.extension import extend_tokenizer, extension_candidates, keep_original_rows
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TransferInputs
 from harness.registry import get
-from methods._canon import canonical_vocab, compute_overlap, encode_canon, special_roles, vocab_size
-from methods._extension import extend_tokenizer, extension_candidates, keep_original_rows
+from harness.vocab import canonical_vocab, compute_overlap, encode_canon, special_roles, vocab_size
 
 BASELINE_MODULES = [
     "random_normal",

@@ -22,7 +22,7 @@ from test_tasks import (
 )
 
 from harness import registry
-from methods.encodings._wrapper import EncodingError, load_encoded, read_pretrained
+from harness.language_encoding import EncodingError, load_encoded, read_pretrained
 
 ENCODINGS = ("none", "additive", "attached", "xlp")
 
@@ -330,7 +330,7 @@ def test_fold_gives_a_plain_model_with_the_same_outputs(tok, tmp_path, name):
 
 
 def test_new_language_initialization_options(tok):
-    from methods.encodings._wrapper import init_table
+    from harness.language_encoding import init_table
 
     existing = {"src": torch.full((4,), 2.0), "near": torch.full((4,), 4.0)}
     t, info = init_table("additive", ["src", "near", "far"], 4, "mean", existing=existing)

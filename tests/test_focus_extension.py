@@ -14,9 +14,10 @@ import numpy as np
 import pytest
 import torch
 
+from harness import vocab as _canon
+from harness.extension import extend_tokenizer
 from harness.protocols import COMBINED, COPIED, SPECIAL, TransferInputs
-from methods import _canon, _fasttext
-from methods._extension import extend_tokenizer
+from methods import _fasttext
 from methods.focus import Focus, FocusConfig, focus_mapping
 from tests.test_focus import SOURCE_LINES, TARGET_LINES, TINY_AUX, _unigram
 

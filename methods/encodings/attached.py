@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness import language_encoding as _wrapper
 from harness.registry import register_encoding
-from methods.encodings import _wrapper
 
 
 @dataclass(frozen=True)
