@@ -465,9 +465,11 @@ def record_curves(record: dict) -> dict[str, list[tuple[int, float]]]:
 
 
 def record_digest(record: dict) -> str:
-    """SHA-256 of the record's canonical JSON (what decides whether a mirror is up to date)."""
-    blob = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+    """SHA-256 of the record's canonical JSON (:func:`harness.cache.content_hash`; what decides
+    whether a mirror is up to date). Records may hold NaN metrics, so non-finite numbers are allowed."""
+    from harness.cache import content_hash
+
+    return content_hash(record, allow_nan=True)
 
 
 def _get(record: dict, *path: str) -> Any:
