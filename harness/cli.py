@@ -105,7 +105,7 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from harness.config import load_experiment
     from harness.executors import make_executor
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
 
     cfg = load_experiment(args.experiment, args.overrides)
     runs_dir = Path(args.runs_dir)
@@ -202,7 +202,7 @@ def cmd_init(args) -> int:
 
     from harness import registry, resources
     from harness.registry import build_config
-    from harness.runner import initialize_model, write_init_info
+    from harness.initialize import initialize_model, write_init_info
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
@@ -279,7 +279,7 @@ def cmd_world(args) -> int:
 
 def cmd_quickstart(args) -> int:
     from harness.config import load_experiment
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
     from harness.tracking import ui_command
 
     con = _console()

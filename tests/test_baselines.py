@@ -416,16 +416,16 @@ def test_extension_keeps_every_original_row_bit_exactly(name, extension_source):
     """
     from _tokfixtures import FAST_METHOD_CONFIG
 
+    from harness.initialize import InitRequest, initialize
     from harness.registry import build_config
-    from harness.runner import initialize_model
 
     src = extension_source
     entry = get("method", name)
     cfg = build_config(entry.config_cls, FAST_METHOD_CONFIG.get(name, {}))
-    init = initialize_model(
-        source_model=str(src["dir"]), source_tokenizer=None, target_tok=unigram(TARGET_TEXT), method_name=name,
-        method_config=cfg, seed=1, model_kind="mlm", transfer_paths=src["paths"], mode="extend", extend_top_n=20,
-    )
+    init = initialize(InitRequest(
+        source_model=str(src["dir"]), target_tokenizer=unigram(TARGET_TEXT), method=name, method_config=cfg,
+        seed=1, model_kind="mlm", resources=src["paths"], mode="extend", extend_top_n=20,
+    ))
     n_old = vocab_size(src["tok"])
     model, source = init.model, src["model"]
     if name == "from-scratch":  # by design nothing pretrained survives, old rows included

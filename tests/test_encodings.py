@@ -471,7 +471,7 @@ seeds: [1]
 def test_world_run_of_each_encoding_on_xnli_and_iwslt(tmp_path, tiny_source, tiny_pretrain_overrides):
     from harness import records
     from harness.config import load_experiment
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
 
     path = tmp_path / "enc.yaml"
     path.write_text(_WORLD_EXPERIMENT.format(pretrain=json.dumps(tiny_pretrain_overrides)), encoding="utf-8")

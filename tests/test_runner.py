@@ -12,7 +12,8 @@ import yaml
 
 from harness import records
 from harness.config import load_experiment, parse_experiment
-from harness.runner import execute, run_experiment
+from harness.experiment import run_experiment
+from harness.runner import execute
 
 
 def _experiment(tmp_path, tiny_pretrain_overrides, methods=("random", "overlap"), seeds=(1, 2), name="exp"):
