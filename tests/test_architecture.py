@@ -236,3 +236,11 @@ def test_built_ins_come_from_the_entry_points_pyproject_declares():
         )
         for value in eps.values():
             assert value in MODULES and value.split(".")[0] in ("methods", "tasks"), value
+
+
+def test_an_install_without_the_entry_points_is_one_clear_error(monkeypatch):
+    registry.load_builtins()
+    monkeypatch.setitem(registry._loaded, "entry_points", False)
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda group=None: [])
+    with pytest.raises(registry.PluginError, match=r"declares none of the entry-point groups .*pip install -e \."):
+        registry.load_builtins()
