@@ -26,11 +26,18 @@ softmax) and the target rows it produces:
 
 Outputs are compared on non-fallback rows (combined + special): max absolute difference of the
 target embedding rows. FALLBACK rows are random in every implementation and are excluded.
-The synthetic vectors have no exact duplicates, so no method has to break a tie.
+With ``--inputs clustered`` (default) the synthetic vectors have no exact duplicates, so no method has
+to break a tie. ``--inputs concentrated`` puts every vector near one common direction (best neighbour
+~0.968, 10th ~0.965, as with word fastText models trained on a few MB, where a bf16 screen's error
+margin keeps half of every row) and gives 30% of the source tokens another token's vector (``▁x`` and
+``x``): the inputs on which an exact search must not blow up. Exact ties at the k-th place then make
+some rows differ from the reference's (it breaks ties by ``argpartition``'s order, tokxfer by the lower
+id); ``tokxfer stats`` shows the screens used and the candidates rescored per row.
 
 Run (quick, ~1 min)::
 
     .venv/bin/python benchmarks/bench_wechsel.py --scale 0.1
+    .venv/bin/python benchmarks/bench_wechsel.py --scale 0.1 --inputs concentrated
 
 Full XLM-R scale (several minutes, ~5 GB for the reference; the machine is shared, run it rarely)::
 
@@ -108,16 +115,21 @@ class SyntheticWechselInputs:
         u_source: float32 ``n_source x 300`` source subword vectors (zero rows: no n-gram).
         u_target: float32 ``n_target x 300`` aligned target subword vectors (zero rows: FALLBACK).
         specials: ``(5, 2)`` ``[target, source]`` pairs (ids 0..4 on both sides, same strings).
+        kind: the :data:`INPUT_KINDS` entry the vectors were made as.
+        twins: source tokens made to share another token's vector (before zero rows are drawn).
     """
 
     source_embeddings: np.ndarray
     u_source: np.ndarray
     u_target: np.ndarray
     specials: np.ndarray
+    kind: str = "clustered"
+    twins: int = 0
 
     def describe(self) -> dict:
         """Sizes, for printing and for the bench record."""
         return {
+            "kind": self.kind, "source_twins": self.twins,
             "n_source": int(len(self.u_source)), "n_target": int(len(self.u_target)),
             "dim": int(self.source_embeddings.shape[1]), "subword_dim": int(self.u_source.shape[1]),
             "source_zero_vectors": int((~self.u_source.any(axis=1)).sum()),
@@ -126,16 +138,56 @@ class SyntheticWechselInputs:
         }
 
 
-def make_inputs(scale: float = 1.0, seed: int = 0) -> SyntheticWechselInputs:
+INPUT_KINDS = ("clustered", "concentrated")
+"""Subword vectors of :func:`make_inputs`: well-separated clusters, or concentrated cosines with duplicates."""
+
+CONCENTRATED_CLUSTER_VAR = 0.0214
+CONCENTRATED_NOISE_VAR = 0.0426
+"""``concentrated``: variances (relative to a unit common direction) of the cluster and token components;
+they put a random pair at cosine ~0.94, the best neighbour at ~0.968 and the 10th at ~0.965 (the
+ranges measured on word fastText models trained on a few MB: 0.945-0.978 and 0.938-0.976)."""
+
+DUPLICATE_FRACTION = 0.3
+"""``concentrated``: share of source tokens whose subword vector is another token's (``▁x`` and ``x``)."""
+
+
+def _concentrated_vectors(rng: np.random.Generator, n_source: int, n_target: int) -> tuple[np.ndarray, np.ndarray]:
+    """Subword vectors around one common direction (see :data:`CONCENTRATED_CLUSTER_VAR`), source twins included."""
+    common = rng.standard_normal(SUBWORD_DIM, dtype=np.float32)
+    common /= np.linalg.norm(common)
+    n_clusters = max(n_target // TOKENS_PER_CLUSTER, 1)
+    centers = rng.standard_normal((n_clusters, SUBWORD_DIM), dtype=np.float32) / np.float32(np.sqrt(SUBWORD_DIM))
+    scale_c, scale_n = np.float32(np.sqrt(CONCENTRATED_CLUSTER_VAR)), np.float32(np.sqrt(CONCENTRATED_NOISE_VAR / SUBWORD_DIM))
+
+    def vectors(n: int) -> np.ndarray:
+        u = rng.standard_normal((n, SUBWORD_DIM), dtype=np.float32)
+        u *= scale_n
+        u += scale_c * centers[rng.integers(0, n_clusters, size=n)]
+        u += common
+        return u
+
+    u_s, u_t = vectors(n_source), vectors(n_target)
+    twins = rng.permutation(np.arange(len(SPECIALS), n_source))[: int(DUPLICATE_FRACTION * n_source)]
+    u_s[twins] = u_s[rng.integers(len(SPECIALS), n_source, size=len(twins))]
+    return u_s, u_t
+
+
+def make_inputs(scale: float = 1.0, seed: int = 0, kind: str = "clustered") -> SyntheticWechselInputs:
     """Deterministic synthetic WECHSEL inputs (float32 throughout, no float64 temporaries).
 
-    Subword vectors have cluster structure (tokens of one "topic" share a center; cosine ~0.5
-    within a cluster), so each target token has a few dozen close source tokens, as with real
-    aligned fastText vectors, rather than the near-uniform cosines of isotropic noise.
+    ``clustered``: subword vectors have cluster structure (tokens of one "topic" share a center;
+    cosine ~0.5 within a cluster), so each target token has a few dozen close source tokens, as
+    with real aligned fastText vectors, rather than the near-uniform cosines of isotropic noise;
+    no two vectors are equal. ``concentrated``: every vector is close to one common direction,
+    as with word fastText models trained on a few MB (best neighbour ~0.968, 10th ~0.965, a
+    random pair ~0.94: a bf16 screen's error margin keeps about half of every row), and 30% of
+    the source tokens share their vector with another one (``▁x`` and ``x``), so exact ties at
+    the k-th place occur; there the reference and tokxfer may pick different twins.
 
     Args:
         scale: multiplies both vocabulary sizes (dimensions stay 768 and 300).
         seed: generator seed.
+        kind: one of :data:`INPUT_KINDS`.
 
     Returns:
         :class:`SyntheticWechselInputs`.
@@ -147,24 +199,30 @@ def make_inputs(scale: float = 1.0, seed: int = 0) -> SyntheticWechselInputs:
     """
     if scale <= 0:
         raise ValueError(f"scale must be > 0, got {scale}")
+    if kind not in INPUT_KINDS:
+        raise ValueError(f"kind must be one of {INPUT_KINDS}, got {kind!r}")
     rng = np.random.default_rng(seed)
     n_source = max(int(round(XLMR_SOURCE_VOCAB * scale)), 64)
     n_target = max(int(round(TARGET_VOCAB * scale)), 32)
     source = rng.standard_normal((n_source, XLMR_DIM), dtype=np.float32)
     source *= np.float32(0.05)
-    n_clusters = max(n_target // TOKENS_PER_CLUSTER, 1)
-    centers = rng.standard_normal((n_clusters, SUBWORD_DIM), dtype=np.float32)
-    u_s = rng.standard_normal((n_source, SUBWORD_DIM), dtype=np.float32)
-    u_s += centers[rng.integers(0, n_clusters, size=n_source)]
-    u_t = rng.standard_normal((n_target, SUBWORD_DIM), dtype=np.float32)
-    u_t += centers[rng.integers(0, n_clusters, size=n_target)]
+    if kind == "concentrated":
+        u_s, u_t = _concentrated_vectors(rng, n_source, n_target)
+    else:
+        n_clusters = max(n_target // TOKENS_PER_CLUSTER, 1)
+        centers = rng.standard_normal((n_clusters, SUBWORD_DIM), dtype=np.float32)
+        u_s = rng.standard_normal((n_source, SUBWORD_DIM), dtype=np.float32)
+        u_s += centers[rng.integers(0, n_clusters, size=n_source)]
+        u_t = rng.standard_normal((n_target, SUBWORD_DIM), dtype=np.float32)
+        u_t += centers[rng.integers(0, n_clusters, size=n_target)]
     u_s[rng.random(n_source) < SOURCE_ZERO_FRACTION] = 0.0
     u_t[rng.random(n_target) < TARGET_ZERO_FRACTION] = 0.0
     ns = len(SPECIALS)
     u_s[:ns] = 0.0  # specials: no vector, copied by role (tokxfer) / by string (reference)
     u_t[:ns] = 0.0
     specials = np.stack([np.arange(ns), np.arange(ns)], axis=1).astype(np.int64)
-    return SyntheticWechselInputs(source, u_s, u_t, specials)
+    twins = int(DUPLICATE_FRACTION * n_source) if kind == "concentrated" else 0
+    return SyntheticWechselInputs(source, u_s, u_t, specials, kind, twins)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -285,7 +343,7 @@ def worker(args) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    x = make_inputs(args.scale, args.seed)
+    x = make_inputs(args.scale, args.seed, args.inputs)
     rss_inputs, peak_inputs = _rss_bytes(), _peak_rss_bytes()
     if args.worker == "tokxfer":
         rows, prov, stats = _run_tokxfer(x, args)
@@ -620,7 +678,7 @@ def _spawn(method: str, args, tmp: Path) -> dict:
     out = tmp / f"{method}.npz"
     cmd = [
         sys.executable, str(Path(__file__).resolve()), "--worker", method, "--scale", str(args.scale), "--seed", str(args.seed),
-        "--k", str(args.k), "--tau", str(args.tau), "--chunk-rows", str(args.chunk_rows), "--screen", args.screen,
+        "--inputs", args.inputs, "--k", str(args.k), "--tau", str(args.tau), "--chunk-rows", str(args.chunk_rows), "--screen", args.screen,
         "--threads", str(args.threads), "--out", str(out),
     ]
     env = dict(os.environ)
@@ -664,7 +722,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--k", type=int, default=10, help="neighbours (paper: 10)")
     p.add_argument("--tau", type=float, default=0.1, help="temperature (paper: 0.1)")
     p.add_argument("--chunk-rows", type=int, default=512, help="target rows scored at once (tokxfer)")
-    p.add_argument("--screen", choices=("auto", "bf16", "fp32"), default="auto", help="first-pass precision (tokxfer)")
+    p.add_argument("--inputs", choices=INPUT_KINDS, default="clustered",
+                   help="synthetic subword vectors: well-separated clusters, or concentrated cosines with duplicate vectors")
+    p.add_argument("--screen", choices=("auto", "bf16", "fp32", "fp64"), default="auto", help="screening precision (tokxfer)")
     p.add_argument("--threads", type=int, default=1, help="torch/BLAS threads for every method (1: fair, kind to a shared machine)")
     p.add_argument("--json", type=Path, default=None, help="also write the results here")
     p.add_argument("--end-to-end", action="store_true",
@@ -706,7 +766,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-wechsel-") as tmp:
         for m in methods:
-            print(f"running {m} (scale {args.scale}) ...", flush=True)
+            print(f"running {m} (scale {args.scale}, {args.inputs} inputs) ...", flush=True)
             results[m] = _spawn(m, args, Path(tmp))
             if "error" in results[m]:
                 print(f"  {m} failed: {results[m]['error']}", flush=True)
@@ -745,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     if "tokxfer" in results and "stats" in results["tokxfer"]:
         print("tokxfer stats:", json.dumps(results["tokxfer"]["stats"]))
     record = {
-        "bench": "wechsel", "scale": args.scale, "seed": args.seed, "k": args.k, "tau": args.tau, "chunk_rows": args.chunk_rows,
+        "bench": "wechsel", "inputs": args.inputs, "scale": args.scale, "seed": args.seed, "k": args.k, "tau": args.tau, "chunk_rows": args.chunk_rows,
         "screen": args.screen, "threads": args.threads, "results": results, "comparisons": comparisons,
         "environment": environment(),
     }

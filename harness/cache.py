@@ -35,7 +35,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_root", "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE"]
+__all__ = ["cache_root", "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
+           "list_entries", "remove_entries", "parse_age"]
 
 KEY_FILE = "tokxfer_cache_key.json"
 """Name of the file, inside every cache entry, that records the (canonicalized) key it was built from."""
@@ -50,16 +51,25 @@ _FILE_HASH_MEMO: dict[tuple[str, int, int, int], str] = {}
 
 
 def cache_root() -> Path:
-    """The root of tokxfer's cache: ``$TOKXFER_CACHE`` if set and non-empty, else ``~/.cache/tokxfer``.
+    """The root of tokxfer's cache.
 
-    Read on every call (never cached), so tests can monkeypatch the environment variable.
+    In order: ``$TOKXFER_CACHE`` if set and non-empty; else ``$XDG_CACHE_HOME/tokxfer`` if
+    ``XDG_CACHE_HOME`` is set to an absolute path (the XDG base-directory specification says a
+    relative value is to be ignored); else ``~/.cache/tokxfer``.
+
+    Read on every call (never cached), so tests can monkeypatch the environment variables.
 
     Example:
         >>> cache_root().is_absolute()
         True
     """
     env = os.environ.get("TOKXFER_CACHE")
-    return Path(env).expanduser() if env else Path("~/.cache/tokxfer").expanduser()
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "tokxfer"
+    return Path("~/.cache/tokxfer").expanduser()
 
 
 def file_hash(path: Path) -> str:
@@ -239,3 +249,130 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return target
+
+
+# --------------------------------------------------------------------------------------------
+# Listing and pruning (``tokxfer cache ls | prune``)
+
+_KIND_NOTES = {
+    "tokenizers": "trained tokenizer",
+    "sources": "pretrained built-in source model",
+    "world": "generated built-in world",
+    "inits": "a trial's method output (mapping + info)",
+    "alignments": "Tik-to-Tok word alignment",
+    "wordvectors": "word-level fastText vectors",
+    "wechsel": "word-tokenized corpus (WECHSEL's fastText input)",
+    "inputs": "converted `tokxfer init` input (TSV parallel corpus as JSON lines, swapped dictionary)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CacheEntry:
+    """One entry of the cache: a file or directory directly under ``<root>/<kind>/``.
+
+    Attributes:
+        kind: the subdirectory it lives in (``tokenizers``, ``fasttext``, ``inits`` …).
+        path: its absolute path.
+        bytes: disk space it takes (allocated blocks, so sparse files count what they use).
+        mtime: when it was built (modification time of the entry itself, seconds since the epoch).
+        what: a short description (``fastText model``, ``pre-tokenized corpus`` …).
+        partial: a temporary entry (name starting with ``.``): a build in progress, or one a crash left.
+    """
+
+    kind: str
+    path: Path
+    bytes: int
+    mtime: float
+    what: str
+    partial: bool
+
+
+def _disk_bytes(path: Path) -> int:
+    def usage(st: os.stat_result) -> int:
+        blocks = getattr(st, "st_blocks", None)
+        return blocks * 512 if blocks is not None else st.st_size
+
+    st = path.lstat()
+    if not path.is_dir() or path.is_symlink():
+        return usage(st)
+    total = usage(st)
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in dirnames + filenames:
+            try:
+                total += usage(os.lstat(os.path.join(dirpath, name)))
+            except FileNotFoundError:  # removed while we walked
+                pass
+    return total
+
+
+def _what(kind: str, path: Path) -> str:
+    if kind == "fasttext":
+        if path.name.startswith("pretok-"):
+            return "pre-tokenized corpus"
+        if path.name.endswith(".vectors.npz"):  # methods._fasttext.COMPACT_SUFFIX
+            return "fastText vectors (compact)"
+        return "fastText model" if path.suffix == ".bin" else "fastText file"
+    return _KIND_NOTES.get(kind, kind)
+
+
+def list_entries(root: Path | None = None) -> list[CacheEntry]:
+    """Every entry of the cache, sorted by kind and then oldest first.
+
+    Args:
+        root: the cache root; :func:`cache_root` if None.
+
+    Returns:
+        One :class:`CacheEntry` per file or directory under ``<root>/<kind>/`` (a missing root: none).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> _ = cached_dir("demo", {"k": 1}, lambda d: (d / "x.txt").write_text("x"), root=root)
+        >>> [(e.kind, e.partial) for e in list_entries(root)]
+        [('demo', False)]
+    """
+    root = Path(root if root is not None else cache_root()).expanduser()
+    if not root.is_dir():
+        return []
+    out: list[CacheEntry] = []
+    for kind_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+        for p in kind_dir.iterdir():
+            try:
+                out.append(CacheEntry(kind_dir.name, p.resolve(), _disk_bytes(p), p.lstat().st_mtime,
+                                      _what(kind_dir.name, p), p.name.startswith(".")))
+            except FileNotFoundError:  # removed meanwhile (a concurrent build renamed its temp entry)
+                continue
+    return sorted(out, key=lambda e: (e.kind, e.mtime, e.path.name))
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_age(text: str) -> float:
+    """Seconds in an age such as ``30d``, ``12h``, ``90m``, ``2w`` or ``45s``.
+
+    Raises:
+        ValueError: for anything else (naming the text and the accepted form).
+
+    Example:
+        >>> parse_age("2d"), parse_age("90m")
+        (172800.0, 5400.0)
+    """
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", str(text))
+    if not m:
+        raise ValueError(f"--older-than {text!r}: expected a number and a unit s, m, h, d or w, e.g. 30d or 12h")
+    return float(m.group(1)) * _AGE_UNITS[m.group(2)]
+
+
+def remove_entries(entries: list[CacheEntry]) -> int:
+    """Delete the given entries; returns the bytes freed (entries already gone count 0)."""
+    freed = 0
+    for e in entries:
+        if not e.path.exists() and not e.path.is_symlink():
+            continue
+        if e.path.is_dir() and not e.path.is_symlink():
+            shutil.rmtree(e.path, ignore_errors=True)
+        else:
+            e.path.unlink(missing_ok=True)
+        freed += e.bytes
+    return freed

@@ -1,4 +1,4 @@
-"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | overlap | world | quickstart | sync."""
+"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | tokenizer | cache | overlap | world | quickstart | sync."""
 
 from __future__ import annotations
 
@@ -198,58 +198,21 @@ def cmd_sync(args) -> int:
 
 
 def cmd_init(args) -> int:
-    import yaml
+    from harness.init_cmd import run
 
-    from harness import registry, resources
-    from harness.registry import build_config
-    from harness.initialize import initialize_model, write_init_info
+    return run(args)
 
-    out = Path(args.out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
-        raise FileExistsError(
-            f"--out {out}: {'exists and is not a directory' if not out.is_dir() else 'is not empty'}; "
-            f"choose a new directory or pass --overwrite"
-        )
-    try:
-        entry = registry.get("method", args.method)
-    except registry.RegistryError as e:
-        raise registry.RegistryError(f"--method: {e}") from None
-    cfg_values = {}
-    for item in args.config or []:
-        k, eq, v = item.partition("=")
-        if not eq or not k.strip():
-            raise ValueError(f"--config {item!r}: expected KEY=VALUE")
-        try:
-            cfg_values[k.strip()] = yaml.safe_load(v)
-        except yaml.YAMLError as e:
-            raise ValueError(f"--config {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
-    cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
-    tgt = resources.load_tokenizer(args.target_tokenizer)
-    paths = {
-        "target_corpus": resources.check_corpus(Path(args.target_corpus)) if args.target_corpus else None,
-        "source_corpus": Path(args.source_corpus) if args.source_corpus else None,
-        "parallel_corpus": Path(args.parallel_corpus) if args.parallel_corpus else None,
-        "dictionary": Path(args.dictionary) if args.dictionary else None,
-        "source_word_vectors": None, "target_word_vectors": None,
-    }
-    for k, v in paths.items():
-        if v is not None and not v.is_file():
-            raise resources.ResourceError(f"--{k.replace('_', '-')}: file not found: {v}")
-    init = initialize_model(
-        source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
-        method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=paths, mode=args.mode,
-        extend_top_n=args.extend_top_n, bias=args.bias,
-    )
-    out.mkdir(parents=True, exist_ok=True)
-    init.model.save_pretrained(out)
-    init.tokenizer.save_pretrained(out)
-    import dataclasses
 
-    write_init_info(out / "init_info.json", init, {"method": args.method, "config": dataclasses.asdict(cfg),
-                                                   "seed": args.seed, "source": args.source})
-    c = init.result.mapping.counts()
-    print(f"wrote {out}: {init.result.mapping.n_target} tokens — " + ", ".join(f"{k} {v}" for k, v in c.items()))
-    return 0
+def cmd_tokenizer(args) -> int:
+    from harness.tool_cmds import train_tokenizer_command
+
+    return train_tokenizer_command(args)
+
+
+def cmd_cache(args) -> int:
+    from harness.tool_cmds import cache_command
+
+    return cache_command(args)
 
 
 def cmd_overlap(args) -> int:
@@ -264,16 +227,26 @@ def cmd_overlap(args) -> int:
 def cmd_world(args) -> int:
     from harness.world import build_world
 
+    if args.action != "pretrain" and (args.encoding is not None or args.languages is not None):
+        raise ValueError("world build: --encoding and --languages apply to 'world pretrain' only")
+    if args.languages is not None and args.encoding is None:
+        raise ValueError("world pretrain: --languages needs --encoding (the multilingual sources are per encoding)")
     t0 = time.perf_counter()
     path = build_world(size=args.size, seed=args.seed)
     print(f"world ({args.size}, seed {args.seed}) at {path} [{time.perf_counter() - t0:.1f}s]")
     if args.action == "pretrain":
-        from harness.world.pretrain import PretrainConfig, pretrained_source
+        from harness.world.pretrain import PretrainConfig, multilingual_config, pretrained_source
 
         for kind in args.kind:
             t0 = time.perf_counter()
-            p = pretrained_source(path, kind=kind, config=PretrainConfig(kind=kind), progress=True)
-            print(f"{kind} source model at {p} [{time.perf_counter() - t0:.1f}s]")
+            if args.encoding is None:
+                config = PretrainConfig(kind=kind)
+                what = f"{kind} source model"
+            else:  # the XLP settings' multilingual source (same config as 'pretrain: {encoding: trial, ...}')
+                config = multilingual_config(path, kind, args.encoding, args.languages)
+                what = f"{kind} source model (source language + {', '.join(config.extra_languages)}; encoding {args.encoding})"
+            p = pretrained_source(path, kind=kind, config=config, progress=True)
+            print(f"{what} at {p} [{time.perf_counter() - t0:.1f}s]")
     return 0
 
 
@@ -396,24 +369,19 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_sync)
 
     sp = sub.add_parser("init", help="initialize a model for a new tokenizer and save it (HF directory)")
-    sp.add_argument("--method", required=True)
-    sp.add_argument("--source", required=True, help="source model directory or hub id")
-    sp.add_argument("--source-tokenizer", default=None)
-    sp.add_argument("--target-tokenizer", required=True)
-    sp.add_argument("--target-corpus", default=None)
-    sp.add_argument("--source-corpus", default=None)
-    sp.add_argument("--parallel-corpus", default=None)
-    sp.add_argument("--dictionary", default=None)
-    sp.add_argument("--seed", type=int, default=1)
-    sp.add_argument("--kind", default="mlm", choices=["mlm", "clm"])
-    sp.add_argument("--mode", default="replace", choices=["replace", "extend"])
-    sp.add_argument("--extend-top-n", type=int, default=30000)
-    sp.add_argument("--bias", default="map", choices=["map", "zero", "keep"])
-    sp.add_argument("--config", nargs="*", help="method config key=value")
-    sp.add_argument("--plugin", action="append")
-    sp.add_argument("--out", required=True, help="output directory (new or empty, unless --overwrite)")
-    sp.add_argument("--overwrite", action="store_true", help="write into a non-empty --out directory")
+    from harness.init_cmd import add_arguments
+    from harness.tool_cmds import add_cache_arguments, add_tokenizer_arguments
+
+    add_arguments(sp)
     sp.set_defaults(fn=cmd_init)
+
+    sp = sub.add_parser("tokenizer", help="train a target tokenizer like the source model's (`tokenizer train`)")
+    add_tokenizer_arguments(sp)
+    sp.set_defaults(fn=cmd_tokenizer)
+
+    sp = sub.add_parser("cache", help="list or prune tokxfer's cache (`cache ls`, `cache prune`)")
+    add_cache_arguments(sp)
+    sp.set_defaults(fn=cmd_cache)
 
     sp = sub.add_parser("overlap", help="overlap report (exact and fuzzy) of two tokenizers")
     sp.add_argument("source")
@@ -425,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--size", default="small", choices=["tiny", "small"])
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--kind", nargs="+", default=["mlm"], choices=["mlm", "clm"])
+    sp.add_argument("--encoding", default=None, metavar="ENCODING",
+                    help="pretrain a multilingual source (src + the world's targets) with this language encoding "
+                         "(none|additive|attached|xlp; cached per encoding); default: the plain src-only source")
+    sp.add_argument("--languages", nargs="+", default=None, metavar="LANG",
+                    help="with --encoding: the target languages pretrained beside src (default: all of the world's)")
     sp.set_defaults(fn=cmd_world)
 
     sp = sub.add_parser("quickstart", help="world + source + every method on mlm-at-init + leaderboard")
@@ -504,6 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         args.overrides = [*args.overrides, *extra]
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.argv = argv  # the command as given, for provenance (init_info.json)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     try:

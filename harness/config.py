@@ -421,7 +421,31 @@ def _components(kind: str, items: Any, where: str, *, required: bool = False) ->
         if cid in seen:
             raise ConfigError(f"{where}.{i}: duplicate id {cid!r}; give each entry a distinct 'id'")
         seen.add(cid)
-        out.append(ComponentSpec(cid, entry.name, _jsonable(dataclasses.asdict(cfg))))
+        out.append(ComponentSpec(cid, entry.name, _jsonable(resolved_fields(cfg))))
+    return out
+
+
+def resolved_fields(cfg: Any) -> dict[str, Any]:
+    """A component config as the dict stored in the resolved trial config (and hashed into its id).
+
+    Fields a config class lists in ``NEW_FIELDS_OMITTED_WHEN_NONE`` (a class attribute) are left out
+    while they are ``None``: options added after records exist, so every existing experiment keeps
+    its trial ids (and resumes) as long as it does not use them.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class C:
+        ...     NEW_FIELDS_OMITTED_WHEN_NONE = ("extra",)
+        ...     lr: float = 1e-3
+        ...     extra: int | None = None
+        >>> resolved_fields(C()), resolved_fields(C(extra=2))
+        ({'lr': 0.001}, {'lr': 0.001, 'extra': 2})
+    """
+    out = dataclasses.asdict(cfg)
+    for name in getattr(type(cfg), "NEW_FIELDS_OMITTED_WHEN_NONE", ()):
+        if out.get(name, 0) is None:
+            del out[name]
     return out
 
 

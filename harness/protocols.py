@@ -199,6 +199,13 @@ class EmbeddingInitializer(Protocol):
 
     The registry constructs it as ``cls(config)``; ``initialize`` must draw every random number
     from ``rng`` (never the global RNGs).
+
+    Optional hook: ``preflight(paths, source_tokenizer, target_tokenizer, *, n_source, mode, notes)``
+    runs checks that need the method's own knowledge before the long work (``tokxfer init`` calls
+    it when the method defines it). ``paths`` maps the :class:`TransferInputs` resource fields to
+    local files or ``None``; ``notes`` has ``note(msg)`` and ``warn(msg)``. It returns a dict of
+    findings, stored under ``checks`` in ``init_info.json``. It never changes what ``initialize``
+    computes.
     """
 
     def __init__(self, config: Any) -> None: ...

@@ -55,8 +55,13 @@ def model_kind_of(name: str) -> str | None:
     return None
 
 
-def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: bool = True) -> str:
-    """Resolve ``source.model`` to a local directory (pretraining world models) or a hub id."""
+def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: bool = True,
+                     encoding: str | None = None) -> str:  # fmt: skip
+    """Resolve ``source.model`` to a local directory (pretraining world models) or a hub id.
+
+    ``source.pretrain.encoding: trial`` pretrains the world model with the trial's ``encoding``
+    (one cached source per encoding of the grid, as the XLP settings need).
+    """
     kind = model_kind_of(source.model)
     if kind is None:
         if not Path(source.model).exists() and "/" not in source.model and os.environ.get("HF_HUB_OFFLINE") == "1":
@@ -67,8 +72,23 @@ def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: b
     from harness.registry import build_config
     from harness.world.pretrain import PretrainConfig, pretrained_source
 
-    cfg = build_config(PretrainConfig, {"kind": kind, **source.pretrain}, where="source.pretrain")
+    pretrain = dict(source.pretrain)
+    if pretrain.get("encoding") == "trial":
+        if encoding is None:
+            raise ResourceError("source.pretrain.encoding: 'trial' follows the trial's encoding, and none was given")
+        pretrain["encoding"] = encoding
+    cfg = build_config(PretrainConfig, {"kind": kind, **pretrain}, where="source.pretrain")
     return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress))
+
+
+def check_model_dir(path: str) -> None:
+    """Raise when a local model path is not a model directory or holds no weights (a hub id passes)."""
+    p = Path(path)
+    if p.exists():
+        if not (p / "config.json").is_file():
+            raise ResourceError(f"{p}: not a model directory (no config.json)")
+        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
+            raise ResourceError(f"{p}: model directory has no weights (*.safetensors or *.bin), so no embeddings to transfer")
 
 
 def load_source_model(path: str, kind: str):
@@ -77,12 +97,7 @@ def load_source_model(path: str, kind: str):
 
     cls = {"mlm": transformers.AutoModelForMaskedLM, "clm": transformers.AutoModelForCausalLM,
            "seq2seq": transformers.AutoModelForSeq2SeqLM}[kind]
-    p = Path(path)
-    if p.exists():
-        if not (p / "config.json").is_file():
-            raise ResourceError(f"{p}: not a model directory (no config.json)")
-        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
-            raise ResourceError(f"{p}: model directory has no weights (*.safetensors or *.bin), so no embeddings to transfer")
+    check_model_dir(path)
     try:
         return cls.from_pretrained(path)
     except OSError as e:

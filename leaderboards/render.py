@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from leaderboards.aggregate import FLAGS, NONDETERMINISTIC_PREFIX, Cell, Row, Table, best_methods
+from leaderboards.separation import separation_lines
 from leaderboards.spec import Column, MetricSpec
 
 __all__ = [
@@ -109,7 +110,7 @@ def _summary_lines(table: Table) -> list[str]:
         lines.append(
             f"paper rows: numbers reported in {pn.citation}{' — ' + pn.note if pn.note else ''}; not measured here."
         )
-    return lines + list(table.notes)
+    return lines + separation_lines(table) + list(table.notes)
 
 
 # --------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ Example spec::
     row_by: method                 # or method+encoding (the methods x encodings cross) or encoding
     where: {encoding.name: none}   # optional filter on the resolved config (dotted paths)
     paper_numbers: []              # paths relative to this file, e.g. ../paper_numbers/focus.yaml
+    separation: {baseline: random, threshold: 3}   # optional: does the best row beat it by 3 pooled stds?
 
 Unknown keys anywhere are errors naming the key and the file.
 """
@@ -32,6 +33,7 @@ Unknown keys anywhere are errors naming the key and the file.
 from __future__ import annotations
 
 import difflib
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -97,6 +99,9 @@ class MetricSpec:
     scale: float = 1.0
     display: str = ""
     key: str = ""
+    chance: float | None = None
+    """The metric's chance level in record units (e.g. 1/3 for 3-way accuracy), shown by the
+    separation summary (:mod:`leaderboards.separation`); ``None``: not stated."""
 
     @property
     def record_key(self) -> str:
@@ -216,6 +221,8 @@ class LeaderboardSpec:
         required_seeds: seeds each cell must have; fewer are flagged.
         where: ``((dotted config path, value), …)`` filter applied to every record.
         paper: reference-number files.
+        separation: ``(baseline row, threshold)``: print, per column, whether the best row beats the
+            baseline by ``threshold`` pooled seed stds (:mod:`leaderboards.separation`); ``None``: not shown.
         source: the spec file (``None`` when parsed from a dict).
     """
 
@@ -230,6 +237,7 @@ class LeaderboardSpec:
     required_seeds: tuple[int, ...] = ()
     where: tuple[tuple[str, Any], ...] = ()
     paper: tuple[PaperNumbers, ...] = ()
+    separation: tuple[str, float] | None = None
     source: Path | None = field(default=None, compare=False)
 
     def label(self, method: str) -> str:
@@ -281,7 +289,7 @@ def _str_list(value: Any, origin: str, ctx: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key"}
+_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key", "chance"}
 
 
 def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> MetricSpec:
@@ -306,7 +314,28 @@ def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> Me
         scale=float(scale),
         display=str(raw.get("display", "")),
         key=str(raw.get("key", "")),
+        chance=_chance(raw.get("chance"), name, origin),
     )
+
+
+def _chance(value: Any, name: str, origin: str) -> float | None:
+    if value is None:
+        return None
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+        raise SpecError(f"{origin}: metrics.{name}.chance must be a number (record units), got {value!r}")
+    return float(value)
+
+
+def _separation(raw: Any, origin: str) -> tuple[str, float] | None:
+    if raw is None:
+        return None
+    raw = _check_keys(raw, {"baseline", "threshold"}, origin, "separation", required={"baseline"})
+    baseline, threshold = raw["baseline"], raw.get("threshold", 3)
+    if not isinstance(baseline, str) or not baseline:
+        raise SpecError(f"{origin}: separation.baseline must be a row's method id, got {baseline!r}")
+    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
+        raise SpecError(f"{origin}: separation.threshold must be a positive number, got {threshold!r}")
+    return baseline, float(threshold)
 
 
 _TOP_KEYS = {
@@ -324,6 +353,7 @@ _TOP_KEYS = {
     "format",
     "where",
     "paper_numbers",
+    "separation",
 }
 _COLUMN_KEYS = {"task", "languages", "language", "metrics", "metric", "average"}
 _ROW_KEYS = {"method", "display"}
@@ -466,6 +496,7 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         required_seeds=tuple(sorted(seeds_raw)),
         where=tuple((str(k), v) for k, v in where_raw.items()),
         paper=paper,
+        separation=_separation(raw.get("separation"), origin),
         source=None if origin == "<spec>" else Path(origin),
     )
 

@@ -57,6 +57,8 @@ from pathlib import Path
 
 import numpy as np
 
+from harness import progress as _progress
+
 ALIGNERS = ("fast-align", "eflomal", "ibm1")
 NONDETERMINISTIC_ALIGNERS = ("eflomal",)
 """Aligners whose links cannot be reproduced from a seed (a result built on them says so)."""
@@ -419,7 +421,7 @@ def _fast_align_viterbi(
     links_s: list[np.ndarray] = []
     facts: dict = {}
     schedule = ["ibm1"] * int(ibm1_warmup) + ["diagonal"] * int(iterations)
-    for it, kind in enumerate(schedule):
+    for it, kind in enumerate(_progress.iterate(schedule, "fast_align (EM iterations, one direction)")):
         final = it == len(schedule) - 1
         diagonal_it = it - int(ibm1_warmup)
         if kind == "diagonal":

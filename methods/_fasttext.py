@@ -22,6 +22,16 @@ and reports how many *word* rows fell outside the randomly initialized part (the
 keep ``bucket >= (10/threads - 1) * n_words`` to avoid that; the default 2M covers 222k words
 with one thread).
 
+Compact storage: FOCUS and WECHSEL never read fastText's input matrix itself, only vectors that
+``get_word_vector`` computes from it — of vocabulary words (FOCUS's token-level vectors, WECHSEL's
+dictionary and TFR words) and of a known list of other strings (the token strings whose
+out-of-vocabulary n-gram vectors they embed). With ``compact=True`` :func:`train_fasttext` caches
+exactly those, float32 as fastText computed them (:class:`CompactVectors`, ``<key>.vectors.npz``:
+tens of megabytes where the ``.bin`` takes gigabytes), and returns an object that answers the same
+calls bit for bit. A string that is neither in the vocabulary nor in the entry's list makes the next
+request retrain (one thread: the same model, identical vectors) and store the union. A full
+``<key>.bin`` left by an older version is used once and replaced by its compact entry.
+
 Memory: fastText allocates ``(n_words + bucket) x dim`` float32 input rows; with the defaults
 (``bucket=2_000_000``, ``dim=300``) that is ~2.4 GB of address space, mostly untouched zero pages
 on small corpora.
@@ -53,11 +63,13 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from harness import progress as _progress
 
 logger = logging.getLogger(__name__)
 
@@ -72,9 +84,13 @@ __all__ = [
     "pretokenize",
     "fasttext_cache_key",
     "train_fasttext",
+    "CompactVectors",
+    "COMPACT_SUFFIX",
+    "subword_lengths",
     "load_fasttext",
     "token_vectors",
     "string_vectors",
+    "training_progress",
 ]
 
 TokenFormat = Literal["string", "id", "raw"]
@@ -276,7 +292,8 @@ def pretokenize_cached(
 
 
 def train_fasttext_or_none(
-    text: Path, *, cache_dir: Path | None, report: dict, who: str, consequence: str, **params: Any
+    text: Path, *, cache_dir: Path | None, report: dict, who: str, consequence: str, compact: bool = False,
+    strings: Iterable[str] = (), **params: Any
 ) -> Any:
     """:func:`train_fasttext`, or ``None`` when no word reaches ``min_count``.
 
@@ -284,7 +301,7 @@ def train_fasttext_or_none(
     the parameters, so a method can fall back explicitly instead of failing the trial.
     """
     try:
-        return train_fasttext(text, cache_dir=cache_dir, report=report, **params)
+        return train_fasttext(text, cache_dir=cache_dir, report=report, compact=compact, strings=strings, **params)
     except EmptyVocabularyError as e:
         logger.warning("%s: %s; %s", who, e, consequence)
         report.update(error=str(e), params=params)
@@ -321,14 +338,17 @@ def train_fasttext(
     threads: int = 1,
     cache_dir: Path | None = None,
     report: dict | None = None,
+    compact: bool = False,
+    strings: Iterable[str] = (),
 ) -> Any:
     """Train (or load from the cache) an unsupervised fastText model on a text file.
 
     Defaults are fastText's own ``train_unsupervised`` defaults, except ``threads=1``
-    (deterministic). The cache entry is ``<cache_dir>/fasttext/<key>.bin`` with ``key`` from
+    (deterministic). The cache entry is ``<cache_dir>/fasttext/<key>.bin`` (``compact=False``) or
+    ``<key>.vectors.npz`` (``compact=True``, see :class:`CompactVectors`) with ``key`` from
     :func:`fasttext_cache_key` (content of ``text`` + every parameter, including ``threads``
     and ``seed``); it is written to a temporary file and renamed, so concurrent trainers and
-    crashes never leave a partial ``.bin``.
+    crashes never leave a partial entry.
 
     Args:
         text: training text (already pre-tokenized for token-level models).
@@ -347,10 +367,17 @@ def train_fasttext(
         cache_dir: cache root; ``None`` trains without caching.
         report: if a dict is given, it is filled with ``cache`` (``"hit"``, ``"miss"``, ``"off"``),
             ``path``, ``seconds``, ``threads``, ``deterministic``, ``params``, ``n_words`` and
-            ``zero_init_words`` (word rows outside fastText's randomly initialized block).
+            ``zero_init_words`` (word rows outside fastText's randomly initialized block); with
+            ``compact`` also ``stored="compact"``, ``strings`` (out-of-vocabulary strings kept),
+            ``bytes`` (size of the entry), and ``missing_strings`` / ``migrated_from`` when the
+            entry had to be extended or was converted from an old ``.bin``.
+        compact: keep and return only the vectors a method reads (:class:`CompactVectors`): every
+            vocabulary word's vector, and the vectors of ``strings``.
+        strings: with ``compact``, the strings outside the vocabulary whose ``get_word_vector``
+            (n-gram vector) the caller will ask for.
 
     Returns:
-        A ``fasttext`` model (``fasttext.FastText._FastText``).
+        A ``fasttext`` model (``fasttext.FastText._FastText``), or :class:`CompactVectors` with ``compact``.
 
     Raises:
         EmptyVocabularyError: no word reaches ``min_count``.
@@ -359,8 +386,6 @@ def train_fasttext(
     Example:
         >>> # m = train_fasttext(Path("tok.txt"), dim=16, epoch=1, min_count=1, cache_dir=Path("cache"))
     """
-    import fasttext
-
     if model not in ("skipgram", "cbow"):
         raise ValueError(f"model must be 'skipgram' or 'cbow', got {model!r}")
     if threads < 1:
@@ -380,28 +405,12 @@ def train_fasttext(
         "seed": int(seed), "thread": int(threads),
     }
     t0 = time.perf_counter()
-    path: Path | None = None
-    status = "off"
-    if cache_dir is not None:
-        path = Path(cache_dir) / "fasttext" / f"{fasttext_cache_key(text, params)}.bin"
-        if path.is_file():
-            ft = fasttext.load_model(str(path))
-            status = "hit"
-    if status != "hit":
-        if text.stat().st_size == 0:
-            raise ValueError(f"fastText training text is empty: {text}")
-        ft = _train_unsupervised(text, params)
-        if path is not None:
-            status = "miss"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".bin", dir=path.parent)
-            os.close(fd)
-            try:
-                ft.save_model(tmp)
-                os.replace(tmp, path)
-            except BaseException:
-                Path(tmp).unlink(missing_ok=True)
-                raise
+    rep: dict = {}
+    if compact:
+        ft = _compact_vectors(text, params, Path(cache_dir) if cache_dir is not None else None, strings, rep)
+    else:
+        ft = _full_model(text, params, Path(cache_dir) if cache_dir is not None else None, rep)
+    status = rep["cache"]
     n_words = len(ft.get_words())
     zero_init = _zero_init_words(n_words, int(bucket), int(dim), int(threads))
     if zero_init and status != "hit":
@@ -412,12 +421,251 @@ def train_fasttext(
         )
     if report is not None:
         report.update(
-            cache=status, path=str(path) if path else None, seconds=round(time.perf_counter() - t0, 3),
+            cache=status, path=rep.get("path"), seconds=round(time.perf_counter() - t0, 3),
             threads=int(threads), deterministic=threads == 1, params=params, n_words=n_words, zero_init_words=zero_init,
+            **{k: v for k, v in rep.items() if k not in ("cache", "path")},
         )
     if threads > 1:
         logger.info("fastText trained with %d threads: the vectors are not bit-reproducible", threads)
     return ft
+
+
+def _train_checked(text: Path, params: dict) -> Any:
+    if text.stat().st_size == 0:
+        raise ValueError(f"fastText training text is empty: {text}")
+    return _train_unsupervised(text, params)
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """``write(tmp_path)`` then rename onto ``path`` (no partial file on a crash, last writer wins)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _load_bin_or_none(path: Path) -> Any:
+    """A cached ``.bin``, or ``None`` when it is gone or unreadable (removed by a concurrent conversion)."""
+    import fasttext
+
+    if not path.is_file():
+        return None
+    try:
+        return fasttext.load_model(str(path))
+    except (ValueError, OSError) as e:
+        logger.warning("fastText cache: cannot load %s (%s); training again", path, e)
+        return None
+
+
+def _full_model(text: Path, params: dict, cache: Path | None, rep: dict) -> Any:
+    """The whole fastText model, cached as ``<key>.bin``."""
+    path = cache / "fasttext" / f"{fasttext_cache_key(text, params)}.bin" if cache is not None else None
+    ft = _load_bin_or_none(path) if path is not None else None
+    if ft is not None:
+        rep.update(cache="hit", path=str(path))
+        return ft
+    ft = _train_checked(text, params)
+    if path is not None:
+        _atomic_write(path, ft.save_model)
+    rep.update(cache="miss" if path is not None else "off", path=str(path) if path else None)
+    return ft
+
+
+def _compact_vectors(text: Path, params: dict, cache: Path | None, strings: Iterable[str], rep: dict) -> CompactVectors:
+    """:class:`CompactVectors` covering ``strings``: from ``<key>.vectors.npz``, an old ``<key>.bin``, or training."""
+    wanted = list(dict.fromkeys(s for s in strings if s))
+    if cache is None:
+        rep.update(cache="off", path=None, stored="compact")
+        return CompactVectors.from_model(_train_checked(text, params), wanted, params=params, origin=f"fastText trained on {text}")
+    key = fasttext_cache_key(text, params)
+    path = cache / "fasttext" / f"{key}{COMPACT_SUFFIX}"
+    legacy = cache / "fasttext" / f"{key}.bin"
+    old: CompactVectors | None = None
+    if path.is_file():
+        try:
+            old = CompactVectors.load(path)
+        except (OSError, ValueError, KeyError) as e:  # damaged outside tokxfer (writes are atomic): rebuild it
+            logger.warning("fastText cache: cannot read %s (%s); building it again", path, e)
+        if old is not None:
+            missing = old.missing(wanted)
+            if not missing:
+                rep.update(cache="hit", path=str(path), stored="compact", strings=len(old.strings), bytes=path.stat().st_size)
+                return old
+            rep["missing_strings"] = len(missing)
+            logger.info(
+                "fastText cache: %d strings are not in %s; training the model again to add them (%s)", len(missing), path.name,
+                "one thread: identical vectors" if params["thread"] == 1 else f"{params['thread']} threads: other vectors",
+            )
+            wanted = list(dict.fromkeys([*old.strings, *wanted]))
+    ft = _load_bin_or_none(legacy)
+    if ft is not None:
+        rep.update(cache="hit", migrated_from=str(legacy))
+    else:
+        ft = _train_checked(text, params)
+        rep["cache"] = "miss"
+    cv = CompactVectors.from_model(ft, wanted, params=params, origin=f"fastText trained on {text}")
+    _atomic_write(path, cv.save)
+    if "migrated_from" in rep:
+        size = legacy.stat().st_size if legacy.is_file() else 0
+        legacy.unlink(missing_ok=True)
+        logger.info("fastText cache: replaced the full model %s (%.1f MB) by its compact vectors %s (%.1f MB)",
+                    legacy.name, size / 2**20, path.name, path.stat().st_size / 2**20)
+    rep.update(path=str(path), stored="compact", strings=len(cv.strings), bytes=path.stat().st_size)
+    return cv
+
+
+COMPACT_SUFFIX = ".vectors.npz"
+"""File suffix of a :class:`CompactVectors` cache entry (``<fasttext cache key><suffix>``)."""
+
+COMPACT_VERSION = 1
+"""Layout version of :class:`CompactVectors` files; a file of another version is rebuilt."""
+
+
+class CompactVectors:
+    """The vectors a method reads from a fastText model, without the model's input matrix.
+
+    Holds the vocabulary (words, frequencies, fastText ids), ``get_word_vector`` of every vocabulary
+    word, and ``get_word_vector`` of a list of out-of-vocabulary strings (their n-gram vectors), all
+    float32 exactly as fastText computed them. It answers the calls FOCUS and WECHSEL make on a
+    model (``get_dimension``, ``get_word_id``, ``get_word_vector``, ``get_words``) with the same
+    values bit for bit; a string it does not hold raises ``KeyError`` naming the entry (never a
+    silent zero). Built by :func:`train_fasttext` with ``compact=True``.
+
+    Attributes:
+        words: the vocabulary as ``get_words(on_unicode_error="replace")`` lists it.
+        counts: int64 corpus frequency per word.
+        word_ids: the model's id of each listed word (``-1`` only for a word whose bytes are not UTF-8).
+        word_matrix: float32 ``len(words) x dim``: ``get_word_vector`` of each word.
+        strings: the out-of-vocabulary strings held.
+        string_matrix: float32 ``len(strings) x dim``.
+        minn / maxn: the model's character n-gram lengths.
+        params: the training parameters (``None`` for a model of unknown origin).
+        origin: where the vectors came from, for messages.
+
+    Example:
+        >>> cv = CompactVectors(["a", "</s>"], np.array([3, 2]), np.array([0, 1]), np.eye(2, dtype=np.float32),
+        ...                     ["ab"], np.ones((1, 2), np.float32), minn=3, maxn=6)
+        >>> cv.get_word_id("a"), cv.get_word_id("ab"), cv.get_word_vector("ab").tolist(), cv.missing(["a", "ab", "b"])
+        (0, -1, [1.0, 1.0], ['b'])
+    """
+
+    def __init__(self, words: list[str], counts: np.ndarray, word_ids: np.ndarray, word_matrix: np.ndarray,
+                 strings: list[str], string_matrix: np.ndarray, *, minn: int, maxn: int, params: dict | None = None,
+                 origin: str = "compact fastText vectors") -> None:
+        self.words = list(words)
+        self.counts = np.asarray(counts, dtype=np.int64)
+        self.word_ids = np.asarray(word_ids, dtype=np.int64)
+        self.word_matrix = np.ascontiguousarray(word_matrix, dtype=np.float32)
+        self.strings = list(strings)
+        self.string_matrix = np.ascontiguousarray(string_matrix, dtype=np.float32).reshape(
+            len(self.strings), self.word_matrix.shape[1])
+        self.minn, self.maxn = int(minn), int(maxn)
+        self.params = params
+        self.origin = origin
+        n = len(self.words)
+        if not (len(self.counts) == len(self.word_ids) == self.word_matrix.shape[0] == n):
+            raise ValueError(f"{origin}: {n} words but {len(self.counts)} counts, {len(self.word_ids)} ids, "
+                             f"{self.word_matrix.shape[0]} vectors")
+        self._vocab: dict[str, int] = {}
+        for i, (w, wid) in enumerate(zip(self.words, self.word_ids.tolist())):
+            if wid >= 0:
+                self._vocab.setdefault(w, i)
+        self._strings = {s: i for i, s in enumerate(self.strings)}
+
+    @classmethod
+    def from_model(cls, model: Any, strings: Iterable[str], *, params: dict | None = None,
+                   origin: str = "compact fastText vectors") -> CompactVectors:
+        """Read a ``fasttext`` model's vocabulary vectors and the vectors of ``strings`` (those outside the vocabulary)."""
+        words, counts = model.get_words(include_freq=True, on_unicode_error="replace")
+        words = list(words)
+        ids = np.array([model.get_word_id(w) for w in words], dtype=np.int64)
+        dim = int(model.get_dimension())
+        wm = np.zeros((len(words), dim), dtype=np.float32)
+        for i, w in enumerate(words):
+            wm[i] = model.get_word_vector(w)
+        extra = [w for w, j in zip(words, ids.tolist()) if j < 0]  # undecodable word: its replaced form is out of vocabulary
+        keep = [s for s in dict.fromkeys([*extra, *strings]) if model.get_word_id(s) < 0]
+        sm = np.zeros((len(keep), dim), dtype=np.float32)
+        for i, s in enumerate(keep):
+            sm[i] = model.get_word_vector(s)
+        args = model.f.getArgs()
+        return cls(words, np.asarray(counts, dtype=np.int64), ids, wm, keep, sm, minn=int(args.minn), maxn=int(args.maxn),
+                   params=params, origin=origin)
+
+    # -- the fastText model calls the methods make ------------------------------------------------
+
+    def get_dimension(self) -> int:
+        """Vector size."""
+        return int(self.word_matrix.shape[1])
+
+    def get_word_id(self, word: str) -> int:
+        """The model's id of ``word``, ``-1`` when it is not in the vocabulary."""
+        i = self._vocab.get(word)
+        return -1 if i is None else int(self.word_ids[i])
+
+    def get_word_vector(self, word: str) -> np.ndarray:
+        """fastText's vector of ``word`` (a vocabulary word, or one of :attr:`strings`), as a new float32 array."""
+        i = self._vocab.get(word)
+        if i is not None:
+            return self.word_matrix[i].copy()
+        j = self._strings.get(word)
+        if j is None:
+            raise KeyError(
+                f"{word!r} is neither a vocabulary word nor one of the {len(self.strings)} strings kept in {self.origin}; "
+                "pass it in train_fasttext(strings=...) so its n-gram vector is computed and stored"
+            )
+        return self.string_matrix[j].copy()
+
+    def get_words(self, include_freq: bool = False, on_unicode_error: str = "replace") -> Any:
+        """The vocabulary (and frequencies), as ``fasttext``'s ``get_words(on_unicode_error="replace")`` returns it."""
+        return (list(self.words), self.counts.copy()) if include_freq else list(self.words)
+
+    def get_input_matrix(self) -> np.ndarray:
+        """Not kept: raises ``ValueError`` (a PCA of the input matrix needs the full model)."""
+        raise ValueError(f"{self.origin} are compact fastText vectors without the model's input matrix; "
+                         "this operation needs the full fastText model")
+
+    # -- coverage and storage ---------------------------------------------------------------------
+
+    def missing(self, strings: Iterable[str]) -> list[str]:
+        """The non-empty ``strings`` this object cannot answer (neither vocabulary words nor held strings)."""
+        return [s for s in dict.fromkeys(strings) if s and s not in self._vocab and s not in self._strings]
+
+    def save(self, path: str | Path) -> None:
+        """Write an uncompressed ``.npz`` (vectors float32; words and strings as UTF-8 JSON)."""
+        meta = {"version": COMPACT_VERSION, "minn": self.minn, "maxn": self.maxn, "params": self.params}
+
+        def blob(obj: Any) -> np.ndarray:
+            return np.frombuffer(json.dumps(obj, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+
+        with open(path, "wb") as f:  # a file object: numpy must not append ".npz" to a temporary name
+            np.savez(f, meta=blob(meta), words=blob(self.words), strings=blob(self.strings), counts=self.counts,
+                     word_ids=self.word_ids, word_matrix=self.word_matrix, string_matrix=self.string_matrix)
+
+    @classmethod
+    def load(cls, path: str | Path) -> CompactVectors:
+        """Read a file written by :meth:`save` (``ValueError`` for another layout version)."""
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+            if meta.get("version") != COMPACT_VERSION:
+                raise ValueError(f"layout version {meta.get('version')}, expected {COMPACT_VERSION}")
+            words = json.loads(z["words"].tobytes().decode("utf-8"))
+            strings = json.loads(z["strings"].tobytes().decode("utf-8"))
+            return cls(words, z["counts"], z["word_ids"], z["word_matrix"], strings, z["string_matrix"],
+                       minn=meta["minn"], maxn=meta["maxn"], params=meta.get("params"), origin=f"compact fastText vectors {path}")
+
+
+def subword_lengths(model: Any) -> tuple[int, int]:
+    """``(minn, maxn)`` of a ``fasttext`` model or of :class:`CompactVectors` (``maxn == 0``: no n-grams)."""
+    if isinstance(model, CompactVectors):
+        return model.minn, model.maxn
+    args = model.f.getArgs()
+    return int(args.minn), int(args.maxn)
 
 
 def _zero_init_words(n_words: int, bucket: int, dim: int, threads: int) -> int:
@@ -466,6 +714,15 @@ def zeroed_allocations() -> Iterator[bool]:
             libc.mallopt(_M_PERTURB, 0)
 
 
+def training_progress(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
+    """While inside, fastText training prints its own progress line to stderr (percent, words/sec, loss, ETA).
+
+    Only what is printed changes (fastText's ``verbose=2``); the trained vectors and the cache key do
+    not. The same switch as :func:`harness.progress.tool_output`, which ``tokxfer init`` sets.
+    """
+    return _progress.tool_output(enabled)
+
+
 def _train_unsupervised(text: Path, params: dict) -> Any:
     """``fasttext.train_unsupervised`` with the ``seed`` argument, which its Python wrapper does not accept.
 
@@ -475,7 +732,7 @@ def _train_unsupervised(text: Path, params: dict) -> Any:
     from fasttext import FastText as ftmod
 
     manual = {k for k in params if k != "seed"} | {"input", "verbose"}
-    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 0}
+    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 2 if _progress.tool_output_enabled() else 0}
     built = ftmod._build_args(args, manual)
     model = ftmod._FastText(args=built)
     try:
@@ -532,7 +789,7 @@ def string_vectors(model: Any, strings: list[str]) -> tuple[np.ndarray, np.ndarr
 
     This is WECHSEL's subword embedding ``u_x = sum of n-gram vectors`` (fastText's
     ``get_word_vector``): pass token strings with the word-start marker removed
-    (``methods._canon.token_string``). A string with no known n-gram (or empty, or containing
+    (``harness.vocab.token_string``). A string with no known n-gram (or empty, or containing
     whitespace, which fastText would split) gets a zero vector and ``has_vector=False``.
 
     Args:

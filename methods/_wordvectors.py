@@ -9,7 +9,9 @@ dictionary. This module provides those pieces as plain functions around one smal
   vectors, so out-of-vocabulary strings get vectors) or a text ``.vec`` / ``.vec.gz`` file (words
   and vectors only: no n-grams, no frequencies).
 * :func:`train_word_vectors` trains word-level fastText (subword n-grams on) on a raw corpus via
-  :func:`methods._fasttext.train_fasttext` (content-hashed cache, ``threads=1`` deterministic).
+  :func:`methods._fasttext.train_fasttext` (content-hashed cache, ``threads=1`` deterministic); with
+  ``compact=True`` only the vocabulary's vectors and those of given strings are kept and cached
+  (:class:`methods._fasttext.CompactVectors`), not the model's input matrix.
   The corpus is split into words by :func:`word_tokenize` (case kept: the dictionary expansion
   below relies on it).
 * :func:`read_dictionary` reads a TSV ``target_word<TAB>source_word`` (the tokxfer convention; the
@@ -60,6 +62,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
+
 from methods import _fasttext
 
 logger = logging.getLogger(__name__)
@@ -85,9 +89,6 @@ __all__ = [
     "align_word_vectors",
 ]
 
-WORD_PATTERN = re.compile(r"\w+(?:['’\-]\w+)*|[^\w\s]", re.UNICODE)
-"""Words for word-level fastText: runs of word characters (with inner apostrophes/hyphens), or
-single other non-space characters. Case is kept."""
 
 _PRETOK_VERSION = 1
 """Bumped when :func:`word_tokenize` changes (part of the pre-tokenized corpus cache key)."""
@@ -119,7 +120,8 @@ class WordVectors:
         words: the vocabulary, in the model's order (fastText: by decreasing frequency).
         counts: int64 corpus frequency per word, or ``None`` when unknown (``.vec`` files).
         origin: where the vectors came from (a path, or ``"trained on <corpus>"``), for messages.
-        model: the ``fasttext`` model when the vectors have character n-grams, else ``None``.
+        model: the ``fasttext`` model (or its :class:`~methods._fasttext.CompactVectors`) when the
+            vectors have character n-grams, else ``None``.
         matrix: ``len(words) x dim`` float32 vectors when there is no fastText model.
 
     Example:
@@ -157,7 +159,7 @@ class WordVectors:
 
     @classmethod
     def from_fasttext(cls, model: Any, *, origin: str) -> WordVectors:
-        """Wrap a ``fasttext`` model (its words and frequencies are read once)."""
+        """Wrap a ``fasttext`` model or :class:`~methods._fasttext.CompactVectors` (words and frequencies are read once)."""
         words, freqs = model.get_words(include_freq=True, on_unicode_error="replace")
         return cls(list(words), np.asarray(freqs, dtype=np.int64), origin, model=model)
 
@@ -169,7 +171,7 @@ class WordVectors:
     @property
     def has_subwords(self) -> bool:
         """Whether out-of-vocabulary strings get vectors from character n-grams (fastText ``maxn > 0``)."""
-        return self.model is not None and int(self.model.f.getArgs().maxn) > 0
+        return self.model is not None and _fasttext.subword_lengths(self.model)[1] > 0
 
     def __len__(self) -> int:
         return len(self.words)
@@ -283,16 +285,6 @@ def _load_text_vectors(path: Path) -> WordVectors:
     return WordVectors.from_matrix(words, np.stack(rows), origin=str(path))
 
 
-def word_tokenize(line: str) -> list[str]:
-    """Split raw text into the words word-level fastText is trained on (case kept).
-
-    Example:
-        >>> word_tokenize("Das Haus's Dach, 3,5 m-hoch!")
-        ['Das', "Haus's", 'Dach', ',', '3', ',', '5', 'm-hoch', '!']
-    """
-    return WORD_PATTERN.findall(line)
-
-
 def word_counts(corpus: str | Path, *, max_lines: int | None = None) -> Counter:
     """Frequencies of :func:`word_tokenize` words in a corpus (one sentence/document per line)."""
     counts: Counter = Counter()
@@ -337,6 +329,8 @@ def train_word_vectors(
     threads: int = 1,
     cache_dir: Path | None = None,
     report: dict | None = None,
+    compact: bool = False,
+    strings: Iterable[str] = (),
 ) -> WordVectors:
     """Train word-level fastText (character n-grams on) on a raw corpus; cached by content.
 
@@ -350,6 +344,11 @@ def train_word_vectors(
             parameters (``threads=1`` is reproducible; more threads are not).
         cache_dir: cache root for the word-split corpus and the model; ``None``: no caching.
         report: filled with the training report (cache hit/miss, seconds, parameters …).
+        compact: keep (and cache) only the vocabulary's vectors and those of ``strings``
+            (:class:`methods._fasttext.CompactVectors`): :meth:`WordVectors.string_vectors` then
+            answers exactly those strings, and :func:`reduce_dimension` is not possible.
+        strings: with ``compact``, the strings :meth:`WordVectors.string_vectors` will be asked for
+            (surrounding whitespace stripped, as that method strips it).
 
     Returns:
         :class:`WordVectors` with n-gram vectors and corpus frequencies.
@@ -365,7 +364,8 @@ def train_word_vectors(
     if not corpus.is_file():
         raise FileNotFoundError(f"corpus for word vectors not found: {corpus}")
     kwargs = {"dim": dim, "epoch": epoch, "min_count": min_count, "model": model, "minn": minn, "maxn": maxn,
-              "neg": neg, "bucket": bucket, "seed": seed, "threads": threads}
+              "neg": neg, "bucket": bucket, "seed": seed, "threads": threads, "compact": compact,
+              "strings": [s.strip() for s in strings] if compact else ()}
     rep: dict = {} if report is None else report
     t0 = time.perf_counter()
     if cache_dir is not None:
@@ -417,6 +417,11 @@ def reduce_dimension(wv: WordVectors, dim: int) -> WordVectors:
         raise ValueError(f"cannot reduce {wv.origin} from {wv.dim} to a larger dimension {dim}")
     if dim == wv.dim:
         return wv
+    if isinstance(wv.model, _fasttext.CompactVectors):
+        raise ValueError(
+            f"cannot PCA-reduce {wv.origin}: compact fastText vectors keep no input matrix; train the vectors with "
+            "compact=False (the full model) to reduce them"
+        )
     if wv.model is not None:
         inp = wv.model.get_input_matrix()
         proj = _pca_projection(inp, dim)
@@ -467,45 +472,6 @@ def check_dimensions(source: WordVectors, target: WordVectors, *, mode: str = "e
 # ------------------------------------------------------------------------------------------------
 # Bilingual dictionary
 # ------------------------------------------------------------------------------------------------
-
-
-def read_dictionary(path: str | Path) -> tuple[list[tuple[str, str]], int]:
-    """Read a bilingual dictionary: ``target_word<TAB>source_word`` per line.
-
-    Lines without a tab are split on whitespace when they have exactly two fields (as the
-    reference code does); blank lines are skipped; any other line is counted as malformed.
-    Columns beyond the second (e.g. a count) are ignored.
-
-    Args:
-        path: the TSV file.
-
-    Returns:
-        ``(pairs, n_malformed)``: ``(target, source)`` word pairs in file order, and how many
-        non-blank lines could not be parsed.
-
-    Example:
-        >>> import tempfile
-        >>> p = Path(tempfile.mkdtemp()) / "d.tsv"
-        >>> _ = p.write_text("Haus\\thouse\\nHund dog\\nkaputt\\n")
-        >>> read_dictionary(p)
-        ([('Haus', 'house'), ('Hund', 'dog')], 1)
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"bilingual dictionary not found: {path}")
-    pairs: list[tuple[str, str]] = []
-    malformed = 0
-    with open(path, encoding="utf-8", newline="\n") as f:
-        for line in f:
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            parts = [p.strip() for p in line.split("\t")] if "\t" in line else line.split()
-            if len(parts) < 2 or not parts[0] or not parts[1] or ("\t" not in line and len(parts) != 2):
-                malformed += 1
-                continue
-            pairs.append((parts[0], parts[1]))
-    return pairs, malformed
 
 
 CASE_EXPANSIONS = ("unique", "all-combinations")

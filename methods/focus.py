@@ -114,7 +114,8 @@ class FocusConfig:
     of a smaller input matrix uninitialized) and should be >= 9 x the vocabulary with one thread."""
 
     aux_threads: int = 1
-    """fastText training threads. 1 is reproducible; more is faster but nondeterministic (recorded in info)."""
+    """fastText training threads. 1 is reproducible; more is faster but nondeterministic: the result's info then
+    lists ``"fasttext"`` under ``nondeterministic``, which the trial record flags. Part of the fastText cache key."""
 
     aux_seed: int | None = None
     """fastText seed; ``None`` draws it from the trial's generator (so aux training varies with the seed)."""
@@ -383,6 +384,15 @@ class Focus:
     def __init__(self, config: FocusConfig) -> None:
         self.config = config
 
+    def preflight(self, paths: dict, source_tokenizer: Any, target_tokenizer: Any, *, n_source: int, mode: str,
+                  notes: Any) -> dict[str, Any]:
+        """Before the long work: forecast how many new tokens get random rows (see :mod:`methods._focus_checks`)."""
+        from methods._focus_checks import focus_forecast
+
+        if mode != "replace":
+            return {}
+        return {"focus_forecast": focus_forecast(self.config, paths, source_tokenizer, target_tokenizer, n_source, notes)}
+
     def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult:
         """Build the FOCUS mapping for ``inputs.target_tokenizer``.
 
@@ -469,6 +479,7 @@ class Focus:
         aux_info["coverage_additional"] = round(coverage, 4)
 
         info = {
+            **({"nondeterministic": aux_info["nondeterministic"]} if "nondeterministic" in aux_info else {}),
             "overlap": overlap_info,
             "aux": aux_info,
             "focus": st,
@@ -518,6 +529,8 @@ class Focus:
             _special_vectors(info["model"], tgt, vecs, has)
         info.pop("model", None)
         info.update(dim=int(vecs.shape[1]), with_vector=int(has.sum()), n_target=int(n_target))
+        if (info.get("source") or {}).get("deterministic") is False:  # trained with aux_threads > 1
+            info["nondeterministic"] = ["fasttext"]
         return vecs, has, info
 
     def _tokenizer_vectors(self, inputs: TransferInputs, tok: Any, seed: int) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -536,7 +549,7 @@ class Focus:
                     pretok = _fasttext.pretokenize_cached(corpus, tok, cache, Path(tmp), token_format=cfg.aux_token_format)
                     info["pretokenize_s"] = round(time.perf_counter() - t0, 3)
                     report: dict = {}
-                    model = self._train(pretok, cache, report, seed)
+                    model = self._train(pretok, cache, report, seed)  # token vectors: vocabulary words only
                     info["source"] = {"trained_on": str(corpus), **report}
                 if model is None:
                     vecs, has = np.zeros((len(tok), cfg.aux_dim), np.float32), np.zeros(len(tok), bool)
@@ -544,27 +557,31 @@ class Focus:
                     vecs, has = _fasttext.token_vectors(model, tok, token_format=cfg.aux_token_format)
             else:
                 path = cfg.aux_model_path or inputs.target_word_vectors
+                strings = [_canon.token_string(tok, i) for i in range(len(tok))]
                 if path:
                     model = _fasttext.load_fasttext(Path(path))
                     info["source"] = {"path": str(path)}
                 else:
                     corpus = self._corpus(inputs)
                     report = {}
-                    model = self._train(corpus, cache, report, seed)
+                    model = self._train(corpus, cache, report, seed, strings=strings)
                     info["source"] = {"trained_on": str(corpus), "word_level": True, **report}
                 if model is None:
                     vecs, has = np.zeros((len(tok), cfg.aux_dim), np.float32), np.zeros(len(tok), bool)
                 else:
-                    strings = [_canon.token_string(tok, i) for i in range(len(tok))]
                     vecs, has = _fasttext.string_vectors(model, strings)
         info["model"] = model
         return vecs, has, info
 
-    def _train(self, text: Path, cache: Path | None, report: dict, seed: int) -> Any:
-        """Train fastText; ``None`` (recorded in ``report``) when no token reaches ``aux_min_count``."""
+    def _train(self, text: Path, cache: Path | None, report: dict, seed: int, strings: list[str] = ()) -> Any:
+        """Train fastText; ``None`` (recorded in ``report``) when no token reaches ``aux_min_count``.
+
+        Kept and cached compactly (:class:`methods._fasttext.CompactVectors`): the vocabulary's vectors, which
+        are all that token-level vectors read, and the n-gram vectors of ``strings`` (``word-fasttext``).
+        """
         return _fasttext.train_fasttext_or_none(
-            text, cache_dir=cache, report=report, who="FOCUS", consequence="no auxiliary vectors",
-            **self._fasttext_kwargs(seed),
+            text, cache_dir=cache, report=report, who="FOCUS", consequence="no auxiliary vectors", compact=True,
+            strings=strings, **self._fasttext_kwargs(seed),
         )
 
     @staticmethod

@@ -329,6 +329,31 @@ def batch_preparer(model: Any, encoding: Any = None) -> Any:
     return lambda batch, languages: batch
 
 
+def ensure_languages(model: Any, encoding: Any, languages: Any, seed: int) -> tuple[Any, list[str]]:
+    """``model`` able to encode every language of ``languages``: ``(model, languages added)``.
+
+    A language-encoded model that lacks some of them is copied and wrapped again with the trial's
+    ``encoding`` (its languages kept, the new ones initialized by the encoding's ``init`` option —
+    ``identity``/``zero``, ``random``, ``mean``, ``copy:<lang>`` — from the trial ``seed``), so a
+    multilingual evaluation can test languages the source was not pretrained or wrapped with.
+    Plain models and models that know every language are returned as they are.
+
+    Raises:
+        ValueError: the model is encoded but the trial's encoding cannot wrap it.
+    """
+    if not getattr(model, "is_language_encoded", False):
+        return model, []
+    known = list(model.languages)
+    missing = [lang for lang in dict.fromkeys(languages) if lang not in known]
+    if not missing:
+        return model, []
+    if encoding is None or not hasattr(encoding, "wrap"):
+        raise ValueError(f"the model's language encoding knows {known}, not {missing}, and the trial has no encoding to add them")
+    import copy
+
+    return encoding.wrap(copy.deepcopy(model), known + missing, seed=seed), missing
+
+
 def added_tokens(model: Any) -> int:
     """Positions a model's language encoding inserts per sequence (1 for ``attached``, else 0).
 

@@ -36,6 +36,20 @@ into the encoder input (sources are cut to ``max_source_length - 1`` tokens) and
 target-language vector as the decoder-start embedding. The parameters the encoding adds are in
 ``info["model"][lang]["encoding"]``.
 
+Multilingual X→en (the XLP paper's Table 2: one model over ar/de/es/fr/tr/zh→en): with
+``languages`` set, the training pairs of every listed language are concatenated (shuffled
+together), one model is trained, checkpoints are selected on the concatenated dev sets, and each
+language's test set is decoded and scored on its own. Every batch carries each sequence's own
+source language (``language_ids``) for an encoded model. The record's ``metrics["all"]``
+(:data:`tasks.languages.SUMMARY`) holds the mean over the languages.
+
+BLEU: ``bleu`` is detokenized sacreBLEU (``bleu_tokenize``, 13a by default), the comparable
+number. The XLP paper reports *tokenized* BLEU (Moses-tokenized hypotheses and references scored
+as they are); ``tokenized_bleu`` computes it beside the default as ``bleu_tokenized`` (``moses``:
+sacremoses, the paper's tokenizer; or one of sacreBLEU's tokenizers as the pre-tokenizer), scored
+with sacreBLEU ``tokenize="none"``. Both signatures are recorded (``info["sacrebleu_signature"]``,
+``info["sacrebleu_signature_tokenized"]``, the latter prefixed with the pre-tokenizer).
+
 Training goes through the shared loop (:func:`tasks.loop.finetune`, with a label-smoothed loss and
 the inverse-sqrt schedule); checkpoint selection on dev per ``select_metric``; decoding with beam
 search (``model.generate``) through :func:`tasks.loop.predict`; corpus BLEU with
@@ -45,6 +59,7 @@ search (``model.generate``) through :func:`tasks.loop.predict`; corpus BLEU with
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,7 +73,8 @@ from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import seeded_globals, torch_generator
 from tasks import metrics
-from tasks.data import DataError, added_tokens, language_collate, limit, load_task_splits
+from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
+from tasks.languages import LANGUAGES, SUMMARY, check_language_list
 from tasks.loop import (
     IGNORE_INDEX,
     TrainConfig,
@@ -76,11 +92,17 @@ SIZES: dict[str, dict[str, int]] = {
 """Model presets: ``xlp`` = XLP Table 7 (6+6 layers, 4 heads, FFN 1024, hidden 512); ``tiny`` for the world.
 ``d_model`` here is used only when no source embeddings are copied (see :attr:`IwsltConfig.d_model`)."""
 SELECT_METRICS = ("loss", "bleu", "last")
+TOKENIZED_BLEU = ("moses", "13a", "intl", "char", "none")
+"""Pre-tokenizers of the tokenized BLEU: ``moses`` (sacremoses), sacreBLEU's ``13a``/``intl``/``char``,
+or ``none`` (the decoded text's own whitespace tokens)."""
 
 
 @dataclass(frozen=True)
 class IwsltConfig:
     """Configuration of :class:`IwsltBleu`. Defaults: XLP paper, Appendix B.2 / Table 7."""
+
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("languages", "tokenized_bleu")
+    """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
 
     files: str | None = None
     """Local JSONL path template with ``{lang}`` and ``{split}``; default: the world directory for
@@ -144,6 +166,17 @@ class IwsltConfig:
     ``bleu`` (decodes dev every epoch), or ``last``."""
     bleu_tokenize: str = "13a"
     """sacreBLEU tokenizer (on detokenized output; the signature records it)."""
+    tokenized_bleu: str | None = None
+    """Also compute the XLP paper's tokenized BLEU (metric ``bleu_tokenized``): hypotheses and
+    references word-tokenized with this pre-tokenizer (one of :data:`TOKENIZED_BLEU`; ``moses``, the
+    paper's, needs the ``sacremoses`` package), then scored by sacreBLEU with ``tokenize="none"``.
+    None: not computed (the default keeps earlier records' metrics as they were)."""
+    languages: tuple[str, ...] | None = None
+    """Source languages X of one multilingual X→en model (the XLP paper's Table 2 setting); None:
+    one model per language of the trial. Must include the trial's target language (resume checks
+    its metrics). ``max_train_examples``/``max_eval_examples`` then apply per language. Languages a
+    language-encoded model has no parameters for are added, initialized by the encoding's ``init``
+    option (:func:`tasks.data.ensure_languages`)."""
     eval_batch_size: int = 64
     mixed_precision: bool = True
     """bf16 autocast on CUDA only."""
@@ -171,6 +204,9 @@ class IwsltConfig:
             raise ValueError("max_source_length must be >= 4 and max_target_length >= 2")
         if self.target_vocab_size < 16:
             raise ValueError(f"target_vocab_size must be >= 16, got {self.target_vocab_size}")
+        if self.tokenized_bleu is not None and self.tokenized_bleu not in TOKENIZED_BLEU:
+            raise ValueError(f"tokenized_bleu must be one of {TOKENIZED_BLEU} or null, got {self.tokenized_bleu!r}")
+        check_language_list(self, "languages")
         TrainConfig.from_config(self)  # validates the shared optimization fields
 
     def architecture(self, source_hidden: int | None) -> dict[str, int]:
@@ -337,6 +373,49 @@ def label_smoothed_loss(epsilon: float):
     return loss
 
 
+def _pretokenizer(name: str, language: str) -> tuple[Any, str]:
+    """``(text -> tokenized text, description)`` for :func:`tokenized_bleu`."""
+    if name == "moses":
+        try:
+            import sacremoses
+        except ImportError:
+            raise ImportError(
+                "iwslt-bleu.tokenized_bleu='moses' needs the sacremoses package (pip install sacremoses); "
+                "or set tokenized_bleu to one of sacreBLEU's tokenizers (13a, intl, char)"
+            ) from None
+        moses = sacremoses.MosesTokenizer(lang=language)
+        version = getattr(sacremoses, "__version__", "?")
+        return (lambda text: moses.tokenize(text, return_str=True, escape=False)), f"moses-{language}+sacremoses.{version}"
+    if name == "none":
+        return (lambda text: text), "none"
+    from sacrebleu.metrics import BLEU
+
+    return BLEU(tokenize=name).tokenizer, f"sacrebleu-{name}"
+
+
+def tokenized_bleu(hypotheses: list[str], references: list[str], pretokenizer: str, language: str = "en") -> dict:
+    """BLEU on word-tokenized text, as the XLP paper reports it (Moses tokens scored as they are).
+
+    Args:
+        hypotheses: detokenized system outputs.
+        references: detokenized references.
+        pretokenizer: one of :data:`TOKENIZED_BLEU`.
+        language: language of the texts (Moses's per-language rules).
+
+    Returns:
+        ``{"score", "signature"}``; the signature is sacreBLEU's (``tok:none``) prefixed with
+        ``pretok:<pre-tokenizer>|``.
+
+    Example:
+        >>> r = tokenized_bleu(["the cat sat on the mat."], ["the cat sat on a mat."], "13a")
+        >>> round(r["score"], 2), r["signature"].split("|")[0]
+        (48.89, 'pretok:sacrebleu-13a')
+    """
+    tok, what = _pretokenizer(pretokenizer, language)
+    score = metrics.bleu([tok(h) for h in hypotheses], [tok(r) for r in references], tokenize="none")
+    return {"score": score["score"], "signature": f"pretok:{what}|{score['signature']}"}
+
+
 def _nll_rows(batch: dict, out: Any) -> list[tuple[float, int]]:
     logp = torch.log_softmax(out.logits.float(), dim=-1)
     labels = batch["labels"].to(logp.device)
@@ -361,6 +440,8 @@ class IwsltBleu:
 
     def __init__(self, config: IwsltConfig) -> None:
         self.config = config
+        self._moses_language = "en"
+        """Moses rules for the tokenized BLEU: the English side's code when it is a real language."""
 
     # -- pieces
 
@@ -416,7 +497,8 @@ class IwsltBleu:
             pad_token_id=model.config.pad_token_id,
             early_stopping=True,
         )
-        inputs = [{"input_ids": f["input_ids"], "attention_mask": f["attention_mask"]} for f in features]
+        keep = ("input_ids", "attention_mask", "language")  # language: mixed-language batches
+        inputs = [{k: f[k] for k in keep if k in f} for f in features]
         return predict(
             model,
             inputs,
@@ -444,7 +526,11 @@ class IwsltBleu:
     ) -> dict:
         hyps = self._decode(model, features, collate, tgt_tok, device, show, desc)
         score = metrics.bleu(hyps, refs, tokenize=self.config.bleu_tokenize)
-        return {"bleu": score["score"], "signature": score["signature"], "hypotheses": hyps}
+        out = {"bleu": score["score"], "signature": score["signature"], "hypotheses": hyps}
+        if self.config.tokenized_bleu is not None:
+            tok = tokenized_bleu(hyps, refs, self.config.tokenized_bleu, self._moses_language)
+            out.update(bleu_tokenized=tok["score"], signature_tokenized=tok["signature"])
+        return out
 
     def _dev_loss(self, model: Any, features: list[dict], collate: Any, device: str, show: bool, desc: str) -> dict:
         rows = predict(model, features, collate, _nll_rows, batch_size=self.config.eval_batch_size, device=device,
@@ -455,7 +541,8 @@ class IwsltBleu:
     # -- entry point
 
     def run(self, ctx: TaskContext) -> TaskResult:
-        """Train and score an X→en model for every language of ``ctx.languages``."""
+        """Train and score an X→en model for every language of ``ctx.languages``, or one
+        multilingual model over ``languages`` (see :class:`IwsltConfig`)."""
         cfg = self.config
         decoding = {
             "num_beams": cfg.num_beams,
@@ -466,20 +553,57 @@ class IwsltBleu:
             metrics={},
             info={"data": {}, "finetune": {}, "model": {}, "target_tokenizer": {}, "decoding": decoding, "samples": {}},
         )
-        for lang in ctx.languages:
-            self._run_language(ctx, lang, out)
+        if cfg.tokenized_bleu is not None:
+            _pretokenizer(cfg.tokenized_bleu, "en")  # a missing sacremoses fails before any training
+        if cfg.languages is None:
+            for lang in ctx.languages:
+                self._run_languages(ctx, [lang], out, multilingual=False)
+            return out
+        langs = list(cfg.languages)
+        missing = [lang for lang in ctx.languages if lang not in langs]
+        if missing:
+            raise ValueError(
+                f"iwslt-bleu.languages {langs} must include the trial's target language(s) {missing} "
+                "(a record is complete when its target language has metrics)"
+            )
+        # languages the model's encoding lacks start from the encoding's init option
+        model, added = ensure_languages(ctx.model, ctx.encoding, langs, ctx.seed)
+        if added:
+            ctx = dataclasses.replace(ctx, model=model)
+            out.info["encoding_languages_added"] = added
+        self._run_languages(ctx, langs, out, multilingual=True)
+        if len(langs) > 1:
+            keys = [k for k in ("bleu", "bleu_tokenized") if k in out.metrics[langs[0]]]
+            out.metrics[SUMMARY] = {k: statistics.fmean(out.metrics[lang][k] for lang in langs) for k in keys}
         return out
 
-    def _run_language(self, ctx: TaskContext, lang: str, out: TaskResult) -> None:
+    def _run_languages(self, ctx: TaskContext, langs: list[str], out: TaskResult, *, multilingual: bool) -> None:
+        """Train one model on the pairs of ``langs`` and score it on each language's test set.
+
+        One language (``multilingual=False``): every batch is in that language, and the record
+        keys curves and facts by it. Several: features carry their language, batches mix them, and
+        curves and model facts are keyed ``"+".join(langs)``.
+        """
         cfg = self.config
         device = resolve_device(ctx.device)
         show = ctx.progress
-        data, data_info, target = self._load(ctx, lang)
-        pairs = {
-            s: ([ex[lang] for ex in data[s]["translation"]], [ex[target] for ex in data[s]["translation"]])
-            for s in data
-        }
-        tgt_tok, tok_info = self.target_tokenizer(ctx, pairs["train"][1], lang)
+        key = "+".join(langs)
+        pairs: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
+        targets = set()
+        for lang in langs:
+            data, data_info, target = self._load(ctx, lang)
+            targets.add(target)
+            pairs[lang] = {
+                s: ([ex[lang] for ex in data[s]["translation"]], [ex[target] for ex in data[s]["translation"]])
+                for s in data
+            }
+            out.info["data"][lang] = {**data_info, "target_language": target}
+        if len(targets) != 1:
+            raise DataError(f"iwslt-bleu: the languages {langs} translate into different targets {sorted(targets)}")
+        target = targets.pop()
+        self._moses_language = target if target in LANGUAGES and not LANGUAGES[target].world else "en"
+        train_targets = [t for lang in langs for t in pairs[lang]["train"][1]]
+        tgt_tok, tok_info = self.target_tokenizer(ctx, train_targets, key)
         encoded = ctx.model if getattr(ctx.model, "is_language_encoded", False) else None
         source = encoded.model if encoded is not None else ctx.model
         model, model_info = build_translation_model(ctx.tokenizer, tgt_tok, cfg, seed=ctx.seed, source_model=source)
@@ -493,27 +617,45 @@ class IwsltBleu:
             model_info["encoding"] = {k: enc[k] for k in ("name", "sides", "parameters_added")}
         # the source side leaves room for an attached language token
         scfg = dataclasses.replace(cfg, max_source_length=cfg.max_source_length - added_tokens(model))
-        feats = {s: encode_pairs(ctx.tokenizer, tgt_tok, *pairs[s], scfg) for s in pairs}
-        collate = language_collate(pad_collate(_special_id(ctx.tokenizer, "pad")), model, lang,
-                                   encoding=ctx.encoding, decoder_language=target)  # fmt: skip
+        feats = {lang: {s: encode_pairs(ctx.tokenizer, tgt_tok, *pairs[lang][s], scfg) for s in pairs[lang]}
+                 for lang in langs}  # fmt: skip
+        base = pad_collate(_special_id(ctx.tokenizer, "pad"))
+        if multilingual:
+            for lang in langs:
+                for split in feats[lang].values():
+                    for f in split:
+                        f["language"] = lang
+            collate = language_collate(base, model, None, encoding=ctx.encoding, decoder_language=target)
+            if collate is base:  # a plain model: the language keys are not model inputs
+
+                def collate(features: list[dict]) -> dict:
+                    return base([{k: v for k, v in f.items() if k != "language"} for f in features])
+
+            train = [f for lang in langs for f in feats[lang]["train"]]
+            dev = [f for lang in langs for f in feats[lang]["dev"]]
+            dev_refs = [r for lang in langs for r in pairs[lang]["dev"][1]]
+        else:
+            (lang,) = langs
+            collate = language_collate(base, model, lang, encoding=ctx.encoding, decoder_language=target)
+            train, dev, dev_refs = feats[lang]["train"], feats[lang]["dev"], pairs[lang]["dev"][1]
 
         def dev_loss(m: Any) -> dict:
-            return self._dev_loss(m, feats["dev"], collate, device, show, f"iwslt dev {lang}")
+            return self._dev_loss(m, dev, collate, device, show, f"iwslt dev {key}")
 
         def dev_bleu(m: Any) -> dict:
-            return {
-                "bleu": self._bleu(
-                    m, feats["dev"], pairs["dev"][1], collate, tgt_tok, device, show, f"iwslt dev {lang}"
-                )["bleu"]
-            }
+            return {"bleu": self._bleu(m, dev, dev_refs, collate, tgt_tok, device, show, f"iwslt dev {key}")["bleu"]}
 
         def test_bleu(m: Any) -> dict:
-            return self._bleu(m, feats["test"], pairs["test"][1], collate, tgt_tok, device, show, f"iwslt test {lang}")
+            return {
+                lang: self._bleu(m, feats[lang]["test"], pairs[lang]["test"][1], collate, tgt_tok, device, show,
+                                 f"iwslt test {lang}")  # fmt: skip
+                for lang in langs
+            }
 
         dev_fn = {"loss": dev_loss, "bleu": dev_bleu, "last": None}[cfg.select_metric]
         result = finetune(
             model,
-            feats["train"],
+            train,
             dev_fn,
             test_bleu,
             TrainConfig.from_config(cfg),
@@ -523,19 +665,24 @@ class IwsltBleu:
             greater_is_better=cfg.select_metric != "loss",
             device=device,
             show_progress=show,
-            description=f"iwslt {lang}",
+            description=f"iwslt {key}",
             loss_fn=label_smoothed_loss(cfg.label_smoothing),
         )
-        test = result.test
-        out.metrics[lang] = {"bleu": test["bleu"]}
-        out.counts[lang] = {s: len(feats[s]) for s in feats}
-        out.curves[f"{lang}/train_loss"] = result.loss_curve
-        out.info["data"][lang] = {**data_info, "target_language": target}
-        out.info["finetune"][lang] = finetune_info(result)
-        out.info["model"][lang] = model_info
-        out.info["target_tokenizer"][lang] = tok_info
-        out.info["sacrebleu_signature"] = test["signature"]
-        out.info["samples"][lang] = [
-            {"source": s, "reference": r, "hypothesis": h}
-            for s, r, h in list(zip(pairs["test"][0], pairs["test"][1], test["hypotheses"]))[:5]
-        ]
+        for lang in langs:
+            test = result.test[lang]
+            out.metrics[lang] = {"bleu": test["bleu"]}
+            if "bleu_tokenized" in test:
+                out.metrics[lang]["bleu_tokenized"] = test["bleu_tokenized"]
+                out.info["sacrebleu_signature_tokenized"] = test["signature_tokenized"]
+            out.counts[lang] = {s: len(feats[lang][s]) for s in feats[lang]}
+            out.info["sacrebleu_signature"] = test["signature"]
+            out.info["samples"][lang] = [
+                {"source": s, "reference": r, "hypothesis": h}
+                for s, r, h in list(zip(pairs[lang]["test"][0], pairs[lang]["test"][1], test["hypotheses"]))[:5]
+            ]
+        out.curves[f"{key}/train_loss"] = result.loss_curve
+        out.info["finetune"][key] = finetune_info(result)
+        out.info["model"][key] = model_info
+        out.info["target_tokenizer"][key] = tok_info
+        if multilingual:
+            out.info["multilingual"] = {"languages": langs, "target_language": target, "train_pairs": len(train)}

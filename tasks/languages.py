@@ -113,7 +113,34 @@ _ROWS = [
 LANGUAGES: dict[str, Language] = {row.code: row for row in _ROWS}
 """The table, by code."""
 
+SUMMARY = "all"
+"""The key beside the language codes in a record's ``metrics`` under which multilingual task
+settings put their cross-language summary (the mean over the evaluated languages; XNLI's transfer
+gap): leaderboard columns read it like a language (``{task: xnli, languages: [all], ...}``).
+No language of the table may have this code."""
+
 WORLD_LANGUAGES: tuple[str, ...] = tuple(code for code, row in LANGUAGES.items() if row.world)
+
+
+def check_language_list(config: object, field: str) -> None:
+    """Validate the optional list-of-language-codes field ``field`` of a frozen task config in place.
+
+    A list becomes a tuple (the config stays hashable); ``None`` is left alone. A value that is not
+    a non-empty list of distinct codes, or that contains :data:`SUMMARY`, is a ``ValueError`` naming
+    the field.
+    """
+    langs = getattr(config, field)
+    if isinstance(langs, list):
+        langs = tuple(langs)
+        object.__setattr__(config, field, langs)
+    if langs is None:
+        return
+    if not isinstance(langs, tuple) or not langs or not all(isinstance(x, str) and x for x in langs):
+        raise ValueError(f"{field} must be a non-empty list of language codes or null, got {langs!r}")
+    if len(set(langs)) != len(langs):
+        raise ValueError(f"{field} lists a language twice: {list(langs)}")
+    if SUMMARY in langs:
+        raise ValueError(f"{field} may not contain {SUMMARY!r} (the key of the cross-language summary)")
 
 
 def get_language(code: str) -> Language:

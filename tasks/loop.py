@@ -341,6 +341,102 @@ def build_task_model(
     return model, info
 
 
+# ------------------------------------------------------------------------------- evaluation
+
+
+def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices of ``lengths`` in batches of similar length: sorted by length (ties by index), cut every ``batch_size``.
+
+    Evaluation batches built this way carry little padding. A per-example score does not depend
+    on which batch the example is in (padded positions are masked out); only float rounding of
+    the padded attention products may differ in the last bits.
+
+    Example:
+        >>> length_batches([5, 1, 3, 1], 2)
+        [[1, 3], [2, 0]]
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
+
+
+class HeadAtPositions:
+    """Apply a language model's output head only at chosen positions of a batch.
+
+    A masked LM scores a few positions per sequence (15% of the tokens), but its forward applies
+    the LM head (dense, norm and the ``d x |V|`` vocabulary projection) at every position. Inside
+    this context, a forward hook on the model's base model (``model.base_model``: the encoder
+    whose first output the head reads) keeps only the hidden states at the positions passed to
+    :meth:`logits`, so the head runs on ``N`` rows instead of ``B x T``. Each kept row goes through
+    the same head as before; only the shape of the head's matrix products changes.
+
+    Models without a separate base model, or whose base model's first output is not the
+    ``B x T x d`` sequence of the batch, are left alone: :meth:`logits` then selects the rows
+    from the full logits, with the same result.
+
+    Example:
+        >>> from transformers import BertConfig, BertForMaskedLM
+        >>> m = BertForMaskedLM(BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1,
+        ...                                num_attention_heads=2, intermediate_size=16)).eval()
+        >>> ids, pos = torch.tensor([[2, 5, 7, 3]]), torch.tensor([[False, True, False, True]])
+        >>> with torch.no_grad(), HeadAtPositions(m) as head:
+        ...     picked = head.logits(m, {"input_ids": ids}, pos)
+        >>> picked.shape, bool(torch.allclose(picked, m(input_ids=ids).logits[pos], atol=1e-6))
+        (torch.Size([2, 30]), True)
+    """
+
+    def __init__(self, model: Any) -> None:
+        inner = model.model if getattr(model, "is_language_encoded", False) else model
+        base = getattr(inner, "base_model", None)
+        self._base = base if isinstance(base, torch.nn.Module) and base is not inner else None
+        self._handle: Any = None
+        self._positions: torch.Tensor | None = None
+        self._gathered = False
+
+    def __enter__(self) -> HeadAtPositions:
+        if self._base is not None:
+            self._handle = self._base.register_forward_hook(self._hook)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+
+    def logits(self, model: Any, inputs: dict, positions: torch.Tensor) -> torch.Tensor:
+        """``N x |V|`` logits of ``model(**inputs)`` at the ``True`` entries of ``positions`` (``B x T``), row-major."""
+        self._positions, self._gathered = positions, False
+        try:
+            out = model(**inputs)
+        finally:
+            self._positions = None
+        logits = out.logits if hasattr(out, "logits") else out[0]
+        if not self._gathered:
+            return logits[positions]
+        n = int(positions.sum())
+        if logits.shape[:-1].numel() != n:
+            raise RuntimeError(
+                f"{type(model).__name__}: the LM head returned {tuple(logits.shape)} logits for {n} selected "
+                "positions; its forward does not apply the head row by row to the base model's output"
+            )
+        return logits.reshape(n, logits.shape[-1])
+
+    def _hook(self, module: Any, args: Any, output: Any) -> Any:
+        pos = self._positions
+        if pos is None or self._gathered:
+            return None
+        hidden = output[0]
+        if not torch.is_tensor(hidden) or hidden.dim() != 3 or tuple(hidden.shape[:2]) != tuple(pos.shape):
+            return None
+        self._gathered = True
+        picked = hidden[pos.to(hidden.device)].unsqueeze(0)
+        if isinstance(output, tuple):
+            return (picked, *output[1:])
+        output[next(iter(output.keys()))] = picked  # a ModelOutput keeps its attribute and tuple views in sync
+        return output
+
+
 # ---------------------------------------------------------------------------------- predict
 
 
@@ -357,6 +453,7 @@ def predict(
     show_progress: bool = True,
     description: str = "eval",
     forward_fn: Callable[[Any, dict], Any] | None = None,
+    lengths: Sequence[int] | None = None,
 ) -> list:
     """Run ``model`` over ``features`` in eval mode and return one output per feature, in order.
 
@@ -376,20 +473,34 @@ def predict(
         description: progress-bar label.
         forward_fn: ``(model, batch on device) -> output`` instead of ``model(**batch)`` (e.g.
             ``lambda m, b: m.generate(**b, num_beams=5)``).
+        lengths: one length per feature (e.g. its number of tokens): batches then hold features
+            of similar length (:func:`length_batches`, within each process's shard) and the
+            outputs are put back in feature order. Less padding; a feature's output may differ
+            from an unbucketed run by float rounding only, so a task opts in after checking its
+            goldens. None: batches in feature order.
     """
     rank, world = dist_info()
     mine = shard_indices(len(features), rank, world)
+    if lengths is not None and len(lengths) != len(features):
+        raise ValueError(f"predict: {len(lengths)} lengths for {len(features)} features")
+    if lengths is None:
+        batches = [list(range(s, min(s + batch_size, mine.stop))) for s in range(mine.start, mine.stop, batch_size)]
+    else:
+        batches = [[mine.start + j for j in b] for b in length_batches([lengths[i] for i in mine], batch_size)]
     was_training = model.training
     model.eval()
-    outputs: list = []
+    outputs: list = [None] * len(mine)
     try:
-        starts = range(mine.start, mine.stop, batch_size)
-        for start in progress(starts, description=description, enabled=show_progress):
-            batch = collate_fn([features[i] for i in range(start, min(start + batch_size, mine.stop))])
+        for rows in progress(batches, description=description, enabled=show_progress):
+            batch = collate_fn([features[i] for i in rows])
             with _autocast(device, mixed_precision):
                 on_device = _to_device(batch, device)
                 out = model(**on_device) if forward_fn is None else forward_fn(model, on_device)
-            outputs.extend(output_fn(batch, out))
+            got = list(output_fn(batch, out))
+            if len(got) != len(rows):
+                raise ValueError(f"predict: output_fn returned {len(got)} outputs for a batch of {len(rows)} features")
+            for i, o in zip(rows, got):
+                outputs[i - mine.start] = o
     finally:
         model.train(was_training)
     return _all_gather_list(outputs)

@@ -4,8 +4,16 @@ Settings:
 
 - ``translate-train`` (FOCUS): for each target language, fine-tune on its (translated) training
   set, select the epoch on its dev set, score the selected checkpoint on its test set;
-- ``cross-lingual`` (zero-shot transfer): fine-tune once on ``ctx.source_language``, select on
-  the source dev set, score on each target language's test set.
+- ``cross-lingual`` (zero-shot transfer): fine-tune once on ``train_language`` (default: the
+  context's source language), select on its dev set, score on each test language's test set.
+
+The test languages are ``eval_languages`` (default: the trial's target language). The XLP paper's
+settings (papers/xlp-language-projection.txt, Table 1 and Table 3) list every language of the
+multilingual source: with two or more, the record's ``metrics["all"]`` (:data:`tasks.languages.SUMMARY`)
+holds ``accuracy``, the mean over the test languages, and ``transfer_gap``, the accuracy on
+``train_language`` minus the mean over the other test languages (Table 3; XTREME's cross-lingual
+transfer gap). Both work with any trial model: a multilingual source kept as it is
+(``method: original``) or a model whose vocabulary was transferred.
 
 With a language encoding, every batch carries the language of its split (training and dev:
 the training language; test: each test language), see :func:`tasks.data.language_collate`.
@@ -13,13 +21,16 @@ the training language; test: each test language), see :func:`tasks.data.language
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
 from dataclasses import dataclass
 from typing import Any
 
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import DataError, added_tokens, language_collate, limit, load_task_splits
+from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
+from tasks.languages import SUMMARY, check_language_list
 from tasks.loop import (
     TrainConfig,
     build_task_model,
@@ -39,6 +50,9 @@ SETTINGS = ("translate-train", "cross-lingual")
 @dataclass(frozen=True)
 class XnliConfig:
     """Configuration of :class:`Xnli`. Defaults: FOCUS Table 6 (XNLI column)."""
+
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("train_language", "eval_languages")
+    """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
 
     setting: str = "translate-train"
     """``translate-train`` or ``cross-lingual`` (train on the source language, test on targets)."""
@@ -65,10 +79,23 @@ class XnliConfig:
     """Use the first N training examples (None: all)."""
     max_eval_examples: int | None = None
     """Use the first N dev and test examples (None: all)."""
+    train_language: str | None = None
+    """``cross-lingual``: the language fine-tuned on (its train and dev sets); ``translate-train``:
+    the language the transfer gap compares with the others. None: the context's source language
+    (the world's ``src``; English for XLM-style real sources)."""
+    eval_languages: tuple[str, ...] | None = None
+    """Languages tested on their own test sets (``translate-train``: each also fine-tuned on its
+    own training data). None: the trial's target language. Must include the trial's target
+    language (resume checks its metrics); two or more add ``metrics["all"]`` (mean and gap).
+    Languages a language-encoded model has no parameters for are added, initialized by the
+    encoding's ``init`` option (:func:`tasks.data.ensure_languages`)."""
 
     def __post_init__(self) -> None:
         if self.setting not in SETTINGS:
             raise ValueError(f"setting must be one of {SETTINGS}, got {self.setting!r}")
+        check_language_list(self, "eval_languages")
+        if self.train_language is not None and (not isinstance(self.train_language, str) or not self.train_language):
+            raise ValueError(f"train_language must be a language code or null, got {self.train_language!r}")
         if self.max_length < 8:
             raise ValueError(f"max_length must be >= 8, got {self.max_length}")
         TrainConfig.from_config(self)  # validates the shared optimization fields
@@ -169,32 +196,77 @@ class Xnli:
         counts = {"train": len(train), "dev": len(dev)}
         return result, counts, head_info
 
+    def languages(self, ctx: TaskContext) -> tuple[str | None, list[str]]:
+        """``(train_language, test languages)`` of a trial.
+
+        Raises:
+            ValueError: a target language missing from ``eval_languages``.
+        """
+        cfg = self.config
+        train = cfg.train_language or ctx.source_language
+        tests = list(cfg.eval_languages) if cfg.eval_languages else list(ctx.languages)
+        missing = [lang for lang in ctx.languages if lang not in tests]
+        if missing:
+            raise ValueError(
+                f"xnli.eval_languages {tests} must include the trial's target language(s) {missing} "
+                "(a record is complete when its target language has metrics)"
+            )
+        return train, tests
+
     def run(self, ctx: TaskContext) -> TaskResult:
-        """Fine-tune and score on every language of ``ctx.languages``."""
+        """Fine-tune and score on every test language (see :class:`XnliConfig`)."""
         check_max_length(ctx.model, self.config.max_length, "xnli")
         cfg = self.config
-        out = TaskResult(metrics={}, info={"setting": cfg.setting, "data": {}, "finetune": {}})
+        train_lang, langs = self.languages(ctx)
+        out = TaskResult(metrics={}, info={"setting": cfg.setting, "data": {}, "finetune": {},
+                                           "train_language": train_lang, "eval_languages": langs})  # fmt: skip
+        if cfg.eval_languages is not None:  # languages the model's encoding lacks start from its init option
+            wanted = langs + ([train_lang] if cfg.setting == "cross-lingual" and train_lang else [])
+            model, added = ensure_languages(ctx.model, ctx.encoding, wanted, ctx.seed)
+            if added:
+                ctx = dataclasses.replace(ctx, model=model)
+                out.info["encoding_languages_added"] = added
         if cfg.setting == "translate-train":
-            for lang in ctx.languages:
+            for lang in langs:
                 data, info = self._load(ctx, lang, ("train", "dev", "test"))
                 result, counts, head = self._train(ctx, data["train"], data["dev"], {lang: data["test"]}, lang)
                 record_language(out, lang, result, metrics=result.test[lang],
                                 counts={**counts, "test": len(data["test"])}, data_info=info, head=head)
         else:
-            src = ctx.source_language
+            src = train_lang
             if src is None:
-                raise ValueError("xnli cross-lingual: the task context has no source_language")
+                raise ValueError("xnli cross-lingual: no train_language and the task context has no source_language")
             data, info = self._load(ctx, src, ("train", "dev"))
             tests = {}
-            for lang in ctx.languages:
+            for lang in langs:
                 test_data, test_info = self._load(ctx, lang, ("test",))
                 tests[lang] = test_data["test"]
                 out.info["data"][lang] = test_info
-            out.info["data"][src] = info
+            # the training language's data facts; when it is also tested, beside its test facts
+            out.info["data"][src] = {"train": info, "test": out.info["data"][src]} if src in tests else info
             result, counts, head = self._train(ctx, data["train"], data["dev"], tests, src)
-            for lang in ctx.languages:
+            for lang in langs:
                 out.metrics[lang] = result.test[lang]
                 out.counts[lang] = {**counts, "test": len(tests[lang])}
             out.curves[f"{src}/train_loss"] = result.loss_curve
             out.info["finetune"][src] = {**finetune_info(result), "head": head}
+        if cfg.eval_languages is not None and len(langs) > 1:
+            out.metrics[SUMMARY] = language_summary({lang: out.metrics[lang]["accuracy"] for lang in langs}, train_lang)
         return out
+
+
+def language_summary(accuracy: dict[str, float], reference: str | None) -> dict[str, float]:
+    """``{"accuracy": mean over the languages, "transfer_gap": reference minus the mean over the others}``.
+
+    The gap (XLP paper Table 3, after XTREME) is left out when ``reference`` is not among the
+    languages or is the only one.
+
+    Example:
+        >>> {k: round(v, 4) for k, v in language_summary({"en": 0.8, "de": 0.7, "sw": 0.6}, "en").items()}
+        {'accuracy': 0.7, 'transfer_gap': 0.15}
+    """
+    out = {"accuracy": statistics.fmean(accuracy.values())}
+    others = [v for lang, v in accuracy.items() if lang != reference]
+    if reference in accuracy and others:
+        out["transfer_gap"] = accuracy[reference] - statistics.fmean(others)
+    return out

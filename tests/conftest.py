@@ -5,8 +5,10 @@ Everything is built locally in seconds: no network, no GPU. Hub names fail fast 
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -19,6 +21,10 @@ if str(_ROOT) not in sys.path:
 
 # Before transformers/datasets are imported anywhere: offline, quiet, private caches.
 _SESSION_TMP = Path(tempfile.mkdtemp(prefix="tokxfer-tests-"))
+# A session's caches hold fastText models of a few hundred MB each: removed when the process exits
+# (each xdist worker has its own), unless TOKXFER_KEEP_TEST_TMP is set for a post-mortem.
+if not os.environ.get("TOKXFER_KEEP_TEST_TMP"):
+    atexit.register(shutil.rmtree, _SESSION_TMP, ignore_errors=True)
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ["HF_DATASETS_OFFLINE"] = "1"
 os.environ["TRANSFORMERS_OFFLINE"] = "1"

@@ -18,7 +18,14 @@ from leaderboards.cli import collect_records
 from leaderboards.spec import load_spec
 
 ROOT = Path(__file__).resolve().parent.parent  # the checkout (tox installs the package elsewhere)
-SPECS = sorted((ROOT / "leaderboards" / "specs").glob("*.yaml"))
+ALL_SPECS = sorted((ROOT / "leaderboards" / "specs").glob("*.yaml"))
+# World specs whose experiments have not been run yet, and why: no records, so no committed table.
+PENDING = {
+    "xlp-table1": "the XLP world presets (harness/configs/xlp-table1.yaml) have not been run yet",
+    "xlp-table1-translate-train": "the XLP world presets (harness/configs/xlp-table1.yaml) have not been run yet",
+    "xlp-table2": "the XLP world presets (harness/configs/xlp-table2.yaml) have not been run yet",
+}
+SPECS = [p for p in ALL_SPECS if p.stem not in PENDING]
 RECORDS = ROOT / "leaderboards" / "records"
 TABLES = ROOT / "leaderboards" / "tables"
 
@@ -38,6 +45,16 @@ def test_every_world_spec_has_committed_records(spec_path):
         assert files, f"{spec_path.name}: no committed records for experiment {exp!r} under {RECORDS}"
         for f in files:
             assert json.loads(f.read_text())["experiment"] == exp, f
+
+
+@pytest.mark.parametrize("name", sorted(PENDING))
+def test_pending_specs_have_neither_records_nor_tables(name):
+    """A pending spec must not show a stale table; once its records are committed, it leaves PENDING."""
+    assert (ROOT / "leaderboards" / "specs" / f"{name}.yaml").is_file(), f"PENDING names no spec {name!r}"
+    for exp in load_spec(ROOT / "leaderboards" / "specs" / f"{name}.yaml").experiments:
+        assert not list((RECORDS / exp / "records").glob("*.json")), (
+            f"{name}: records of {exp!r} are committed; remove it from PENDING and commit its table")
+    assert not list(TABLES.glob(f"{name}.*")), f"{name}: a table is committed without records"
 
 
 @pytest.mark.parametrize("spec_path", SPECS, ids=[p.stem for p in SPECS])

@@ -43,7 +43,19 @@ TABLES = [
     "wechsel-table1",
     "wechsel-table2",
     "wechsel-table7",
+    "xlp-table1",
+    "xlp-table1-translate-train",
+    "xlp-table2",
 ]
+# Measured rows of real specs that the paper has no number for, and why.
+ROWS_WITHOUT_PAPER_NUMBERS = {
+    ("xlp-table1", "none"): "the XLP paper's XNLI models all carry a language encoding",
+    ("xlp-table1", "attached"): "the XLP paper runs the attached encoding on translation only",
+    ("xlp-table1-translate-train", "none"): "the XLP paper's XNLI models all carry a language encoding",
+    ("xlp-table1-translate-train", "additive"): "the XLP paper prints no translate-train number for XLM15",
+    ("xlp-table1-translate-train", "attached"): "the XLP paper runs the attached encoding on translation only",
+    ("xlp-table2", "none"): "the XLP paper compares the three encodings only",
+}
 WORLD_ONLY = ["vipi-table3", "vipi-table4"]  # the VIPI tasks (English text classification) are not in tokxfer
 
 
@@ -143,11 +155,18 @@ def test_config_validates_offline(path, network_attempts, capsys):
 
 
 @functools.cache
-def _experiment_methods(path: Path) -> frozenset[str]:
-    """Method ids of the experiment in ``path`` (whose ``name`` must be the file's stem)."""
+def _experiment_methods(path: Path, row_by: str = "method") -> frozenset[str]:
+    """Row keys the experiment in ``path`` (whose ``name`` must be the file's stem) can fill:
+    method ids, encoding ids (``row_by: encoding``) or ``method + encoding`` pairs."""
     cfg = load_experiment(path)
     assert cfg.name == path.stem, f"{path}: experiment name {cfg.name!r} differs from the file name"
-    return frozenset(m.id for m in cfg.methods)
+    methods = [m.id for m in cfg.methods]
+    encodings = [e.id for e in cfg.encodings] or ["none"]
+    if row_by == "encoding":
+        return frozenset(encodings)
+    if row_by == "method+encoding":
+        return frozenset(f"{m} + {e}" for m in methods for e in encodings)
+    return frozenset(methods)
 
 
 @pytest.mark.parametrize("path", ALL_SPECS, ids=_ids(ALL_SPECS))
@@ -158,7 +177,7 @@ def test_spec_experiments_and_rows_exist(path):
     for exp in spec.experiments:
         config = directory / f"{exp}.yaml"
         assert config.is_file(), f"{path.name}: experiment {exp!r} has no config {config}"
-        methods |= _experiment_methods(config)
+        methods |= _experiment_methods(config, spec.row_by)
     for row in spec.rows or ():
         assert row.method in methods, f"{path.name}: row {row.method!r} is in none of {spec.experiments}"
 
@@ -169,8 +188,10 @@ def test_real_paper_rows_match_measured_rows(path):
     spec = load_spec(path)
     measured = {r.method for r in spec.rows or ()}
     paper = {m for pn in spec.paper for m, _, _ in pn.rows}
-    # every measured row has the paper's numbers beside it
-    assert measured <= paper, f"{path.name}: rows without paper numbers: {sorted(measured - paper)}"
+    # every measured row has the paper's numbers beside it, unless the paper has none (listed with the reason)
+    excused = {row for (stem, row) in ROWS_WITHOUT_PAPER_NUMBERS if stem == path.stem}
+    assert measured - excused <= paper, f"{path.name}: rows without paper numbers: {sorted(measured - excused - paper)}"
+    assert not excused & paper, f"{path.name}: {sorted(excused & paper)} have paper numbers; drop them from the list"
 
 
 @pytest.mark.parametrize("path", ALL_SPECS, ids=_ids(ALL_SPECS))

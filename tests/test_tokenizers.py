@@ -287,6 +287,7 @@ def test_load_missing_local_dir(tmp_path: Path) -> None:
 def test_cache_root_follows_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert cache.cache_root() == tmp_path / "cache"
     monkeypatch.delenv("TOKXFER_CACHE")
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)  # it would move the default (tests/test_init_cli.py)
     assert cache.cache_root() == Path.home() / ".cache" / "tokxfer"
 
 

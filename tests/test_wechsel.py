@@ -11,7 +11,7 @@ import pytest
 import torch
 from _tokfixtures import SOURCE_TEXT, TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 
-import methods.wechsel as wechsel_mod
+import methods._similarity as similarity_mod
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
 from methods import _fasttext
@@ -204,7 +204,8 @@ def test_topk_is_exact_and_independent_of_screen_and_chunking(n, m, d, k):
     q[4] = keys[7]
     mask = np.ones(m, dtype=bool)
     mask[10:15] = False
-    results = [topk_cosine(q, keys, k, key_mask=mask, chunk_rows=c, screen=s) for s in ("bf16", "fp32") for c in (7, 512)]
+    results = [topk_cosine(q, keys, k, key_mask=mask, chunk_rows=c, screen=s) for s in ("bf16", "fp32", "fp64", "auto")
+               for c in (7, 512)]
     for r in results[1:]:
         assert np.array_equal(r.indices, results[0].indices)
         assert np.array_equal(r.similarities, results[0].similarities)
@@ -223,12 +224,12 @@ def test_a_violated_screen_bound_falls_back_to_float32(monkeypatch):
     q = rng.normal(size=(50, 8)).astype(np.float32)
     keys = rng.normal(size=(2000, 8)).astype(np.float32)
     expected = topk_cosine(q, keys, 5, screen="fp32")
-    real = wechsel_mod._screen_err
+    real = similarity_mod._screen_err
 
     def tiny_for_bf16(screen, d, magnitude):  # pretend bf16 were far more precise than it is
         return real(screen, d, magnitude) if screen == "fp32" else torch.full_like(magnitude, 1e-9)
 
-    monkeypatch.setattr(wechsel_mod, "_screen_err", tiny_for_bf16)
+    monkeypatch.setattr(similarity_mod, "_screen_err", tiny_for_bf16)
     got = topk_cosine(q, keys, 5, screen="bf16", chunk_rows=16)
     assert got.stats["fallback_chunks"] > 0
     assert np.array_equal(got.indices, expected.indices) and np.array_equal(got.similarities, expected.similarities)

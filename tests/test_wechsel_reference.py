@@ -17,7 +17,7 @@ import torch
 from _tokfixtures import SOURCE_TEXT, TARGET_TEXT, from_vocab, unigram
 from conftest import reference_module
 
-import methods.wechsel as wechsel_mod
+import methods._similarity as similarity_mod
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
 from harness.surgery import materialize
 from methods import _fasttext
@@ -208,9 +208,12 @@ def test_auto_screen_leaves_bf16_when_candidates_explode(monkeypatch):
     keys = (center + 0.01 * rng.normal(size=(3000, 32))).astype(np.float32)  # concentrated cosines (~0.9999)
     q = (center + 0.01 * rng.normal(size=(40, 32))).astype(np.float32)
     expected = topk_cosine(q, keys, 10, screen="fp32", chunk_rows=8)
-    monkeypatch.setattr(wechsel_mod, "resolve_screen", lambda s: "bf16")  # as on a CPU with native bf16
+    monkeypatch.setattr(similarity_mod, "resolve_screen", lambda s: "bf16")  # as on a CPU with native bf16
     got = topk_cosine(q, keys, 10, screen="auto", chunk_rows=8)
-    assert got.stats["screen"] == "fp32" and "fp32 screen for the remaining chunks" in got.stats["screen_switched"]
+    # even the fp32 margin keeps every key here: auto climbs to the fp64 screen, before rescoring anything
+    assert got.stats["screen"] == "fp64" and got.stats["screen_switched"].startswith("bf16 screen kept")
+    assert "fp64 screen from then on" in got.stats["screen_switched"] and got.stats["screen_chunks"]["fp64"] == 5
+    assert got.stats["candidates_per_row"] < 64 < expected.stats["candidates_per_row"]
     assert np.array_equal(got.indices, expected.indices) and np.array_equal(got.similarities, expected.similarities)
     assert np.array_equal(got.kth_gap, expected.kth_gap)
     forced = topk_cosine(q, keys, 10, screen="bf16", chunk_rows=8)  # an explicit choice is kept

@@ -8,6 +8,13 @@ the target), builds a ``RobertaForMaskedLM`` (``kind="mlm"``) or ``GPT2LMHeadMod
 text it trained on, the resolved :class:`PretrainConfig` and :data:`CODE_VERSION`, so a later call
 with the same world and config returns at once.
 
+Language-aware pretraining (``PretrainConfig.encoding``, the XLP paper's settings): the source
+language and ``extra_languages`` are cut into single-language blocks whose language ids travel
+with every batch; the encoding (``additive``, ``attached``, ``xlp`` or ``none``) is trained with
+the model and saved beside it, so ``read_pretrained``/``load_encoded`` of
+:mod:`methods.encodings._wrapper` read it back and a trial with the same encoding keeps it.
+:func:`multilingual_config` is that config for a world (``tokxfer world pretrain --encoding xlp``).
+
 Reproducibility: every random draw comes from :mod:`harness.seeding` (model init and dropout under
 ``seeded_globals``; data order and MLM masks from explicit ``torch.Generator`` s), and the caller's
 global RNG state is left untouched. Same config, same text, same torch thread count and machine
@@ -48,7 +55,7 @@ from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
 
-__all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "pretrain_on_files", "pretrained_source"]
+__all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
 
 CODE_VERSION = 1
 """Part of every cache key: bump when a change here changes the weights a config produces."""
@@ -120,6 +127,16 @@ class PretrainConfig:
     """Held-out (dev) loss is measured this many times, evenly spaced, the last at the final step."""
     eval_blocks: int = 64
     """Dev blocks of ``max_len`` tokens used for each held-out loss (fixed masks)."""
+    encoding: str | None = None
+    """None: plain pretraining (all text as one token stream, no language information). A registered
+    language encoding (``none``, ``additive``, ``attached``, ``xlp``; its default config):
+    language-aware pretraining, as the XLP paper pretrains XLM/XLP — every block of
+    ``max_len - 1`` tokens holds one language's text (one position is left for ``attached``'s
+    language token, so every encoding sees the same blocks), its language id travels with the
+    batch, and the encoding's parameters train with the model (without weight decay) and are
+    saved beside it (``language_encoding.json``). ``none`` is the same data without language
+    information: the baseline row of the XLP tables. Part of the cache key only when set, so
+    sources pretrained before this field existed keep their cache entries."""
 
     def __post_init__(self) -> None:
         # Canonical values, so equal configs hash equally: lists -> tuples, ints in float fields -> floats.
@@ -172,6 +189,15 @@ class PretrainConfig:
             raise ValueError(f"PretrainConfig.extra_languages has duplicates: {self.extra_languages!r}")
         if not 0 < self.extra_fraction <= 1:
             raise ValueError(f"PretrainConfig.extra_fraction must be in (0, 1], got {self.extra_fraction!r}")
+        if self.encoding is not None:
+            from harness import registry  # the encodings register themselves on first lookup
+
+            known = registry.names("encoding")
+            if self.encoding not in known:
+                raise ValueError(
+                    f"PretrainConfig.encoding must be None or a registered encoding ({', '.join(known)}), "
+                    f"got {self.encoding!r}"
+                )
 
     @classmethod
     def tiny(cls, **overrides: Any) -> PretrainConfig:
@@ -357,15 +383,80 @@ def _loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: torch
     return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
 
 
-def _param_groups(model: PreTrainedModel, weight_decay: float) -> list[dict[str, Any]]:
+def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
+    """AdamW groups: no decay for biases, norms and a language encoding's tables (``tables.*``:
+    decay would pull XLP's identity start towards zero)."""
     decay, no_decay = [], []
     seen: set[int] = set()
     for name, p in model.named_parameters():
         if not p.requires_grad or id(p) in seen:
             continue
         seen.add(id(p))
-        (no_decay if p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") else decay).append(p)
+        plain = p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") or name.startswith("tables.")
+        (no_decay if plain else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class _MaskedLMLoss(torch.nn.Module):
+    """A masked LM whose forward returns :func:`_loss` (LM head on the selected positions only).
+
+    Language encodings wrap this module during pretraining: their hook sits on the word-embedding
+    module it shares with the masked LM, so the trained tables are then moved onto the masked LM
+    itself (``EncodedModel.rewrap``) for saving.
+    """
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        super().__init__()
+        self.model = model
+
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    def get_input_embeddings(self) -> torch.nn.Module:
+        return self.model.get_input_embeddings()
+
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return _loss(self.model, "mlm", input_ids, labels)
+
+
+def _encode_model(model: PreTrainedModel, config: PretrainConfig, languages: Sequence[str]) -> Any:
+    """``model`` wrapped with ``config.encoding`` (default config) for ``languages``; None for ``none``.
+
+    Masked LMs are wrapped through :class:`_MaskedLMLoss` (cheap loss); causal LMs directly.
+    """
+    from harness import registry
+
+    encoding = registry.get("encoding", str(config.encoding)).make(None)
+    if config.encoding == "none":
+        return None
+    target = _MaskedLMLoss(model) if config.kind == "mlm" else model
+    return encoding.wrap(target, list(languages), seed=config.seed)
+
+
+def _encoded_loss(wrapped: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor, languages: list[str]) -> torch.Tensor:
+    """Mean token loss of a language-encoded model on blocks in ``languages`` (one per row).
+
+    The wrapper prepares the batch (language ids; ``attached`` inserts its token, labelled -100).
+    """
+    batch = wrapped.prepare_batch({"input_ids": inputs, "labels": labels}, languages)
+    if kind == "mlm":
+        return wrapped(**batch)
+    labels = batch.pop("labels")
+    logits = wrapped(**batch).logits[:, :-1]
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
+
+
+def _language_blocks(
+    tok: PreTrainedTokenizerBase, language_files: dict[str, list[Path]], block_len: int
+) -> tuple[torch.Tensor, list[str]]:
+    """Blocks of ``block_len`` tokens cut from each language's own stream, and each block's language."""
+    blocks, langs = [], []
+    for lang, files in language_files.items():
+        b = _blocks(_token_stream(tok, files), block_len, f"{lang} training")
+        blocks.append(b)
+        langs.extend([lang] * b.shape[0])
+    return torch.cat(blocks), langs
 
 
 class _Progress:
@@ -414,8 +505,18 @@ class _Progress:
 
 
 @torch.no_grad()
-def _dev_loss(model: PreTrainedModel, config: PretrainConfig, dev: torch.Tensor, mask_kwargs: dict[str, Any]) -> float:
-    """Mean loss over the dev blocks with masks fixed by the seed (identical at every eval point)."""
+def _dev_loss(
+    model: torch.nn.Module,
+    config: PretrainConfig,
+    dev: torch.Tensor,
+    mask_kwargs: dict[str, Any],
+    loss_fn: Any = None,
+) -> float:
+    """Mean loss over the dev blocks with masks fixed by the seed (identical at every eval point).
+
+    ``loss_fn(model, kind, inputs, labels)`` defaults to :func:`_loss`.
+    """
+    loss_fn = loss_fn or _loss
     was_training = model.training
     model.eval()
     g = seeding.torch_generator(config.seed, "pretrain", "eval-mask")
@@ -428,7 +529,7 @@ def _dev_loss(model: PreTrainedModel, config: PretrainConfig, dev: torch.Tensor,
         else:
             inputs, labels = ids, ids
             n = ids.numel() - ids.shape[0]
-        total += _loss(model, config.kind, inputs, labels).item() * n
+        total += loss_fn(model, config.kind, inputs, labels).item() * n
         count += n
     model.train(was_training)
     return total / max(count, 1)
@@ -442,20 +543,34 @@ def _pretrain_into(
     cache_dir: Path | None,
     progress: bool,
     provenance: dict[str, Any],
+    language_files: dict[str, list[Path]] | None = None,
 ) -> None:
-    """Train tokenizer and model on ``train_files`` and save everything into ``out``."""
+    """Train tokenizer and model on ``train_files`` and save everything into ``out``.
+
+    With ``config.encoding`` set, ``language_files`` holds each language's training text (the
+    source language first; its dev text is ``dev_files``) and ``train_files`` only trains the
+    tokenizer (the same mixed corpus as plain multilingual pretraining, hence the same vocabulary).
+    """
     t_start, cpu_start = time.perf_counter(), time.process_time()
     tok = tk.train_tokenizer(
         list(train_files), config.tokenizer_algorithm, config.vocab_size, cache_dir=cache_dir, progress=False
     )
     t_tok = time.perf_counter()
 
-    train = _blocks(_token_stream(tok, train_files), config.max_len, "training")
+    block_langs: list[str] | None = None
+    if config.encoding is None:
+        block_len = config.max_len
+        train = _blocks(_token_stream(tok, train_files), block_len, "training")
+    else:
+        if not language_files:
+            raise ValueError("PretrainConfig.encoding needs the training text of each language")
+        block_len = config.max_len - 1  # room for attached's language token, the same blocks for every encoding
+        train, block_langs = _language_blocks(tok, language_files, block_len)
     dev_stream = _token_stream(tok, dev_files) if dev_files else None
     # A dev text shorter than one block gives no dev loss rather than an error.
     dev = None
-    if dev_stream is not None and dev_stream.numel() >= config.max_len:
-        dev = _blocks(dev_stream, config.max_len, "dev")[: config.eval_blocks]
+    if dev_stream is not None and dev_stream.numel() >= block_len:
+        dev = _blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
     t_data = time.perf_counter()
 
     special_ids = torch.tensor(sorted(set(tok.all_special_ids)), dtype=torch.long)
@@ -472,9 +587,20 @@ def _pretrain_into(
     with seeding.seeded_globals(config.seed, "pretrain", "init"):
         model = _build_model(config, tok, config.dropout)
     n_params = sum(p.numel() for p in model.parameters())
-    model.train()
+    wrapped = None  # the language-encoded model (encodings other than none)
+    loss_fn = None
+    if language_files:
+        wrapped = _encode_model(model, config, list(language_files))
+        if wrapped is not None:
+            dev_langs = [next(iter(language_files))]  # dev_files: the source language
 
-    optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
+            def loss_fn(m: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+                return _encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
+
+    trained = wrapped if wrapped is not None else model
+    trained.train()
+
+    optimizer = torch.optim.AdamW(_param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
     warmup = max(1, round(config.warmup_ratio * config.steps)) if config.warmup_ratio > 0 else 0
 
     def lr_factor(step: int) -> float:  # step = number of optimizer steps already taken
@@ -499,15 +625,20 @@ def _pretrain_into(
         _Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
     ):
         for step in range(1, config.steps + 1):
-            ids = train[next(batches)]
+            idx = next(batches)
+            ids = train[idx]
             if config.kind == "mlm":
                 inputs, labels = _mask_tokens(ids, generator=mask_gen, **mask_kwargs)
             else:
                 inputs, labels = ids, ids
-            loss = _loss(model, config.kind, inputs, labels)
+            if wrapped is None:
+                loss = _loss(model, config.kind, inputs, labels)
+            else:
+                assert block_langs is not None
+                loss = _encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+            torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
             optimizer.step()
             scheduler.step()
             value = loss.detach().item()
@@ -520,7 +651,7 @@ def _pretrain_into(
                 curve.append([step, round(sum(window) / len(window), 4)])
                 window = []
             if dev is not None and step in eval_at:
-                dev_curve.append([step, round(_dev_loss(model, config, dev, mask_kwargs), 4)])
+                dev_curve.append([step, round(_dev_loss(trained, config, dev, mask_kwargs, loss_fn), 4)])
     t_end = time.perf_counter()
 
     _set_dropout(model, config.saved_dropout)
@@ -529,7 +660,11 @@ def _pretrain_into(
     bars_were_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # no "Writing model shards" bar for a 20 MB file
     try:
-        model.save_pretrained(out)
+        if wrapped is None:
+            model.save_pretrained(out)
+        else:  # the model plus language_encoding.json/.safetensors (masked LMs: tables moved off the loss module)
+            saved = wrapped.rewrap(model, finetuning=False) if config.kind == "mlm" else wrapped
+            saved.save_pretrained(out)
     finally:
         if bars_were_on:
             hf_logging.enable_progress_bar()
@@ -561,7 +696,20 @@ def _pretrain_into(
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         **provenance,
     }
+    if config.encoding is not None:
+        counts = {lang: block_langs.count(lang) for lang in dict.fromkeys(block_langs or [])}
+        info["language_blocks"] = counts
+        info["encoding"] = wrapped.encoding_info() if wrapped is not None else {"name": "none", "parameters_added": 0}
     (out / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
+
+
+def _config_key(config: PretrainConfig) -> dict[str, Any]:
+    """The config as :func:`harness.cache.content_hash` hashes a dataclass, without ``encoding``
+    when it is None: sources pretrained before the field existed keep their cache keys."""
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    if config.encoding is None:
+        del fields["encoding"]
+    return {"__dataclass__": type(config).__qualname__, **fields}
 
 
 def _cache_key(config: PretrainConfig, train: Any, dev: Any) -> dict[str, Any]:
@@ -569,8 +717,8 @@ def _cache_key(config: PretrainConfig, train: Any, dev: Any) -> dict[str, Any]:
         "what": "pretrained_source",
         "code_version": CODE_VERSION,
         "tokenizer_code_version": tk.CODE_VERSION,
-        "config": config,
-        "train": train,  # Paths: hashed by content
+        "config": _config_key(config),
+        "train": train,  # Paths: hashed by content (a dict of them per language for encoded pretraining)
         "dev": dev,
     }
 
@@ -604,6 +752,8 @@ def pretrain_on_files(
     config = config or PretrainConfig()
     if config.extra_languages:
         raise ValueError("PretrainConfig.extra_languages needs a world; use pretrained_source, or add the files")
+    if config.encoding is not None:
+        raise ValueError("PretrainConfig.encoding needs a world (text tagged by language); use pretrained_source")
     train = [Path(p) for p in train_files]
     dev = [Path(p) for p in dev_files]
     for p in (*train, *dev):
@@ -615,6 +765,26 @@ def pretrain_on_files(
         _pretrain_into(out, config, train, dev, root, progress, {"train_files": [p.name for p in train]})
 
     return cached_dir("sources", _cache_key(config, train, dev), build, root=root)
+
+
+def multilingual_config(world_dir: Path | str, kind: Kind, encoding: str,
+                        languages: Sequence[str] | None = None, **overrides: Any) -> PretrainConfig:  # fmt: skip
+    """The multilingual source of the XLP settings: the source language plus ``languages`` (None:
+    every target of the world, in the world's order) pretrained with ``encoding``.
+
+    ``tokxfer world pretrain --encoding ENC`` builds this config; an experiment gets the same one
+    from ``source: {model: "world:mlm", pretrain: {encoding: trial, extra_languages: [...]}}``.
+
+    Example:
+        >>> multilingual_config(world, "mlm", "xlp").extra_languages      # doctest: +SKIP
+        ('near', 'far', 'script', 'agglu')
+    """
+    from harness.world import World
+
+    world = World(Path(world_dir))
+    if languages is None:
+        languages = [lang for lang in world.languages if lang != world.source_language]
+    return PretrainConfig(kind=kind, encoding=encoding, extra_languages=tuple(languages), **overrides)
 
 
 def pretrained_source(
@@ -673,19 +843,29 @@ def pretrained_source(
 
     def build(out: Path) -> None:
         if not config.extra_languages:
-            _pretrain_into(out, config, [train[source]], [dev], root, progress, provenance)
+            language_files = None if config.encoding is None else {source: [train[source]]}
+            _pretrain_into(out, config, [train[source]], [dev], root, progress, provenance, language_files)
             return
         # One mixed corpus (source first, then each extra language's first lines), so the tokenizer
-        # and the model see the same text.
+        # and the model see the same text. Language-aware pretraining (config.encoding) trains the
+        # tokenizer on the same corpus and the model on each language's part of it.
         n_source = sum(1 for _ in _lines(train[source]))
+        n_extra = max(1, round(config.extra_fraction * n_source))
         with tempfile.TemporaryDirectory(prefix="tokxfer-mix-") as tmp:
             mixed = Path(tmp) / "pretrain_corpus.txt"
             with open(mixed, "w", encoding="utf-8") as f:
                 for line in _lines(train[source]):
                     f.write(line + "\n")
                 for lang in config.extra_languages:
-                    for line in _lines(train[lang], limit=max(1, round(config.extra_fraction * n_source))):
+                    for line in _lines(train[lang], limit=n_extra):
                         f.write(line + "\n")
-            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance)
+            language_files = None
+            if config.encoding is not None:
+                language_files = {source: [train[source]]}
+                for lang in config.extra_languages:
+                    part = Path(tmp) / f"{lang}.txt"
+                    part.write_text("".join(line + "\n" for line in _lines(train[lang], limit=n_extra)), encoding="utf-8")
+                    language_files[lang] = [part]
+            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files)
 
     return cached_dir("sources", _cache_key(config, train, dev), build, root=root)

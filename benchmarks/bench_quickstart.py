@@ -1,0 +1,504 @@
+"""The quickstart, cold and warm, through the real command line, with a breakdown of where the time goes.
+
+Each phase runs ``python -m harness.cli`` (what the ``tokxfer`` script runs) in a subprocess:
+
+* ``cold`` — a fresh, empty ``TOKXFER_CACHE`` (a temporary folder, or ``--cache``) and a fresh runs
+  folder: ``tokxfer world build`` (timed apart: the world build) then ``tokxfer run CONFIG``, which
+  pretrains the source model, trains the target tokenizers and runs every trial;
+* ``warm`` — the cache the cold phase left, a fresh runs folder: ``tokxfer run CONFIG`` again.
+
+A phase's wall time is the sum of its commands' wall times, process start-up included. The
+breakdown is read from what the run leaves behind: source pretraining from ``pretrain_info.json``
+(when built in that phase), per-trial resources / init (load, method, install) / task seconds from
+the records, fastText training and word alignment from the methods' ``init.info`` (trials whose
+mapping came from the init cache replay the info of the run that computed it, so they are left out
+of the fastText and alignment sums and counted as cache hits). Also recorded: CPU seconds and peak
+RSS of every command (``wait4``), the cache size after each phase (per top-level folder), torch's
+thread count (from the records), the load average before and after each phase, and whether the
+leaderboard rendered from the phase's records (``tokxfer leaderboard SPEC``) equals the committed
+``leaderboards/tables/<name>.md`` byte for byte.
+
+Targets (``--size small``, the full quickstart, 2 cores, idle machine): cold <= 6 min, warm <= 60 s,
+cache <= 1 GB, the committed leaderboard reproduced. They are marked met / missed in the table and
+the JSON; with ``--size tiny`` or overrides they are reported but not applicable. Timings are
+results only on an idle machine: the load averages in the result say whether it was.
+
+Run::
+
+    python benchmarks/bench_quickstart.py                      # small world, cold + warm (~15 min today)
+    python benchmarks/bench_quickstart.py --size tiny          # smoke: quickstart-tiny (about a minute)
+    python benchmarks/bench_quickstart.py --phases warm --cache ~/.cache/tokxfer   # warm on an existing cache
+
+The JSON goes to ``benchmarks/results/quickstart_<size>.json`` (``--json`` to change it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import difflib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks._e2e import environment  # noqa: E402
+
+SIZES = {
+    "small": {"config": "harness/configs/quickstart.yaml", "spec": "leaderboards/specs/quickstart.yaml"},
+    "tiny": {"config": "harness/configs/quickstart-tiny.yaml", "spec": "leaderboards/specs/quickstart-tiny.yaml"},
+}
+PHASES = ("cold", "warm")
+TARGETS = {"cold_wall_s": 360.0, "warm_wall_s": 60.0, "cache_bytes": 1e9}
+"""The quickstart's targets on an idle 2-core machine (cold <= 6 min, warm <= 60 s, cache <= 1 GB)."""
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+TIMING_KEYS = ("resources_s", "init_load_s", "init_method_s", "init_install_s", "stages_s", "task_s", "total_s")
+
+
+# ---------------------------------------------------------------------------------- machine
+
+
+def machine_facts() -> dict:
+    """Cores, CPU model, memory and the thread settings children inherit (no timing in here)."""
+    facts = environment()
+    facts["cores_usable"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+        facts["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), None)
+        mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split()
+        facts["memory_gb"] = round(int(mem[1]) * 1024 / 1e9, 1)
+    except OSError:  # not Linux
+        facts["cpu_model"], facts["memory_gb"] = None, None
+    facts["thread_env"] = {v: os.environ.get(v) for v in THREAD_VARS}
+    return facts
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15 minute load averages (None where the OS has none)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+# ---------------------------------------------------------------------------------- commands
+
+
+def child_env(cache: Path, threads: int | None) -> dict:
+    """The environment of every command: this checkout first on the path, offline, the phase's cache."""
+    env = dict(os.environ)
+    env.update(TOKXFER_CACHE=str(cache), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+               TOKENIZERS_PARALLELISM="false")  # fmt: skip
+    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    if threads is not None:
+        for var in THREAD_VARS:
+            env[var] = str(threads)
+    return env
+
+
+def run_command(name: str, args: list[str], env: dict, log_dir: Path) -> dict:
+    """Run ``python -m harness.cli ARGS``; wall and CPU seconds and peak RSS of the process (``wait4``).
+
+    Raises:
+        RuntimeError: naming the command and quoting the end of its log when it exits non-zero.
+    """
+    cmd = [sys.executable, "-m", "harness.cli", *args]
+    log = log_dir / f"{name}.log"
+    with open(log, "wb") as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"{name}: `{' '.join(cmd[1:])}` exited with {proc.returncode}; end of {log}:\n{tail}")
+    return {
+        "name": name, "command": ["tokxfer", *args], "wall_s": round(wall, 3),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
+        "peak_rss_bytes": int(usage.ru_maxrss) * (1 if sys.platform == "darwin" else 1024),
+    }  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------- reading the run
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (links not followed)."""
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                total += os.path.getsize(p)
+    return total
+
+
+def cache_usage(cache: Path) -> dict:
+    """Total bytes of the cache and bytes per top-level folder (world, fasttext, inits …)."""
+    if not cache.is_dir():
+        return {"bytes": 0, "by_folder": {}}
+    by = {p.name: tree_bytes(p) if p.is_dir() else p.stat().st_size for p in sorted(cache.iterdir())}
+    return {"bytes": sum(by.values()), "by_folder": by}
+
+
+def load_records(records_dir: Path) -> list[dict]:
+    """Every record of the run (the JSON files the runner writes, one per trial)."""
+    if not records_dir.is_dir():
+        raise FileNotFoundError(f"{records_dir}: no records folder; did the run write any trial?")
+    return [json.loads(p.read_text()) for p in sorted(records_dir.glob("*.json"))]
+
+
+def _walk(node: Any, path: tuple[str, ...] = ()):
+    """``(path, dict)`` for every dict inside ``node``, depth first."""
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _walk(v, (*path, str(k)))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, (*path, str(i)))
+
+
+def _corpus_name(trained_on: str | None) -> str | None:
+    """``near/text/train.txt`` for a world file (the language is the folder above ``text``)."""
+    if not trained_on:
+        return None
+    parts = Path(trained_on).parts
+    return "/".join(parts[-3:]) if len(parts) >= 3 else trained_on
+
+
+def fasttext_runs(record: dict) -> list[dict]:
+    """The fastText trainings a trial's method reports (``{"cache", "seconds", "params"}`` dicts in its info)."""
+    info = (record.get("init") or {}).get("info") or {}
+    out = []
+    for path, d in _walk(info):
+        if "seconds" in d and "cache" in d and isinstance(d.get("params"), dict):
+            out.append({"where": ".".join(path), "cache": d["cache"], "seconds": float(d["seconds"] or 0.0),
+                        "corpus": _corpus_name(d.get("trained_on")) or f"{'.'.join(path)} (corpus not named)",
+                        "threads": d.get("threads")})  # fmt: skip
+    return out
+
+
+def alignment_runs(record: dict) -> list[dict]:
+    """Word alignments (Tik-to-Tok: ``align_s`` + ``symmetrize_s`` when computed) and WECHSEL's Procrustes step."""
+    info = (record.get("init") or {}).get("info") or {}
+    out = []
+    for path, d in _walk(info):
+        if "align_s" in d:
+            out.append({"where": ".".join(path), "what": f"word alignment ({d.get('aligner', '?')})",
+                        "computed": d.get("links_from", "computed") == "computed",
+                        "seconds": float(d.get("align_s") or 0.0) + float(d.get("symmetrize_s") or 0.0)})  # fmt: skip
+        if "alignment_s" in d:
+            out.append({"where": ".".join((*path, "alignment_s")), "what": "vector alignment (Procrustes)",
+                        "computed": True, "seconds": float(d["alignment_s"] or 0.0)})  # fmt: skip
+    return out
+
+
+def breakdown(records: list[dict]) -> dict:
+    """Sums over the trials of one phase: timings, fastText, alignment, per method."""
+    sums = {k: 0.0 for k in TIMING_KEYS}
+    per_method: dict[str, dict] = defaultdict(lambda: {"trials": 0, "init_cache_hits": 0, **{k: 0.0 for k in TIMING_KEYS},
+                                                       "fasttext_s": 0.0, "alignment_s": 0.0, "method_timings": {}})  # fmt: skip
+    ft_runs, al_runs = [], []
+    failed = 0
+    for r in records:
+        if r.get("status") != "ok":
+            failed += 1
+            continue
+        method = r["config"]["method"].get("id") or r["config"]["method"]["name"]
+        m = per_method[method]
+        m["trials"] += 1
+        timings = r.get("timings") or {}
+        for k in TIMING_KEYS:
+            v = float(timings.get(k) or 0.0)
+            sums[k] += v
+            m[k] += v
+        info = (r.get("init") or {}).get("info") or {}
+        if info.get("cache_hit"):  # the mapping came from the init cache: its info is the computing run's
+            m["init_cache_hits"] += 1
+            continue
+        tag = {"method": method, "language": r["config"]["target"]["language"], "seed": r.get("seed")}
+        for run in fasttext_runs(r):
+            ft_runs.append({**tag, **run})
+            if run["cache"] == "miss":
+                m["fasttext_s"] += run["seconds"]
+        for run in alignment_runs(r):
+            al_runs.append({**tag, **run})
+            if run["computed"]:
+                m["alignment_s"] += run["seconds"]
+        for k, v in (info.get("timings") or {}).items():
+            if isinstance(v, (int, float)):
+                m["method_timings"][k] = m["method_timings"].get(k, 0.0) + float(v)
+    trained = [x for x in ft_runs if x["cache"] == "miss"]
+    by_corpus: dict[str, dict] = {}
+    for x in trained:
+        c = by_corpus.setdefault(x["corpus"] or "?", {"trainings": 0, "seconds": 0.0})
+        c["trainings"] += 1
+        c["seconds"] += x["seconds"]
+    computed = [x for x in al_runs if x["computed"]]
+    threads = sorted({(r.get("environment") or {}).get("torch_threads") for r in records} - {None})
+    return {
+        "trials": len(records), "failed": failed, "timings_s": _rounded(sums),
+        "torch_threads": threads,
+        "fasttext": {"trained": len(trained), "seconds": round(sum(x["seconds"] for x in trained), 3),
+                     "from_cache": len(ft_runs) - len(trained), "by_corpus": _rounded(by_corpus), "runs": ft_runs},
+        "alignment": {"computed": len(computed), "seconds": round(sum(x["seconds"] for x in computed), 3), "runs": al_runs},
+        "per_method": {k: _rounded(v) for k, v in sorted(per_method.items())},
+    }  # fmt: skip
+
+
+def _rounded(x: Any) -> Any:
+    if isinstance(x, float):
+        return round(x, 3)
+    if isinstance(x, dict):
+        return {k: _rounded(v) for k, v in x.items()}
+    return x
+
+
+def source_pretraining(cache: Path, since: float) -> dict | None:
+    """The source model's ``pretrain_info.json`` timings, if it was written after ``since`` (built in this phase)."""
+    infos = sorted(cache.glob("**/pretrain_info.json"))
+    if not infos:
+        return None
+    built = [p for p in infos if p.stat().st_mtime >= since]
+    if not built:
+        return {"built": False, "reused": [str(p.parent.name) for p in infos]}
+    out: dict[str, Any] = {"built": True, "models": []}
+    for p in built:
+        info = json.loads(p.read_text())
+        out["models"].append({"folder": p.parent.name, "kind": info.get("config", {}).get("kind"),
+                              "torch_threads": info.get("torch_threads"), **(info.get("timings") or {})})  # fmt: skip
+    out["total_s"] = round(sum(m.get("total_s") or 0.0 for m in out["models"]), 3)
+    return out
+
+
+def compare_leaderboard(spec: Path, runs_dir: Path, out_dir: Path, env: dict, log_dir: Path, name: str) -> dict:
+    """Render ``spec`` from the phase's records and compare its Markdown table with the committed one byte for byte."""
+    step = run_command(f"{name}-leaderboard", ["leaderboard", str(spec), "--runs-dir", str(runs_dir), "--out", str(out_dir)],
+                       env, log_dir)  # fmt: skip
+    table = spec.stem + ".md"
+    committed = ROOT / "leaderboards" / "tables" / table
+    fresh = out_dir / table
+    if not fresh.is_file():
+        raise FileNotFoundError(f"{fresh}: `tokxfer leaderboard {spec}` wrote no {table}")
+    same = fresh.read_bytes() == committed.read_bytes()
+    diff = [] if same else list(difflib.unified_diff(committed.read_text().splitlines(), fresh.read_text().splitlines(),
+                                                     str(committed.relative_to(ROOT)), "fresh", lineterm="", n=0))[:40]  # fmt: skip
+    return {"committed": str(committed.relative_to(ROOT)), "identical": same, "diff_head": diff, "render_s": step["wall_s"]}
+
+
+# ---------------------------------------------------------------------------------- phases
+
+
+def run_phase(phase: str, *, size: str, overrides: list[str], cache: Path, work: Path, threads: int | None,
+              tracking: bool) -> dict:  # fmt: skip
+    """One phase (``cold``/``warm``): its commands, breakdown, cache size and leaderboard check."""
+    spec = SIZES[size]
+    env = child_env(cache, threads)
+    runs = work / f"runs-{phase}"
+    if runs.exists():
+        shutil.rmtree(runs)
+    logs = work / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    from harness.config import load_experiment  # the grid's name and world, as the command line resolves them
+
+    cfg = load_experiment(ROOT / spec["config"], overrides)
+    load_start, t_start = load_average(), time.time()
+    steps = []
+    if phase == "cold" and cfg.world is not None:
+        steps.append(run_command(f"{phase}-world", ["world", "build", "--size", cfg.world.size, "--seed", str(cfg.world.seed)],
+                                 env, logs))  # fmt: skip
+    run_args = ["run", spec["config"], *overrides, "--runs-dir", str(runs), "--quiet"]
+    if not tracking:
+        run_args.append("--no-tracking")
+    steps.append(run_command(f"{phase}-run", run_args, env, logs))
+    load_end = load_average()
+    wall = sum(s["wall_s"] for s in steps)
+    records = load_records(runs / cfg.name / "records")
+    bd = breakdown(records)
+    world_s = next((s["wall_s"] for s in steps if s["name"].endswith("-world")), 0.0)
+    pre = source_pretraining(cache, t_start)
+    run_step = steps[-1]
+    bd["world_build_s"] = world_s
+    bd["source_pretraining"] = pre
+    # the run command's time outside its trials: start-up and imports, grid expansion, record
+    # writing (the source is pretrained inside the first trial, in its resources_s)
+    bd["run_outside_trials_s"] = round(run_step["wall_s"] - bd["timings_s"]["total_s"], 3)
+    return {
+        "phase": phase, "wall_s": round(wall, 3), "cpu_s": round(sum(s["cpu_s"] for s in steps), 3),
+        "peak_rss_bytes": max(s["peak_rss_bytes"] for s in steps), "steps": steps,
+        "load_avg_start": load_start, "load_avg_end": load_end, "cache": cache_usage(cache), "breakdown": bd,
+        "leaderboard": compare_leaderboard(ROOT / spec["spec"], runs, work / f"leaderboard-{phase}", env, logs, phase),
+        "experiment": cfg.name, "n_trials": len(cfg.trials()),
+    }  # fmt: skip
+
+
+def evaluate_targets(result: dict) -> list[dict]:
+    """The quickstart's targets, each met / missed (or n/a outside the full, un-overridden quickstart)."""
+    applicable = result["size"] == "small" and not result["overrides"]
+    phases = result["phases"]
+    rows = []
+
+    def add(name: str, target: str, value: Any, ok: bool | None) -> None:
+        status = "n/a" if not applicable or ok is None else ("met" if ok else "missed")
+        rows.append({"target": name, "goal": target, "value": value, "status": status})
+
+    cold, warm = phases.get("cold"), phases.get("warm")
+    add("cold quickstart", "<= 6 min", cold and cold["wall_s"], cold and cold["wall_s"] <= TARGETS["cold_wall_s"])
+    add("warm quickstart", "<= 60 s", warm and warm["wall_s"], warm and warm["wall_s"] <= TARGETS["warm_wall_s"])
+    cache = max((p["cache"]["bytes"] for p in phases.values()), default=None)
+    add("cache after the run", "<= 1 GB", cache, None if cache is None else cache <= TARGETS["cache_bytes"])
+    same = [p["leaderboard"]["identical"] for p in phases.values()]
+    add("leaderboard", "committed table, byte for byte", all(same) if same else None, all(same) if same else None)
+    return rows
+
+
+def benchmark(args: argparse.Namespace) -> dict:
+    """Run the requested phases and return the result record."""
+    phases = [p for p in PHASES if p in args.phases]
+
+    def filled(folder: Path) -> bool:
+        return folder.is_dir() and any(folder.iterdir())
+
+    if args.cache and "cold" in phases and filled(Path(args.cache)):
+        raise SystemExit(f"--cache {args.cache}: not empty; a cold run needs an empty or missing cache folder")
+    if "cold" not in phases and not (args.cache and filled(Path(args.cache))):
+        raise SystemExit(f"--phases warm needs --cache pointing at a filled cache (got {args.cache}, empty or missing)")
+    own_work = args.work_dir is None
+    work = Path(tempfile.mkdtemp(prefix="tokxfer-bench-quickstart-")) if own_work else Path(args.work_dir)
+    work.mkdir(parents=True, exist_ok=True)
+    cache = Path(args.cache) if args.cache else work / "cache"
+    if "cold" in phases and filled(cache):
+        raise SystemExit(f"{cache}: not empty; a cold run needs an empty cache (use a fresh --work-dir)")
+    result: dict[str, Any] = {
+        "bench": "quickstart", "size": args.size, "config": SIZES[args.size]["config"], "overrides": args.override,
+        "threads": args.threads, "tracking": args.tracking, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "git": _git(), "machine": machine_facts(), "load_avg_start": load_average(), "phases": {},
+        "work_dir": str(work) if args.keep or not own_work else None,
+    }  # fmt: skip
+    try:
+        for phase in phases:
+            print(f"{phase}: running {result['config']} {' '.join(args.override)} ...", flush=True)
+            result["phases"][phase] = run_phase(phase, size=args.size, overrides=args.override, cache=cache, work=work,
+                                                threads=args.threads, tracking=args.tracking)  # fmt: skip
+    finally:
+        if own_work and not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    result["load_avg_end"] = load_average()
+    result["targets"] = evaluate_targets(result)
+    return result
+
+
+def _git() -> dict:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True).stdout.strip())
+        return {"sha": sha, "dirty": dirty}
+    except (OSError, subprocess.CalledProcessError):
+        return {"sha": None, "dirty": None}
+
+
+# ---------------------------------------------------------------------------------- table
+
+
+def _gb(n: float | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 1e9:.2f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def _s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def print_table(result: dict) -> None:
+    """The result as a table: phases side by side, then the cold phase per method, then the targets."""
+    phases = result["phases"]
+    names = list(phases)
+    m = result["machine"]
+    print(f"\nquickstart ({result['size']}: {result['config']} {' '.join(result['overrides'])}) — "
+          f"{m.get('cores_usable')} cores ({m.get('cpu_model')}), torch threads "
+          f"{sorted({t for p in phases.values() for t in p['breakdown']['torch_threads']})}, "
+          f"thread env {m.get('thread_env')}")  # fmt: skip
+
+    def row(label: str, fn) -> None:
+        print(f"  {label:<38}" + "".join(f"{fn(phases[n]):>16}" for n in names))
+
+    print(f"  {'':<38}" + "".join(f"{n:>16}" for n in names))
+    row("wall s", lambda p: _s(p["wall_s"]))
+    row("CPU s (CPU / wall)", lambda p: f"{p['cpu_s']:.1f} ({p['cpu_s'] / max(p['wall_s'], 1e-9):.2f})")
+    row("peak RSS", lambda p: _gb(p["peak_rss_bytes"]))
+    row("cache after", lambda p: _gb(p["cache"]["bytes"]))
+    row("load avg start -> end (1 min)", lambda p: f"{(p['load_avg_start'] or ['?'])[0]} -> {(p['load_avg_end'] or ['?'])[0]}")
+    row("world build s", lambda p: _s(p["breakdown"]["world_build_s"]))
+    row("source pretraining s",
+        lambda p: _s((p["breakdown"]["source_pretraining"] or {}).get("total_s")) if (p["breakdown"]["source_pretraining"] or {}).get("built") else "cached")  # fmt: skip
+    row("run: outside trials s", lambda p: _s(p["breakdown"]["run_outside_trials_s"]))
+    row("trials (failed)", lambda p: f"{p['breakdown']['trials']} ({p['breakdown']['failed']})")
+    for key, label in (("total_s", "trials total s"), ("resources_s", "  resources (source, tokenizers) s"),
+                       ("init_load_s", "  init: load source s"), ("init_method_s", "  init: method s"),
+                       ("init_install_s", "  init: install s"), ("task_s", "  task (mlm-at-init) s")):  # fmt: skip
+        row(label, lambda p, k=key: _s(p["breakdown"]["timings_s"][k]))
+    row("  fastText trained: n / s", lambda p: f"{p['breakdown']['fasttext']['trained']} / {p['breakdown']['fasttext']['seconds']:.1f}")
+    row("  alignments computed: n / s", lambda p: f"{p['breakdown']['alignment']['computed']} / {p['breakdown']['alignment']['seconds']:.1f}")
+    row("leaderboard = committed", lambda p: "identical" if p["leaderboard"]["identical"] else "DIFFERS")
+    first = phases[names[0]]
+    print(f"\n  {names[0]} phase per method: {'trials':>7}{'method s':>10}{'fastText s':>12}{'align s':>9}{'task s':>9}{'cache hits':>11}")
+    for meth, v in first["breakdown"]["per_method"].items():
+        print(f"  {meth:<27}{v['trials']:>7}{v['init_method_s']:>10.1f}{v['fasttext_s']:>12.1f}{v['alignment_s']:>9.1f}"
+              f"{v['task_s']:>9.1f}{v['init_cache_hits']:>11}")  # fmt: skip
+    for corpus, v in first["breakdown"]["fasttext"]["by_corpus"].items():
+        print(f"  fastText on {corpus}: {v['trainings']} trainings, {v['seconds']:.1f} s")
+    print("\n  targets (2 cores, idle machine):")
+    for t in result["targets"]:
+        value = t["value"]
+        shown = _gb(value) if t["target"].startswith("cache") else (f"{value:.1f} s" if isinstance(value, float) else value)
+        print(f"    {t['target']:<22} {t['goal']:<32} {shown!s:>12}  {t['status']}")
+    busy = [n for n in names if (phases[n]["load_avg_start"] or [0])[0] > 0.5]
+    if busy:
+        print(f"  note: load average above 0.5 when {', '.join(busy)} started — the machine was not idle; these are not results")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--size", choices=sorted(SIZES), default="small",
+                   help="small: harness/configs/quickstart.yaml (the targets); tiny: quickstart-tiny.yaml (smoke)")  # fmt: skip
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="which phases to run (default: both)")
+    p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                   help="a key=value override of the experiment (repeatable); targets are then n/a")  # fmt: skip
+    p.add_argument("--cache", default=None, help="the TOKXFER_CACHE to use (cold: must be empty; default: a fresh temporary folder)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="set OMP/MKL/OpenBLAS threads of the commands (default: inherit this environment's)")  # fmt: skip
+    p.add_argument("--tracking", action="store_true", help="mirror records to MLflow as `tokxfer run` does by default")
+    p.add_argument("--work-dir", default=None, help="where runs, logs and the default cache go (default: a temporary folder)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary work folder (runs, logs, cache)")
+    p.add_argument("--json", type=Path, default=None, help="result file (default: benchmarks/results/quickstart_<size>.json)")
+    args = p.parse_args(argv)
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads must be >= 1, got {args.threads}")
+    for item in args.override:
+        if "=" not in item:
+            p.error(f"--override {item!r}: expected key=value")
+    result = benchmark(args)
+    print_table(result)
+    out = args.json or ROOT / "benchmarks" / "results" / f"quickstart_{args.size}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"\nresult: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

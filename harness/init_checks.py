@@ -1,0 +1,413 @@
+"""Checks of ``tokxfer init``'s inputs before the long work, and the provenance categories of its summary.
+
+Column order. Every two-column file tokxfer reads puts the **target language first**: a
+dictionary is ``TARGET_WORD<TAB>SOURCE_WORD``, a TSV parallel corpus ``TARGET<TAB>SOURCE``.
+(WECHSEL's reference dictionaries are ``english<TAB>target``: the other way round.) Before any
+long work, :func:`orientation` counts how many words of each column occur on each side (the target
+and source corpora, or how finely each tokenizer splits them); a file whose columns look swapped
+is an **error** naming the flag and the fix (``--swap-dictionary`` / ``--swap-parallel``), never a
+silent swap: a wrong guess would silently change the rows. A parallel corpus may be JSON lines
+``{"source": …, "target": …}`` or TSV; :func:`read_pairs` sniffs the format from the first
+non-blank line, and a TSV is converted to JSON lines in the cache (kind ``inputs``) for the method.
+
+Other checks: a source checkpoint without the head of ``--kind`` (:func:`missing_head`). Checks that
+need a method's own knowledge live with the method, behind its optional ``preflight`` hook
+(:class:`harness.protocols.EmbeddingInitializer`): WECHSEL's n-gram coverage of the source tokens,
+FOCUS's forecast of random rows.
+
+Provenance categories. A method labels each target row special / copied / combined / fallback
+(:data:`harness.protocols.PROVENANCE_NAMES`), but the labels do not mean the same across methods:
+Tik-to-Tok, VIPI and mean-of-pieces call a row built from *one* source row "copied" even when that
+row belongs to a different token (a one-word alignment), while FOCUS and WECHSEL call such a row
+"combined". ``tokxfer init`` therefore also counts rows by what the mapping *is*, the same way for
+every method (:data:`PROVENANCE_CATEGORIES`, computed by :func:`categorize`); the method's own
+counts are kept under ``counts`` in ``init_info.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+class InitInputError(ValueError):
+    """An input of ``tokxfer init`` is missing, malformed or inconsistent; the message names the flag."""
+
+
+class Notes:
+    """Notes and warnings of one ``tokxfer init`` run: printed to stderr and kept for init_info.json."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.quiet = quiet
+        self.warnings: list[str] = []
+        self.notes: list[str] = []
+        self.t0 = time.perf_counter()
+
+    def note(self, msg: str) -> None:
+        self.notes.append(msg)
+        if not self.quiet:
+            print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(msg)
+        print(f"tokxfer: warning: {msg}", file=sys.stderr, flush=True)
+
+
+_WORD = re.compile(r"\w+(?:['’-]\w+)*")
+_SAMPLE_BYTES = 32 << 20  # corpus text read to collect its vocabulary (enough for every check)
+
+
+def corpus_vocabulary(path: Path, max_bytes: int = _SAMPLE_BYTES) -> Counter:
+    """Lower-cased word counts of the first ``max_bytes`` of a corpus (words: runs of letters/digits)."""
+    counts: Counter = Counter()
+    read = 0
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            counts.update(w.lower() for w in _WORD.findall(line))
+            read += len(line)
+            if read >= max_bytes:
+                break
+    return counts
+
+
+def _fertility(tok: Any, words: list[str]) -> float:
+    """Mean number of tokens per word (each word tokenized alone, as a word of running text)."""
+    if not words:
+        return float("nan")
+    enc = tok([" " + w for w in words], add_special_tokens=False)["input_ids"]
+    return sum(len(e) for e in enc) / len(words)
+
+
+@dataclass
+class Orientation:
+    """How the two columns of a two-column file match the target and source sides.
+
+    Attributes:
+        verdict: ``"ok"`` (first column = target), ``"swapped"`` or ``"unknown"`` (no evidence either way).
+        evidence: the numbers behind it, per side and column, and which resources were used.
+    """
+
+    verdict: str
+    evidence: dict
+
+
+def orientation(first: list[str], second: list[str], *, target_vocab: Counter | None, source_vocab: Counter | None,
+                target_tok: Any = None, source_tok: Any = None) -> Orientation:
+    """Decide whether ``first`` holds target-language words and ``second`` source-language words.
+
+    With corpora: the share of each column's distinct words that occur in the target corpus (and
+    in the source corpus). The columns are *swapped* when the second column's share in the target
+    corpus exceeds the first's by at least 0.1 and by half (and the source corpus, if given, does
+    not say the opposite), or the mirror image in the source corpus. Without corpora: how many
+    pieces the target tokenizer needs per word of each column, relative to the source tokenizer (a
+    tokenizer trained on the target language splits its words less); swapped when the first
+    column's ratio exceeds the second's by a quarter.
+    """
+    a = list(dict.fromkeys(w.lower() for w in first if w))[:20000]
+    b = list(dict.fromkeys(w.lower() for w in second if w))[:20000]
+    ev: dict[str, Any] = {"distinct_first": len(a), "distinct_second": len(b)}
+
+    def share(words: list[str], vocab: Counter) -> float:
+        return sum(1 for w in words if w in vocab) / max(len(words), 1)
+
+    votes = []
+    for side, vocab in (("target", target_vocab), ("source", source_vocab)):
+        if vocab is None:
+            continue
+        sa, sb = share(a, vocab), share(b, vocab)
+        ev[f"{side}_corpus"] = {"first_column_share": round(sa, 4), "second_column_share": round(sb, 4)}
+        mine, other = (sa, sb) if side == "target" else (sb, sa)  # the column that should be this side's
+        if other - mine >= 0.1 and other >= 1.5 * mine:
+            votes.append("swapped")
+        elif mine - other >= 0.1 and mine >= 1.5 * other:
+            votes.append("ok")
+    if not votes and target_tok is not None and source_tok is not None and target_vocab is None and source_vocab is None:
+        sample_a, sample_b = a[:2000], b[:2000]
+        ra = _fertility(target_tok, sample_a) / max(_fertility(source_tok, sample_a), 1e-9)
+        rb = _fertility(target_tok, sample_b) / max(_fertility(source_tok, sample_b), 1e-9)
+        ev["tokenizers"] = {"first_column_ratio": round(ra, 4), "second_column_ratio": round(rb, 4),
+                            "ratio": "target-tokenizer pieces per word / source-tokenizer pieces per word"}
+        if ra >= 1.25 * rb:
+            votes.append("swapped")
+        elif rb >= 1.25 * ra:
+            votes.append("ok")
+    verdict = "unknown" if not votes or len(set(votes)) > 1 else votes[0]
+    ev["votes"] = votes
+    return Orientation(verdict, ev)
+
+
+def _evidence_text(ev: dict) -> str:
+    parts = []
+    for side in ("target", "source"):
+        if f"{side}_corpus" in ev:
+            e = ev[f"{side}_corpus"]
+            parts.append(f"{e['first_column_share']:.0%} of the first column's words and {e['second_column_share']:.0%} "
+                         f"of the second's occur in --{side}-corpus")
+    if "tokenizers" in ev:
+        e = ev["tokenizers"]
+        parts.append(f"--target-tokenizer splits the first column's words {e['first_column_ratio']:.2f}x and the "
+                     f"second's {e['second_column_ratio']:.2f}x as finely as the source tokenizer")
+    return "; ".join(parts)
+
+
+def read_pairs(path: Path, flag: str, limit: int | None = None) -> tuple[list[tuple[str, str]], str]:
+    """Read a two-sided file: JSON lines ``{"source", "target"}`` or TSV; returns ``(first, second)`` pairs and the format.
+
+    For JSON lines the pairs are ``(target, source)``, for TSV the columns in file order, so both
+    read as *target first* when the file follows tokxfer's convention.
+
+    Raises:
+        InitInputError: a line that does not fit the sniffed format (file, line and what was expected).
+    """
+    pairs: list[tuple[str, str]] = []
+    fmt = None
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            line = line.rstrip("\r\n")
+            if not line.strip():
+                continue
+            if fmt is None:
+                fmt = "jsonl" if line.lstrip().startswith("{") else "tsv"
+            if fmt == "jsonl":
+                try:
+                    obj = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InitInputError(f"{flag} {path}:{lineno}: not valid JSON ({e.msg}); the file was sniffed as JSON "
+                                         "lines from its first line") from None
+                if not (isinstance(obj, dict) and isinstance(obj.get("source"), str) and isinstance(obj.get("target"), str)):
+                    raise InitInputError(f'{flag} {path}:{lineno}: expected an object with string fields "source" and "target"')
+                pairs.append((obj["target"], obj["source"]))
+            else:
+                parts = line.split("\t")
+                if len(parts) < 2 or not parts[0].strip() or not parts[1].strip():
+                    raise InitInputError(f"{flag} {path}:{lineno}: expected two tab-separated fields TARGET<TAB>SOURCE "
+                                         "(or JSON lines {\"source\": ..., \"target\": ...}), got "
+                                         f"{len([p for p in parts if p.strip()])} field(s)")
+                pairs.append((parts[0].strip(), parts[1].strip()))
+            if limit is not None and len(pairs) >= limit:
+                break
+    if not pairs:
+        raise InitInputError(f"{flag} {path}: contains no pairs")
+    return pairs, fmt or "tsv"
+
+
+def _words(texts: Iterable[str]) -> list[str]:
+    return [w for t in texts for w in _WORD.findall(t)]
+
+
+def _write_converted(kind_key: dict, write: Callable[[Path], None]) -> Path:
+    """A converted input in the cache (``<cache>/inputs/<hash>/``), built once per content."""
+    from harness.cache import cached_dir
+    from harness.resources import cache_dir
+
+    d = cached_dir("inputs", kind_key, lambda out: write(out / "data"), root=cache_dir())
+    return d / "data"
+
+
+def prepare_dictionary(path: Path, swap: bool, ctx: dict, notes: Notes) -> tuple[Path, dict]:
+    """Check the dictionary's orientation; returns the file for the method (swapped copy with ``--swap-dictionary``)."""
+    from harness.vocab import read_dictionary
+
+    pairs, malformed = read_dictionary(path)
+    if not pairs:
+        raise InitInputError(f"--dictionary {path}: no TARGET<TAB>SOURCE pairs ({malformed} malformed line(s))")
+    first, second = [p[0] for p in pairs], [p[1] for p in pairs]
+    if swap:
+        first, second = second, first
+    o = orientation(first, second, **ctx)
+    info = {"pairs": len(pairs), "malformed_lines": malformed, "swapped_by_flag": swap, "orientation": o.verdict,
+            "evidence": o.evidence}
+    if o.verdict == "swapped":
+        fix = ("drop --swap-dictionary" if swap else
+               "pass --swap-dictionary (or swap the columns: awk -F'\\t' -v OFS='\\t' '{print $2,$1}')")
+        raise InitInputError(f"--dictionary {path}: the columns look swapped — tokxfer reads TARGET_WORD<TAB>SOURCE_WORD, but "
+                             f"{_evidence_text(o.evidence)}; {fix}")
+    if o.verdict == "unknown":
+        notes.note(f"--dictionary: could not tell the column order from the corpora/tokenizers ({_evidence_text(o.evidence) or 'no evidence'}); "
+                   "read as TARGET<TAB>SOURCE" + (" after --swap-dictionary" if swap else ""))
+    else:
+        notes.note(f"--dictionary: {len(pairs)} pairs, TARGET<TAB>SOURCE order confirmed ({_evidence_text(o.evidence)})")
+    if not swap:
+        return path, info
+
+    def write(out: Path) -> None:
+        with open(out, "w", encoding="utf-8") as f:
+            for t, s in zip(first, second):
+                f.write(f"{t}\t{s}\n")
+
+    from harness.cache import file_hash
+
+    conv = _write_converted({"what": "dictionary-swapped", "sha256": file_hash(path)}, write)
+    info["converted"] = str(conv)
+    return conv, info
+
+
+def prepare_parallel(path: Path, swap: bool, ctx: dict, notes: Notes) -> tuple[Path, dict]:
+    """Sniff the parallel corpus (JSON lines or TSV), check its orientation; JSON lines for the method."""
+    pairs, fmt = read_pairs(path, "--parallel-corpus")
+    tgt_side, src_side = [p[0] for p in pairs], [p[1] for p in pairs]
+    if swap:
+        tgt_side, src_side = src_side, tgt_side
+    sample = slice(0, 5000)
+    o = orientation(_words(tgt_side[sample]), _words(src_side[sample]), **ctx)
+    info = {"format": fmt, "pairs": len(pairs), "swapped_by_flag": swap, "orientation": o.verdict, "evidence": o.evidence}
+    what = "TARGET<TAB>SOURCE columns" if fmt == "tsv" else '"target"/"source" fields'
+    if o.verdict == "swapped":
+        fix = "drop --swap-parallel" if swap else "pass --swap-parallel"
+        raise InitInputError(f"--parallel-corpus {path}: the sides look swapped — tokxfer reads {what}, but "
+                             f"{_evidence_text(o.evidence).replace('column', 'side')}; {fix}")
+    notes.note(f"--parallel-corpus: {len(pairs)} sentence pairs, {'JSON lines' if fmt == 'jsonl' else 'TSV'}"
+               + (f", order confirmed ({_evidence_text(o.evidence).replace('column', 'side')})" if o.verdict == "ok" else
+                  ", order could not be checked (no evidence either way)"))
+    if fmt == "jsonl" and not swap:
+        return path, info
+
+    def write(out: Path) -> None:
+        with open(out, "w", encoding="utf-8") as f:
+            for t, s in zip(tgt_side, src_side):
+                f.write(json.dumps({"source": s, "target": t}, ensure_ascii=False) + "\n")
+
+    from harness.cache import file_hash
+
+    conv = _write_converted({"what": "parallel-jsonl", "sha256": file_hash(path), "swap": swap}, write)
+    info["converted"] = str(conv)
+    return conv, info
+
+
+# -- the source model's head
+
+
+def _checkpoint_keys(d: Path) -> set[str] | None:
+    """Tensor names in a model directory's weights, read without loading them (``None``: unknown format)."""
+    idx = next((p for p in (d / "model.safetensors.index.json", d / "pytorch_model.bin.index.json") if p.is_file()), None)
+    if idx is not None:
+        return set(json.loads(idx.read_text()).get("weight_map", {}))
+    st = sorted(d.glob("*.safetensors"))
+    if st:
+        from safetensors import safe_open
+
+        keys: set[str] = set()
+        for p in st:
+            with safe_open(str(p), "pt") as f:
+                keys.update(f.keys())
+        return keys
+    bins = sorted(d.glob("*.bin"))
+    if bins:
+        import torch
+
+        keys = set()
+        for p in bins:
+            keys.update(torch.load(p, map_location="cpu", mmap=True, weights_only=True).keys())
+        return keys
+    return None
+
+
+def missing_head(source: str, kind: str) -> tuple[list[str], list[str]] | None:
+    """Parameters of the ``kind`` head that the source checkpoint lacks, and its ``architectures``.
+
+    Builds the model on the meta device (no memory) and compares its head parameters (those
+    outside the base model) with the tensor names in the checkpoint; a head parameter tied to a
+    present one (the decoder weight to the input embeddings when the config ties them, the decoder
+    bias to the head bias) counts as present. ``None`` when the source is not a local directory.
+    """
+    import torch
+    import transformers
+
+    d = Path(source).expanduser()
+    if not d.is_dir():
+        return None
+    keys = _checkpoint_keys(d)
+    if keys is None:
+        return None
+    keys = {re.sub(r"\.gamma$", ".weight", re.sub(r"\.beta$", ".bias", k)) for k in keys}
+    config = transformers.AutoConfig.from_pretrained(d)
+    cls = {"mlm": transformers.AutoModelForMaskedLM, "clm": transformers.AutoModelForCausalLM}[kind]
+    try:
+        with torch.device("meta"):
+            model = cls.from_config(config)
+    except ValueError as e:  # no such head class for this architecture
+        raise InitInputError(f"--source {source}: a {type(config).__name__} has no --kind {kind} model class ({' '.join(str(e).split())[:200]})") from None
+    prefix = model.base_model_prefix
+    expected = list(model.state_dict().keys())
+    present = keys | {f"{prefix}.{k}" for k in keys}
+    tied = getattr(model, "_tied_weights_keys", None) or {}
+    text_cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    ties_embeddings = bool(getattr(text_cfg, "tie_word_embeddings", True))
+    head = [k for k in expected if not k.startswith(prefix + ".")]
+    missing = []
+    for k in head:
+        if k in present:
+            continue
+        if isinstance(tied, dict):
+            partners = {v for kk, v in tied.items() if kk == k} | {kk for kk, v in tied.items() if v == k}
+            ok = any(p in present and (not p.startswith(prefix + ".") or ties_embeddings) for p in partners)
+        else:  # older transformers: a list of tied names, partners unknown
+            ok = any(re.fullmatch(t, k) or t == k for t in tied)
+        if not ok:
+            missing.append(k)
+    return missing, list(getattr(config, "architectures", None) or [])
+
+
+# --------------------------------------------------------------------------------------------
+# provenance categories, the same for every method
+
+PROVENANCE_CATEGORIES: dict[str, str] = {
+    "special": "special token, copied: the row of the source special token of the same role (<s>/[CLS], </s>/[SEP], "
+               "<pad>, <unk>, <mask>)",
+    "copied": "same token, copied: the source row of the same token (equal after removing the word-start marker and "
+              "ignoring case): the overlap of the two vocabularies",
+    "single-source": "another token's row: the row of one different source token, i.e. a combination with a single "
+                     "member (a one-word Tik-to-Tok alignment or a one-piece VIPI/mean-of-pieces partition, which those "
+                     "methods count as 'copied'; a FOCUS/WECHSEL combination with all weight on one token, which those "
+                     "count as 'combined')",
+    "combined": "combination of source rows: a weighted sum of two or more source rows",
+    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed; nothing was known about the token",
+}
+"""The provenance categories of ``tokxfer init``'s summary and ``init_info.json`` (``categories``),
+computed from the mapping alone, the same way for every method (:func:`categorize`)."""
+
+
+def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]:
+    """Count a mapping's target rows by :data:`PROVENANCE_CATEGORIES`.
+
+    Example:
+        >>> from harness.protocols import COMBINED, COPIED, FALLBACK, TokenMapping
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"a": 0, "b": 1, "c": 2}, unk_token="a")))
+        >>> m = TokenMapping.from_coo(3, 3, [0, 1, 1], [0, 2, 1], [1, .5, .5], [COPIED, COMBINED, FALLBACK])
+        >>> categorize(m, tok, tok)
+        {'special': 0, 'copied': 1, 'single-source': 0, 'combined': 1, 'fallback': 1}
+    """
+    import numpy as np
+
+    from harness.protocols import FALLBACK, SPECIAL
+    from harness import vocab as _canon
+
+    out = dict.fromkeys(PROVENANCE_CATEGORIES, 0)
+    prov = np.asarray(mapping.provenance)
+    nnz = np.diff(mapping.indptr)
+    out["special"] = int((prov == SPECIAL).sum())
+    out["fallback"] = int((prov == FALLBACK).sum())
+    rest = (prov != SPECIAL) & (prov != FALLBACK)
+    out["combined"] = int((rest & (nnz > 1)).sum())
+    single = np.flatnonzero(rest & (nnz == 1))
+    if len(single):
+        tc, sc = _canon.canonical_vocab(target_tok), _canon.canonical_vocab(source_tok)
+
+        def key(c: Any) -> bytes | None:
+            return None if c is None else c.text.lower()
+
+        src_ids = mapping.indices[mapping.indptr[single]]
+        same = sum(1 for t, s in zip(single.tolist(), src_ids.tolist())
+                   if t < len(tc) and s < len(sc) and key(tc[t]) is not None and key(tc[t]) == key(sc[s]))
+        out["copied"] = int(same)
+        out["single-source"] = int(len(single) - same)
+    return out

@@ -1,0 +1,384 @@
+"""Tik-to-Tok's step 5, ``fallback="fasttext-knn"``: k nearest source tokens in a bilingual fastText space.
+
+See :mod:`methods.tiktotok` (step 5). Token-level fastText models are trained on both sides of the
+parallel corpus (:func:`train_fallback_space`), each token gets its in-vocabulary vector or the mean
+of its trained character n-gram rows (:func:`fasttext_token_space`), an orthogonal Procrustes map
+fitted on the tokens mapped by identity or alignment takes target vectors onto source vectors, and
+each still unmapped target token averages its ``k`` nearest source tokens (:func:`procrustes_knn`,
+through :func:`methods._similarity.chunked_topk_cosine`).
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from harness.protocols import TransferInputs
+from methods import _fasttext
+from harness import vocab as _canon
+from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
+from methods._tiktotok_counts import FROM_ALIGNMENT, FROM_FUZZY, FROM_IDENTITY, FROM_NUMBER
+from methods._wordvectors import procrustes
+
+if TYPE_CHECKING:
+    from methods.tiktotok import TikToTokConfig
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "NO_VECTOR", "IN_VOCABULARY", "NGRAMS", "FallbackSpace", "procrustes_knn", "knn_fallback",
+    "fasttext_token_space", "train_fallback_space",
+]
+
+FIT_ORIGINS = (FROM_IDENTITY, FROM_FUZZY, FROM_NUMBER, FROM_ALIGNMENT)
+"""Origins whose tokens (with their most probable source token) fit the kNN fallback's Procrustes map:
+identity, fuzzy identity, number, aligned — not specials, not smoothed tokens."""
+
+NO_VECTOR, IN_VOCABULARY, NGRAMS = 0, 1, 2
+"""Kinds of fastText token vectors (:class:`FallbackSpace`)."""
+
+
+@dataclass(frozen=True)
+class FallbackSpace:
+    """Token vectors of both languages for ``fallback="fasttext-knn"`` (index = token id).
+
+    Attributes:
+        target: float ``n_target x d`` target-token vectors (rows of kind ``NO_VECTOR`` are ignored).
+        target_kind: int8 ``n_target``: ``NO_VECTOR`` (0), ``IN_VOCABULARY`` (1: the token's own
+            fastText vector) or ``NGRAMS`` (2: the mean of its trained character n-gram rows).
+        source: float ``n_source x d`` source-token vectors.
+        source_kind: int8 ``n_source``, same codes; only ``IN_VOCABULARY`` source tokens are used
+            (as Procrustes pairs and as neighbours).
+        info: JSON-serializable facts about how the vectors were made (copied into the info).
+    """
+
+    target: np.ndarray
+    target_kind: np.ndarray
+    source: np.ndarray
+    source_kind: np.ndarray
+    info: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        t, s = np.asarray(self.target), np.asarray(self.source)
+        if t.ndim != 2 or s.ndim != 2 or t.shape[1] != s.shape[1]:
+            raise ValueError(f"FallbackSpace: target and source must be n x d with one d, got {t.shape} and {s.shape}")
+        if len(self.target_kind) != len(t) or len(self.source_kind) != len(s):
+            raise ValueError(
+                f"FallbackSpace: one kind per row expected, got {len(self.target_kind)} kinds for {len(t)} target rows "
+                f"and {len(self.source_kind)} for {len(s)} source rows"
+            )
+
+
+def _unit_rows(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.where(n > 0, n, 1.0)
+
+
+def _centered(vectors: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Unit rows, minus the mean of the in-vocabulary unit rows, unit again (rows without a vector stay 0)."""
+    u = _unit_rows(vectors)
+    has, own = kinds != NO_VECTOR, kinds == IN_VOCABULARY
+    if own.any():
+        u[has] -= u[own].mean(axis=0)
+    return _unit_rows(u)
+
+
+def procrustes_knn(
+    queries: np.ndarray,
+    fit_target: np.ndarray,
+    fit_source: np.ndarray,
+    keys: np.ndarray,
+    k: int,
+    *,
+    fit_keys: np.ndarray | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Map target vectors into the source space (orthogonal Procrustes) and find their nearest keys.
+
+    All rows are L2-normalized first. ``W = procrustes(fit_target, fit_source)`` (the rows are
+    translation pairs); each query ``q`` is mapped to ``q @ W`` and its ``k`` keys of highest cosine
+    are found in chunks (``methods._similarity.chunked_topk_cosine``: matrix products and top-k,
+    memory ``chunk_rows x len(keys)`` floats).
+
+    Args:
+        queries: ``n x d`` target vectors to place.
+        fit_target: ``p x d`` target vectors of the translation pairs (``p >= 1``).
+        fit_source: ``p x d`` source vectors of the same pairs.
+        keys: ``m x d`` candidate source vectors (``m >= 1``).
+        k: neighbours per query (clipped to ``m``).
+        fit_keys: optional ``p`` indices into ``keys`` of the pairs' source tokens (``-1``: not a
+            key); gives the retrieval precision of the fit pairs in the info.
+        chunk_rows: query rows scored at once.
+
+    Returns:
+        ``(indices, cosines, info)``: int64 and float32 ``n x min(k, m)``, in decreasing cosine; the
+        info has ``pairs``, ``dim``, ``underdetermined`` (fewer pairs than dimensions), ``residual``
+        (``||X W - Y||_F / ||Y||_F`` on unit rows), ``residual_unaligned`` (the same with ``W = I``),
+        ``mean_pair_cosine_before``/``_after`` and, with ``fit_keys``, ``precision_at_1`` and
+        ``precision_at_k`` (pairs whose source token is the nearest key / among the ``k`` nearest).
+
+    Example:
+        >>> rng = np.random.default_rng(0)
+        >>> src = rng.normal(size=(6, 4))
+        >>> rot, _ = np.linalg.qr(rng.normal(size=(4, 4)))
+        >>> tgt = src @ rot.T  # the target space is a rotation of the source space
+        >>> idx, cos, info = procrustes_knn(tgt[:2], tgt[2:], src[2:], src, k=1, fit_keys=np.arange(2, 6))
+        >>> idx.ravel().tolist(), info["precision_at_1"], info["residual"] < 1e-6
+        ([0, 1], 1.0, True)
+    """
+    x, y = _unit_rows(fit_target), _unit_rows(fit_source)
+    if len(x) == 0 or len(keys) == 0:
+        raise ValueError(f"procrustes_knn needs at least one pair and one key, got {len(x)} pairs and {len(keys)} keys")
+    w = procrustes(x, y)
+    keys_u = _unit_rows(keys).astype(np.float32)
+    y_norm = float(np.linalg.norm(y)) or 1.0
+    fitted = x @ w
+    info: dict[str, Any] = {
+        "pairs": int(len(x)),
+        "dim": int(x.shape[1]),
+        "underdetermined": bool(len(x) < x.shape[1]),
+        "residual": round(float(np.linalg.norm(fitted - y)) / y_norm, 6),
+        "residual_unaligned": round(float(np.linalg.norm(x - y)) / y_norm, 6),
+        "mean_pair_cosine_before": round(float(np.mean(np.sum(x * y, axis=1))), 6),
+        "mean_pair_cosine_after": round(float(np.mean(np.sum(fitted * y, axis=1))), 6),
+    }
+    if fit_keys is not None:
+        _, near = chunked_topk_cosine(fitted.astype(np.float32), keys_u, k, chunk_rows=chunk_rows, normalized=True)
+        fit_keys = np.asarray(fit_keys, dtype=np.int64).reshape(-1, 1)
+        info["precision_at_1"] = round(float(np.mean(near[:, :1] == fit_keys)), 6)
+        info["precision_at_k"] = round(float(np.mean(np.any(near == fit_keys, axis=1))), 6)
+    q = (_unit_rows(queries) @ w).astype(np.float32)
+    cos, idx = chunked_topk_cosine(q, keys_u, k, chunk_rows=chunk_rows, normalized=True)
+    return idx, cos, info
+
+
+def knn_fallback(
+    target: Sequence[_canon.Canon | None],
+    origin: np.ndarray,
+    weights: Mapping[int, Mapping[int, float]],
+    valid_source: np.ndarray,
+    space: FallbackSpace,
+    k: int,
+    center: bool = True,
+) -> tuple[dict[int, dict[int, float]], dict, np.ndarray]:
+    """Rows for the unmapped target tokens that have a fastText vector (see the module docstring).
+
+    Returns the rows, the info (``unmapped``: target tokens with a non-empty form left after
+    smoothing; ``with_vector``: those with a fastText vector, by kind; ``candidates``: source
+    tokens that can be neighbours; ``skipped``: why no row was made, or ``None``; ``procrustes``:
+    the fit) and the target vector kinds (padded to ``len(target)``).
+    """
+    n_target, n_source = len(target), len(valid_source)
+    t_kind = np.zeros(n_target, dtype=np.int8)
+    t_kind[: min(n_target, len(space.target_kind))] = np.asarray(space.target_kind, dtype=np.int8)[:n_target]
+    s_ok = np.zeros(n_source, dtype=bool)
+    m = min(n_source, len(space.source_kind))
+    s_ok[:m] = (np.asarray(space.source_kind)[:m] == IN_VOCABULARY) & valid_source[:m]
+    unmapped = np.array(
+        [t for t in range(n_target) if origin[t] < 0 and target[t] is not None and target[t].text], dtype=np.int64
+    )
+    queries = unmapped[t_kind[unmapped] != NO_VECTOR]
+    fit_t, fit_s = _fit_pairs(origin, weights, t_kind, s_ok)
+    candidates = np.flatnonzero(s_ok)
+    info: dict[str, Any] = {
+        "mode": "fasttext-knn",
+        "k": int(k),
+        "unmapped": int(len(unmapped)),
+        "with_vector": int(len(queries)),
+        "with_vector_in_vocabulary": int(np.sum(t_kind[queries] == IN_VOCABULARY)) if len(queries) else 0,
+        "with_vector_ngrams": int(np.sum(t_kind[queries] == NGRAMS)) if len(queries) else 0,
+        "candidates": int(len(candidates)),
+        "skipped": None,
+    }
+    if not len(unmapped):
+        info["skipped"] = "no target token left unmapped"
+    elif not len(queries):
+        info["skipped"] = "no unmapped target token has a fastText vector"
+    elif not len(candidates):
+        info["skipped"] = "no source token has an in-vocabulary fastText vector"
+    elif not fit_t:
+        info["skipped"] = "no mapped target token and its source token both have an in-vocabulary fastText vector"
+    if info["skipped"]:
+        if len(unmapped):
+            logger.warning("Tik-to-Tok fasttext-knn fallback: %s; unmapped tokens get random rows", info["skipped"])
+        info["procrustes"] = None
+        return {}, info, t_kind
+    rows = _neighbour_rows(space, t_kind, s_ok, queries, candidates, fit_t, fit_s, k, center, info)
+    return rows, info, t_kind
+
+
+def _fit_pairs(
+    origin: np.ndarray, weights: Mapping[int, Mapping[int, float]], t_kind: np.ndarray, s_ok: np.ndarray
+) -> tuple[list[int], list[int]]:
+    """The Procrustes pairs: tokens mapped by identity or alignment with their most probable source token,
+    both with an in-vocabulary vector."""
+    fit_t: list[int] = []
+    fit_s: list[int] = []
+    n_source = len(s_ok)
+    for t in np.flatnonzero(np.isin(origin, FIT_ORIGINS) & (t_kind == IN_VOCABULARY)).tolist():
+        s = max(weights[t].items(), key=lambda kv: (kv[1], -kv[0]))[0]  # most probable; ties: lowest id
+        if 0 <= s < n_source and s_ok[s]:
+            fit_t.append(t)
+            fit_s.append(s)
+    return fit_t, fit_s
+
+
+def _neighbour_rows(
+    space: FallbackSpace, t_kind: np.ndarray, s_ok: np.ndarray, queries: np.ndarray, candidates: np.ndarray,
+    fit_t: list[int], fit_s: list[int], k: int, center: bool, info: dict,
+) -> dict[int, dict[int, float]]:
+    """Fit the map, find each query's ``k`` nearest candidates, average them; the fit goes into ``info``."""
+    n_target, n_source = len(t_kind), len(s_ok)
+    position = np.full(n_source, -1, dtype=np.int64)
+    position[candidates] = np.arange(len(candidates))
+    tv, sv = np.asarray(space.target)[:n_target], np.asarray(space.source)[:n_source]
+    if center:
+        tv = _centered(tv, t_kind[: len(tv)])
+        sv = _centered(sv, np.where(s_ok[: len(sv)], IN_VOCABULARY, NO_VECTOR).astype(np.int8))
+    idx, cos, fit = procrustes_knn(tv[queries], tv[fit_t], sv[fit_s], sv[candidates], k, fit_keys=position[fit_s])
+    fit["centered"] = bool(center)
+    if fit["underdetermined"]:
+        logger.info(
+            "Tik-to-Tok fasttext-knn: Procrustes with %d pairs in %d dimensions is underdetermined",
+            fit["pairs"],
+            fit["dim"],
+        )
+    fit["distinct_source_tokens"] = len(set(fit_s))
+    info["procrustes"] = fit
+    info["neighbours"] = int(idx.shape[1])
+    info["mean_neighbour_cosine"] = round(float(cos.mean()), 6)
+    src_ids = candidates[idx]
+    share = 1.0 / idx.shape[1]
+    rows = {int(t): {int(s): share for s in sorted(ss.tolist())} for t, ss in zip(queries.tolist(), src_ids)}
+    return rows
+
+
+def fasttext_token_space(
+    model: Any, tokenizer: Any, n_rows: int, *, skip: np.ndarray, ngrams: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """Vectors of a tokenizer's tokens from a token-level fastText model, and their kinds.
+
+    A token whose fastText word (:func:`methods._fasttext.fasttext_words`, the format
+    :func:`methods._fasttext.pretokenize` writes) is in the model's vocabulary gets its fastText
+    vector (kind ``IN_VOCABULARY``). With ``ngrams``, any other token gets the mean of the input rows
+    of its character n-grams that are *trained* — that occur in some in-vocabulary word (kind
+    ``NGRAMS``); a token with no trained n-gram gets none (``NO_VECTOR``). fastText's own
+    out-of-vocabulary vector would also average untrained buckets, random or zero noise.
+
+    Args:
+        model: a fastText model trained on text pre-tokenized with ``tokenizer`` (``token_format="string"``).
+        tokenizer: the tokenizer whose tokens are embedded.
+        n_rows: rows of the result (ids beyond ``len(tokenizer)`` get no vector).
+        skip: boolean mask (``>= n_rows`` entries read) of ids to leave without a vector (specials).
+        ngrams: also build n-gram vectors for out-of-vocabulary tokens.
+
+    Returns:
+        ``(vectors, kinds)``: float32 ``n_rows x dim`` (zeros without a vector) and int8 ``n_rows``.
+
+    Example:
+        >>> # vecs, kinds = fasttext_token_space(ft, tok, len(tok), skip=np.zeros(len(tok), bool), ngrams=True)
+    """
+    words = _fasttext.fasttext_words(tokenizer, "string")
+    vecs = np.zeros((n_rows, model.get_dimension()), dtype=np.float32)
+    kinds = np.zeros(n_rows, dtype=np.int8)
+    oov: list[int] = []
+    for i, w in enumerate(words[:n_rows]):
+        if skip[i]:
+            continue
+        if model.get_word_id(w) >= 0:
+            vecs[i] = model.get_word_vector(w)
+            kinds[i] = IN_VOCABULARY
+        elif ngrams:
+            oov.append(i)
+    if not oov:
+        return vecs, kinds
+    vocab = model.get_words()
+    n_words = len(vocab)
+    trained = np.unique(
+        np.concatenate([np.zeros(0, np.int64)] + [np.asarray(model.get_subwords(w)[1], dtype=np.int64) for w in vocab])
+    )
+    trained = trained[trained >= n_words]  # n-gram rows (word rows come first)
+    per_token: list[tuple[int, np.ndarray]] = []
+    for i in oov:
+        ids = np.asarray(model.get_subwords(words[i])[1], dtype=np.int64)
+        ids = ids[np.isin(ids, trained)]
+        if len(ids):
+            per_token.append((i, ids))
+    if not per_token:
+        return vecs, kinds
+    rows_needed = np.unique(np.concatenate([ids for _, ids in per_token]))
+    table = np.stack([np.asarray(model.get_input_vector(int(r)), dtype=np.float32) for r in rows_needed])
+    for i, ids in per_token:
+        v = table[np.searchsorted(rows_needed, ids)].mean(axis=0)
+        if np.any(v != 0):
+            vecs[i] = v
+            kinds[i] = NGRAMS
+    return vecs, kinds
+
+
+def _side_text(lines: Sequence[str], tok: Any, cache: Path | None, tmp: Path, side: str) -> Path:
+    """One side of the parallel corpus pre-tokenized for fastText (cached by content + tokenizer)."""
+    raw = tmp / f"{side}.txt"
+    # fastText reads one sentence per line
+    raw.write_text("\n".join(" ".join(line.splitlines()) for line in lines) + "\n", encoding="utf-8")
+    return _fasttext.pretokenize_cached(raw, tok, cache, tmp / side)
+
+
+def train_fallback_space(
+    cfg: TikToTokConfig,
+    inputs: TransferInputs,
+    pairs: Sequence[tuple[str, str]],
+    seed: int,
+    source: Sequence[_canon.Canon | None],
+    target: Sequence[_canon.Canon | None],
+    n_source: int,
+) -> FallbackSpace:
+    """Train token-level fastText on both sides of the parallel corpus; vectors for every token id."""
+    cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
+    params = {
+        "dim": cfg.fasttext_dim, "epoch": cfg.fasttext_epochs, "min_count": cfg.fasttext_min_count,
+        "model": cfg.fasttext_model, "minn": cfg.fasttext_minn, "maxn": cfg.fasttext_maxn,
+        "bucket": cfg.fasttext_bucket, "seed": seed, "threads": cfg.fasttext_threads,
+    }  # fmt: skip
+    info: dict[str, Any] = {
+        "trained_on": "both sides of inputs.parallel_corpus",
+        "sentences": len(pairs),
+        "seed": seed,
+    }
+    sides = (
+        ("target", inputs.target_tokenizer, [t for _, t in pairs], target, len(target), cfg.fasttext_ngram_vectors),
+        ("source", inputs.source_tokenizer, [s for s, _ in pairs], source, n_source, False),
+    )
+    out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    with tempfile.TemporaryDirectory(prefix="tokxfer-tiktotok-") as tmp:
+        for side, tok, lines, canon, n_rows, ngrams in sides:
+            skip = np.ones(n_rows, dtype=bool)
+            skip[: min(n_rows, len(canon))] = [c is None or not c.text for c in canon[:n_rows]]
+            report: dict[str, Any] = {}
+            t0 = time.perf_counter()
+            text = _side_text(lines, tok, cache, Path(tmp), side)
+            report["pretokenize_s"] = round(time.perf_counter() - t0, 3)
+            model = _fasttext.train_fasttext_or_none(
+                text, cache_dir=cache, report=report, who=f"Tik-to-Tok fasttext-knn: {side} side",
+                consequence="no vectors on that side", **params,
+            )
+            if model is None:
+                vecs, kinds = np.zeros((n_rows, cfg.fasttext_dim), np.float32), np.zeros(n_rows, np.int8)
+            else:
+                vecs, kinds = fasttext_token_space(model, tok, n_rows, skip=skip, ngrams=ngrams)
+            report.update(
+                in_vocabulary=int(np.sum(kinds == IN_VOCABULARY)),
+                ngrams=int(np.sum(kinds == NGRAMS)),
+                no_vector=int(np.sum((kinds == NO_VECTOR) & ~skip)),
+            )
+            info[side] = report
+            out[side] = (vecs, kinds)
+    return FallbackSpace(out["target"][0], out["target"][1], out["source"][0], out["source"][1], info)
