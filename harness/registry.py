@@ -116,6 +116,38 @@ def register_stage(name: str, *, config: type, description: str | None = None) -
     return _register("stage", name, config, description)
 
 
+def code_hash(kind: str, name: str) -> str:
+    """sha256 over the Python source a registered component's results depend on (memoized per process).
+
+    The component's top-level package (every ``*.py`` under it: ``methods/`` for a built-in method,
+    whose private helpers it shares) or, for a plugin module outside a package, its file; plus the
+    harness's vocabulary helpers, which every method's canonical forms come from. Part of the init
+    cache key, so a change to a method's code never serves a mapping computed by the old code (any
+    edit counts, a comment too: a cache miss costs time, a stale hit costs correctness).
+    """
+    import hashlib
+    import sys
+
+    key = (kind, name)
+    if key in _CODE_HASHES:
+        return _CODE_HASHES[key]
+    module = sys.modules[get(kind, name).cls.__module__]
+    top = sys.modules.get(module.__name__.split(".")[0], module)
+    if getattr(top, "__path__", None):
+        files = sorted(p for d in top.__path__ for p in Path(d).rglob("*.py"))
+    else:
+        files = [Path(module.__file__)]
+    files.append(Path(__file__).with_name("vocab.py"))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    _CODE_HASHES[key] = h.hexdigest()[:16]
+    return _CODE_HASHES[key]
+
+
+_CODE_HASHES: dict[tuple[str, str], str] = {}
+
+
 def load_builtins() -> None:
     """Load every entry point of the four groups (idempotent): tokxfer's built-ins, then plugins.
 

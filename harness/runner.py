@@ -41,12 +41,13 @@ def device() -> str:
 
 def init_cache_key(spec: TrialSpec, source_path: str, model_kind: str) -> dict:
     """Everything the method's output depends on: the key of the init cache (and, extended, of
-    the stages' caches, see :func:`harness.trial.stage_cache_key`)."""
+    the stages' caches, see :func:`harness.trial.stage_cache_key`), the method's code included
+    (:func:`harness.registry.code_hash`)."""
     return {
         "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": dataclasses.asdict(spec.target),
         "world": dataclasses.asdict(spec.world) if spec.world else None, "method": spec.method.as_dict(),
         "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.seed, "kind": model_kind,
-        "version": records.package_version(),
+        "version": records.package_version(), "method_code": registry.code_hash("method", spec.method.name),
     }
 
 
@@ -64,7 +65,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
             f"task {spec.task.name!r} needs a {kind} source model but source.model is {spec.source.model!r}"
         )
     t0 = time.perf_counter()
-    src_path = resources.source_model_dir(spec.source, spec.world, progress=progress)
+    src_path = resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
     tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
     transfer = resources.transfer_resources(spec.target, world)
     t_resources = time.perf_counter() - t0

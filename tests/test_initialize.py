@@ -83,3 +83,37 @@ def test_the_keyword_form_builds_the_same_request(monkeypatch):
                      method_config=None, seed=3, model_kind="mlm", transfer_paths={"dictionary": "d.tsv"})
     assert seen["r"] == InitRequest(source_model="m", target_tokenizer="T", method="overlap", method_config=None,
                                     seed=3, model_kind="mlm", resources=TransferResources(dictionary="d.tsv"))
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+from harness.registry import register_method
+
+@dataclass(frozen=True)
+class C:
+    pass
+
+@register_method("{name}", config=C, description="test")
+class M:
+    def __init__(self, config):
+        self.config = config
+
+    def initialize(self, inputs, rng):  # {comment}
+        raise NotImplementedError
+'''
+
+
+def test_the_method_code_is_part_of_the_init_cache_key(tmp_path):
+    """A changed method file gives another key: a mapping from the old code is never served."""
+    from harness import registry
+
+    hashes = []
+    for i, comment in enumerate(("v1", "v2")):
+        f = tmp_path / f"plug{i}.py"
+        f.write_text(PLUGIN.format(name=f"code-hash-test-{i}", comment=comment))
+        registry.load_plugin(f)
+        hashes.append(registry.code_hash("method", f"code-hash-test-{i}"))
+    assert hashes[0] != hashes[1]
+    assert registry.code_hash("method", "code-hash-test-0") == hashes[0]  # stable (memoized)
+    # a built-in method hashes its whole package: its shared private helpers change its output too
+    assert registry.code_hash("method", "focus") == registry.code_hash("method", "wechsel")
