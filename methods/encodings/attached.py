@@ -55,7 +55,7 @@ class Attached:
         self.wrapped: Any = None
 
     def wrap(self, model: Any, languages: list[str], *, seed: int | None = None, pretrained: dict | None = None) -> Any:
-        """Wrap ``model`` (see :func:`methods.encodings._wrapper.wrap_model`)."""
+        """Wrap ``model`` (see :func:`harness.language_encoding.wrap_model`)."""
         at = self.config.insert_at
         if at is None:
             at = pretrained["meta"].get("insert_at") if pretrained and "insert_at" in pretrained["meta"] else None
