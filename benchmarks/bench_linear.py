@@ -33,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from methods._canon import Canon  # noqa: E402
+from harness.vocab import Canon  # noqa: E402
 from methods.tiktotok import TikToTokConfig, tiktotok_mapping  # noqa: E402
 from methods.vipi import VipiConfig, vipi_mapping  # noqa: E402
 

@@ -53,7 +53,7 @@ embedding matrix (a one-layer XLM-R saved as a Hugging Face directory), cbow dim
 
 * ``reference`` — ``wechsel.WECHSEL(source_ft, target_ft, bilingual_dictionary=...).apply(source_tokenizer,
   target_tokenizer, E)``, in a subprocess; its neighbours (``info.sources``) are kept per row;
-* ``tokxfer`` — :func:`harness.runner.initialize_model` (the function ``tokxfer init`` calls; its CLI has
+* ``tokxfer`` — :func:`harness.initialize.initialize_model` (the function ``tokxfer init`` calls; its CLI has
   no word-vector flags) with each ``--variants`` entry: ``reference`` (:meth:`WechselConfig.reference`),
   ``reference-unique-pairs``, ``reference-float64-procrustes`` and ``reference-no-special-candidates``
   (one option back at the paper's setting: the rows each option explains), ``paper`` (the defaults).
@@ -530,7 +530,7 @@ def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
 
 
 def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> None:
-    """Run WECHSEL through :func:`harness.runner.initialize_model` (what ``tokxfer init`` runs) on the same files.
+    """Run WECHSEL through :func:`harness.initialize.initialize_model` (what ``tokxfer init`` runs) on the same files.
 
     ``tokxfer init`` has no flags for word-vector files, so this calls the function it calls, with
     the same transfer paths plus the two ``.bin`` models, and writes ``init_info.json`` the same way.
@@ -541,7 +541,7 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     from harness.protocols import COMBINED
     from harness.registry import build_config, get
     from harness.resources import load_tokenizer
-    from harness.runner import initialize_model, write_init_info
+    from harness.initialize import initialize_model, write_init_info
 
     torch.set_num_threads(threads)
     paths = json.loads((work / "manifest.json").read_text())["paths"]

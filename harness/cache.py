@@ -114,12 +114,12 @@ def _tree_hash(path: Path) -> str:
     return h.hexdigest()
 
 
-def _canonical(obj: Any) -> Any:
+def _canonical(obj: Any, allow_nan: bool = False) -> Any:
     """Turn ``obj`` into plain JSON values; :class:`~pathlib.Path` values become content digests."""
     if obj is None or isinstance(obj, (bool, int, str)):
         return obj
     if isinstance(obj, float):
-        if not math.isfinite(obj):
+        if not allow_nan and not math.isfinite(obj):
             raise ValueError(f"content_hash cannot hash the non-finite float {obj!r}")
         return obj
     if isinstance(obj, Path):
@@ -131,32 +131,46 @@ def _canonical(obj: Any) -> Any:
         return {"__bytes_sha256__": hashlib.sha256(obj).hexdigest()}
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
-        return {"__dataclass__": type(obj).__qualname__, **{k: _canonical(v) for k, v in fields.items()}}
+        return {"__dataclass__": type(obj).__qualname__, **{k: _canonical(v, allow_nan) for k, v in fields.items()}}
     if isinstance(obj, Mapping):
         out = {}
         for k, v in obj.items():
             if not isinstance(k, str):
                 raise TypeError(f"content_hash needs string dict keys, got {k!r} ({type(k).__name__})")
-            out[k] = _canonical(v)
+            out[k] = _canonical(v, allow_nan)
         return out
     if isinstance(obj, (list, tuple)):
-        return [_canonical(v) for v in obj]
+        return [_canonical(v, allow_nan) for v in obj]
     raise TypeError(
         f"content_hash cannot hash a {type(obj).__name__}; use dicts, lists, str, numbers, bool, None, Path or dataclasses"
     )
 
 
-def canonical_json(obj: Any) -> str:
+def canonical_json(obj: Any, *, ascii: bool = False, allow_nan: bool = False) -> str:
     """The canonical JSON text that :func:`content_hash` hashes (sorted keys, no spaces, files as digests).
+
+    This is tokxfer's one canonical JSON form: cache keys, trial ids
+    (:func:`harness.config.config_hash`) and record digests (:func:`harness.tracking.record_digest`)
+    all hash it.
+
+    Args:
+        obj: see :func:`content_hash`.
+        ascii: write non-ASCII characters as ``\\uXXXX`` escapes (trial ids were first defined on
+            that text; it stays, so existing trial ids stay valid).
+        allow_nan: accept NaN and infinities (written ``NaN``/``Infinity``, as records store them)
+            instead of raising.
 
     Example:
         >>> canonical_json({"b": 1, "a": [1.5, None]})
         '{"a":[1.5,null],"b":1}'
+        >>> canonical_json({"é": 1}, ascii=True) == '{"\\\\u00e9":1}'
+        True
     """
-    return json.dumps(_canonical(obj), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return json.dumps(_canonical(obj, allow_nan), sort_keys=True, separators=(",", ":"), ensure_ascii=ascii,
+                      allow_nan=allow_nan)
 
 
-def content_hash(obj: Any) -> str:
+def content_hash(obj: Any, *, ascii: bool = False, allow_nan: bool = False) -> str:
     """sha256 hex digest of ``obj``'s canonical JSON, with :class:`~pathlib.Path` values hashed by content.
 
     Dict key order does not matter; tuples and lists hash alike; ``1`` and ``1.0`` and ``True`` differ.
@@ -166,6 +180,8 @@ def content_hash(obj: Any) -> str:
     Args:
         obj: dicts with string keys, lists, tuples, str, int, float (finite), bool, None, bytes,
             ``Path`` or frozen dataclasses of those.
+        ascii: see :func:`canonical_json`.
+        allow_nan: see :func:`canonical_json`.
 
     Returns:
         64 lowercase hex characters.
@@ -178,7 +194,7 @@ def content_hash(obj: Any) -> str:
         >>> content_hash({"a": 1, "b": [2, 3]}) == content_hash({"b": (2, 3), "a": 1})
         True
     """
-    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()
+    return hashlib.sha256(canonical_json(obj, ascii=ascii, allow_nan=allow_nan).encode("utf-8")).hexdigest()
 
 
 def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, root: Path | None = None) -> Path:

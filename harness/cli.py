@@ -105,7 +105,7 @@ def cmd_validate(args) -> int:
 def cmd_run(args) -> int:
     from harness.config import load_experiment
     from harness.executors import make_executor
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
 
     cfg = load_experiment(args.experiment, args.overrides)
     runs_dir = Path(args.runs_dir)
@@ -217,7 +217,7 @@ def cmd_cache(args) -> int:
 
 def cmd_overlap(args) -> int:
     from harness import resources
-    from methods._canon import compute_overlap
+    from harness.vocab import compute_overlap
 
     rep = compute_overlap(resources.load_tokenizer(args.source), resources.load_tokenizer(args.target)).report()
     print(json.dumps(rep, indent=2))
@@ -252,7 +252,7 @@ def cmd_world(args) -> int:
 
 def cmd_quickstart(args) -> int:
     from harness.config import load_experiment
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
     from harness.tracking import ui_command
 
     con = _console()

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +32,7 @@ from typing import Any
 import yaml
 
 from harness import registry
+from harness.cache import content_hash
 
 TOP_LEVEL_KEYS = (
     "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
@@ -198,9 +197,16 @@ class TrialSpec:
 
 
 def config_hash(obj: Any) -> str:
-    """sha256 over canonical JSON (sorted keys, no whitespace), first 16 hex digits."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+    """The first 16 hex digits of :func:`harness.cache.content_hash` of ``obj`` (ASCII-escaped text).
+
+    ``ascii=True`` and ``allow_nan=True`` reproduce the text trial ids were first defined on, so
+    existing trial ids (and the records named by them) stay valid.
+
+    Example:
+        >>> config_hash({"seed": 1, "method": {"name": "focus"}})
+        '5f6f645dad51b722'
+    """
+    return content_hash(obj, ascii=True, allow_nan=True)[:16]
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import torch
 
 def gold_token_pairs(word_map: Path, source_tok, target_tok) -> np.ndarray:
     """``(n, 2)`` int64 array of ``[target_id, source_id]`` gold pairs, most frequent source per target."""
-    from methods._canon import Canon, canonical_vocab
+    from harness.vocab import Canon, canonical_vocab
 
     def index(tok) -> dict:
         out = {}
@@ -91,7 +91,7 @@ def world_diagnostics(world, language: str, source_tok, target_tok, source_emb: 
     """Gold diagnostics for a world target language (empty dict for the source language)."""
     if world is None or language == world.source_language or language not in world.languages:
         return {}
-    from methods._canon import canonical_vocab
+    from harness.vocab import canonical_vocab
 
     pairs = gold_token_pairs(world.word_map(language), source_tok, target_tok)
     if len(pairs) == 0:

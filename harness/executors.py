@@ -1,9 +1,9 @@
 """Executors: where trials run. In-process (CPU / one GPU), one worker per GPU, or Slurm via submitit.
 
 An executor is given the trial function ``execute`` (:func:`harness.runner.execute`, passed in by
-the runner, so this module does not import the runner): it runs a trial and writes its record
-atomically before the executor hears of it, so nothing finished is lost when a grid is
-interrupted. Optional hooks from the runner:
+:func:`harness.experiment.run_experiment`, so this module imports neither): it runs a trial and
+writes its record atomically before the executor hears of it, so nothing finished is lost when a
+grid is interrupted. Optional hooks from the grid:
 
 * ``claim(spec) -> bool`` is asked right before a trial starts; ``False`` means another
   ``tokxfer run`` process works on it (see :mod:`harness.claims`) and the trial is left out;

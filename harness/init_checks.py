@@ -10,9 +10,10 @@ silent swap: a wrong guess would silently change the rows. A parallel corpus may
 ``{"source": …, "target": …}`` or TSV; :func:`read_pairs` sniffs the format from the first
 non-blank line, and a TSV is converted to JSON lines in the cache (kind ``inputs``) for the method.
 
-Other checks: a source checkpoint without the head of ``--kind`` (:func:`missing_head`), WECHSEL's
-n-gram coverage of the source tokens (:func:`check_wechsel_source`), FOCUS's forecast of random
-rows (:func:`focus_forecast`).
+Other checks: a source checkpoint without the head of ``--kind`` (:func:`missing_head`). Checks that
+need a method's own knowledge live with the method, behind its optional ``preflight`` hook
+(:class:`harness.protocols.EmbeddingInitializer`): WECHSEL's n-gram coverage of the source tokens,
+FOCUS's forecast of random rows.
 
 Provenance categories. A method labels each target row special / copied / combined / fallback
 (:data:`harness.protocols.PROVENANCE_NAMES`), but the labels do not mean the same across methods:
@@ -212,7 +213,7 @@ def _write_converted(kind_key: dict, write: Callable[[Path], None]) -> Path:
 
 def prepare_dictionary(path: Path, swap: bool, ctx: dict, notes: Notes) -> tuple[Path, dict]:
     """Check the dictionary's orientation; returns the file for the method (swapped copy with ``--swap-dictionary``)."""
-    from methods._wordvectors import read_dictionary
+    from harness.vocab import read_dictionary
 
     pairs, malformed = read_dictionary(path)
     if not pairs:
@@ -354,190 +355,6 @@ def missing_head(source: str, kind: str) -> tuple[list[str], list[str]] | None:
     return missing, list(getattr(config, "architectures", None) or [])
 
 
-# -- WECHSEL with a multilingual source
-
-
-def fasttext_bin_words(path: Path, limit: int) -> tuple[list[str], int, int]:
-    """The ``limit`` most frequent words of a fastText ``.bin`` and its ``minn``/``maxn``, without loading the matrix.
-
-    Reads fastText's header (magic, version, the arguments) and the dictionary entries, which come
-    sorted by decreasing frequency.
-    """
-    import struct
-
-    with open(path, "rb") as f:
-        magic, _version = struct.unpack("<ii", f.read(8))
-        if magic != 793712314:
-            raise InitInputError(f"--source-word-vectors {path}: not a fastText .bin (bad magic number)")
-        args = struct.unpack("<12id", f.read(12 * 4 + 8))
-        minn, maxn = args[9], args[10]
-        size, _nwords, _nlabels = struct.unpack("<iii", f.read(12))
-        f.read(16)  # ntokens, pruneidx_size
-        words = []
-        buf = b""
-        for _ in range(min(size, limit)):
-            while b"\0" not in buf:
-                chunk = f.read(1 << 16)
-                if not chunk:
-                    raise InitInputError(f"--source-word-vectors {path}: truncated fastText dictionary")
-                buf += chunk
-            w, buf = buf.split(b"\0", 1)
-            while len(buf) < 9:
-                buf += f.read(1 << 16)
-            buf = buf[9:]  # count (int64), entry type (int8)
-            words.append(w.decode("utf-8", errors="replace"))
-    return words, minn, maxn
-
-
-def _grams(s: str, minn: int, maxn: int) -> set[str]:
-    """A token string's character n-grams of lengths ``minn..maxn`` (the string itself when shorter)."""
-    if len(s) < minn:
-        return {s}
-    return {s[i:i + n] for n in range(minn, maxn + 1) for i in range(len(s) - n + 1)}
-
-
-def ngram_coverage(source_tok: Any, words: list[str], minn: int, maxn: int) -> dict:
-    """How many source tokens have their character n-grams in the source word vectors' vocabulary.
-
-    A source token's WECHSEL vector is the sum of the vectors of its character n-grams. fastText
-    hashes every n-gram into a bucket, so a token whose n-grams never occur in the text the vectors
-    were trained on still gets a vector, made of buckets that unrelated n-grams trained: noise.
-    Counted here, with ``words`` (the vectors' vocabulary) standing for that text and n-grams taken
-    inside the strings (without fastText's ``<``/``>`` word boundaries, which would count every
-    word-internal piece as unseen): tokens none of whose n-grams occur inside a word
-    (``none_seen``) and tokens most of whose n-grams do not (``mostly_unseen``). A monolingual
-    source scores near zero; the other-language tokens of a multilingual source (other scripts
-    above all) make up most of the count.
-    """
-    from methods import _canon
-
-    seen: set[str] = set()
-    for w in words:
-        seen |= {w[i:i + n] for n in range(1, maxn + 1) for i in range(len(w) - n + 1)}
-    specials = _canon.special_ids(source_tok)
-    n = none = mostly = 0
-    for i in range(len(source_tok)):
-        if i in specials:
-            continue
-        s = _canon.token_string(source_tok, i)
-        if not s or not s.strip():
-            continue
-        grams = _grams(s, minn, maxn)
-        n += 1
-        k = sum(1 for g in grams if g in seen)
-        none += k == 0
-        mostly += 2 * k < len(grams)
-    return {"tokens": n, "none_seen": none, "mostly_unseen": mostly, "words": len(words), "minn": minn, "maxn": maxn}
-
-
-def check_wechsel_source(cfg: Any, paths: dict, source_tok: Any, notes: Notes) -> dict | None:
-    """Warn when WECHSEL with ``source_tokens=all`` would give many source tokens n-gram noise vectors."""
-    if cfg.source_tokens != "all" or cfg.variant != "subword":
-        return None
-    vec = paths.get("source_word_vectors")
-    if vec is not None:
-        name = vec.name.lower()
-        if not name.endswith(".bin"):
-            return None  # text vectors have no n-grams
-        words, minn, maxn = fasttext_bin_words(vec, 100_000)
-        origin = "the 100,000 most frequent words of --source-word-vectors"
-    elif paths.get("source_corpus") is not None:
-        counts = corpus_vocabulary_cased(paths["source_corpus"])
-        words = [w for w, c in counts.most_common(100_000) if c >= cfg.min_count]
-        minn, maxn = cfg.minn, cfg.maxn
-        origin = f"the words of --source-corpus seen >= min_count={cfg.min_count} times"
-    else:
-        return None
-    if maxn <= 0:
-        return None
-    cov = ngram_coverage(source_tok, words, minn, maxn)
-    cov["vocabulary"] = origin
-    share_none, share_mostly = cov["none_seen"] / max(cov["tokens"], 1), cov["mostly_unseen"] / max(cov["tokens"], 1)
-    cov.update(share_none_seen=round(share_none, 4), share_mostly_unseen=round(share_mostly, 4))
-    msg = (f"WECHSEL: {cov['none_seen']:,} of {cov['tokens']:,} source tokens ({share_none:.0%}) have none of their character "
-           f"{minn}-{maxn}-grams in {origin}, and {cov['mostly_unseen']:,} ({share_mostly:.0%}) miss most of them; with "
-           "source_tokens=all their vectors are sums of n-gram buckets trained on other words (noise), yet they compete as "
-           "neighbours. For a multilingual source (XLM-R …) pass --source-tokens english-only --english-tokenizer DIR "
-           "(FOCUS paper), or --config source_tokens=english-only english_tokens=source-corpus")
-    if share_mostly >= 0.2:
-        notes.warn(msg)
-    else:
-        notes.note(f"WECHSEL: {share_mostly:.0%} of the source tokens miss most of their n-grams in {origin} (fine)")
-    return cov
-
-
-def corpus_vocabulary_cased(path: Path, max_bytes: int = _SAMPLE_BYTES) -> Counter:
-    """Word counts (case kept, fastText-style words) of the first ``max_bytes`` of a corpus."""
-    from methods._wordvectors import word_tokenize
-
-    counts: Counter = Counter()
-    read = 0
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            counts.update(word_tokenize(line))
-            read += len(line)
-            if read >= max_bytes:
-                break
-    return counts
-
-
-# -- FOCUS: how many new tokens will be random
-
-
-def focus_forecast(cfg: Any, paths: dict, source_tok: Any, target_tok: Any, n_source: int, notes: Notes) -> dict | None:
-    """Before training: how many of FOCUS's additional tokens occur too rarely to get an auxiliary vector.
-
-    Pre-tokenizes ``--target-corpus`` exactly as FOCUS does (the result is cached and reused by the
-    method), counts every token, and applies FOCUS's overlap rules to find the additional tokens. A
-    token gets an auxiliary vector iff it occurs at least ``aux_min_count`` times (fastText's
-    ``minCount``), so the forecast equals the method's ``fallback_no_aux`` count.
-    """
-    if cfg.aux != "token-fasttext" or cfg.aux_model_path or paths.get("target_corpus") is None:
-        return None
-    import tempfile
-
-    import numpy as np
-
-    from harness.resources import cache_dir
-    from methods import _canon, _fasttext
-
-    ov = _canon.compute_overlap(source_tok, target_tok, fuzzy=cfg.fuzzy, n_source=n_source, symbolic_rule=cfg.symbolic_rule)
-    pairs = ov.pairs(fuzzy=cfg.fuzzy)
-    if cfg.overlap == "symbolic" and len(pairs):
-        canon = _canon.canonical_vocab(target_tok)
-        pairs = pairs[[canon[t] is not None and _canon.is_symbolic(canon[t], cfg.symbolic_rule) for t in pairs[:, 0]]]
-    n_target = _canon.vocab_size(target_tok)
-    additional = np.ones(n_target, dtype=bool)
-    additional[pairs[:, 0] if len(pairs) else []] = False
-    additional[ov.specials[:, 0] if len(ov.specials) else []] = False
-    with tempfile.TemporaryDirectory(prefix="tokxfer-init-") as tmp:
-        pretok = _fasttext.pretokenize_cached(paths["target_corpus"], target_tok, cache_dir(), Path(tmp),
-                                              token_format=cfg.aux_token_format)
-        counts: Counter = Counter()
-        with open(pretok, encoding="utf-8", newline="\n") as f:
-            for line in f:
-                counts.update(line.split())
-    words = _fasttext.fasttext_words(target_tok, cfg.aux_token_format)
-    freq = np.array([counts.get(w, 0) for w in words[:n_target]] + [0] * max(0, n_target - len(words)), dtype=np.int64)
-    add_ids = np.flatnonzero(additional)
-    f_add = freq[add_ids]
-    total = int(len(add_ids))
-    thresholds = sorted({1, 2, 3, 5, cfg.aux_min_count})
-    table = {m: int((f_add < m).sum()) for m in thresholds}
-    fb = table[cfg.aux_min_count]
-    share = fb / max(total, 1)
-    lower = [m for m in thresholds if m < cfg.aux_min_count]
-    alt = ", ".join(f"aux_min_count={m}: {table[m]:,} ({table[m] / max(total, 1):.0%})" for m in lower)
-    msg = (f"FOCUS: {fb:,} of {total:,} new (non-overlap) tokens ({share:.0%}) occur fewer than aux_min_count="
-           f"{cfg.aux_min_count} times in --target-corpus and will get random rows"
-           + (f"; {alt} (--config aux_min_count=N; fewer occurrences give noisier vectors), or more text" if alt else ""))
-    if total and share >= 1 - cfg.min_aux_coverage:
-        notes.warn(msg)
-    else:
-        notes.note(msg)
-    return {"additional": total, "fallback_forecast": fb, "share": round(share, 4), "by_aux_min_count": table}
-
-
 # --------------------------------------------------------------------------------------------
 # provenance categories, the same for every method
 
@@ -572,7 +389,7 @@ def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]
     import numpy as np
 
     from harness.protocols import FALLBACK, SPECIAL
-    from methods import _canon
+    from harness import vocab as _canon
 
     out = dict.fromkeys(PROVENANCE_CATEGORIES, 0)
     prov = np.asarray(mapping.provenance)
@@ -594,39 +411,3 @@ def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]
         out["copied"] = int(same)
         out["single-source"] = int(len(single) - same)
     return out
-
-
-WECHSEL_FALLBACK_REASONS = {
-    "empty": "empty or not valid UTF-8 on their own (byte pieces)",
-    "short": "shorter than minn-2={short_below} characters, so without any character n-gram (minn={minn})",
-    "untrained": "whose n-grams the target word vectors never trained (their buckets are still zero)",
-}
-"""Why a WECHSEL target token has a zero subword vector, as :func:`wechsel_fallbacks` tells them apart."""
-
-
-def wechsel_fallbacks(mapping: Any, target_tok: Any, cfg: Any, paths: dict) -> dict:
-    """Split WECHSEL's random rows by why the token's subword vector is zero (see :data:`WECHSEL_FALLBACK_REASONS`).
-
-    fastText wraps a string in ``<``/``>`` and sums its n-grams of ``minn..maxn`` characters: a
-    string of fewer than ``minn - 2`` characters has none (punctuation and digits with the Common
-    Crawl vectors' ``minn=5``), and an n-gram never met in training keeps a zero bucket.
-    """
-    import numpy as np
-
-    from harness.protocols import FALLBACK
-    from methods import _canon
-
-    minn = cfg.minn
-    vec = paths.get("target_word_vectors")
-    if vec is not None and vec.name.lower().endswith(".bin"):
-        minn = fasttext_bin_words(vec, 0)[1]
-    specials = _canon.special_ids(target_tok)
-    out = {"empty": 0, "short": 0, "untrained": 0}
-    for t in np.flatnonzero(np.asarray(mapping.provenance) == FALLBACK).tolist():
-        if t in specials or t >= len(target_tok):
-            continue
-        s = _canon.token_string(target_tok, t)
-        out["empty" if not s else "short" if len(s) + 2 < minn else "untrained"] += 1
-    return {**out, "minn": minn, "short_below": max(minn - 2, 0)}
-
-

@@ -33,17 +33,13 @@ from typing import Any
 
 from harness.init_checks import (
     PROVENANCE_CATEGORIES,
-    WECHSEL_FALLBACK_REASONS,
     InitInputError,
     Notes,
     categorize,
-    check_wechsel_source,
     corpus_vocabulary,
-    focus_forecast,
     missing_head,
     prepare_dictionary,
     prepare_parallel,
-    wechsel_fallbacks,
 )
 
 __all__ = ["INPUT_FLAGS", "CONFIG_FLAGS", "METHOD_NEEDS", "PROVENANCE_CATEGORIES", "InitInputError", "add_arguments",
@@ -432,7 +428,7 @@ def _config_values(args: argparse.Namespace, cfg_cls: type, method: str) -> dict
 
 
 def _print_summary(console: Any, init: Any, categories: dict, timings: dict, out: Path, method_counts: dict,
-                   warnings: list[str], new_head: dict | None, breakdown: dict | None) -> None:
+                   warnings: list[str], new_head: dict | None) -> None:
     from rich.table import Table
 
     n = max(sum(categories.values()), 1)
@@ -448,9 +444,6 @@ def _print_summary(console: Any, init: Any, categories: dict, timings: dict, out
     for fb in (init.result.info.get("fallbacks") or []):
         if isinstance(fb, dict) and fb.get("count"):
             console.print(f"random rows: {fb['count']:,} — {fb.get('reason', '?')}")
-    if breakdown:
-        console.print("  of the WECHSEL random rows (zero subword vectors): " + ", ".join(
-            f"{v:,} {WECHSEL_FALLBACK_REASONS[k].format(**breakdown)}" for k, v in breakdown.items() if k in WECHSEL_FALLBACK_REASONS and v))
     steps = Table(title="time per step", title_justify="left")
     steps.add_column("step")
     steps.add_column("seconds", justify="right")
@@ -561,23 +554,22 @@ def run(args: argparse.Namespace) -> int:
     elif args.swap_parallel:
         raise InitInputError("--swap-parallel without --parallel-corpus")
     n_source = _source_rows(args.source, src_tok)
-    if args.method == "wechsel":
-        input_info["wechsel_source_ngrams"] = check_wechsel_source(cfg, method_paths, src_tok, notes)
-    if args.method == "focus" and args.mode == "replace":
-        input_info["focus_forecast"] = focus_forecast(cfg, method_paths, src_tok, tgt, n_source, notes)
+    preflight = getattr(entry.make(cfg), "preflight", None)
+    if preflight is not None:  # the method's own checks (optional hook of the EmbeddingInitializer protocol)
+        input_info.update(preflight(method_paths, src_tok, tgt, n_source=n_source, mode=args.mode, notes=notes))
     t_checks = time.perf_counter() - t0
 
     # -- the long part
     from harness import seeding
-    from harness.runner import init_summary, initialize_model, provenance_string
-    from methods import _fasttext, _progress
+    from harness.initialize import init_summary, initialize_model, provenance_string
+    from harness import progress
 
     notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")
     import contextlib
 
     seeded = seeding.seeded_globals(args.seed, "init", "new-head") if new_head else contextlib.nullcontext()
     try:
-        with seeded, _fasttext.training_progress(not args.quiet), _progress.reporting(_bar_factory(args.quiet)):
+        with seeded, progress.tool_output(not args.quiet), progress.reporting(_bar_factory(args.quiet)):
             init = initialize_model(
                 source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
                 method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=method_paths, mode=args.mode,
@@ -596,8 +588,6 @@ def run(args: argparse.Namespace) -> int:
     init.tokenizer.save_pretrained(out)
     t_save = time.perf_counter() - t0
     categories = categorize(init.result.mapping, init.source_tokenizer, init.tokenizer)
-    if args.method == "wechsel" and cfg.variant == "subword":
-        input_info["wechsel_fallbacks"] = wechsel_fallbacks(init.result.mapping, init.tokenizer, cfg, paths)
     timings = {"checks_s": t_checks, **init.timings, "save_s": t_save, "total_s": time.perf_counter() - t_start}
 
     info = init_summary(init)
@@ -636,13 +626,12 @@ def run(args: argparse.Namespace) -> int:
     (out / "init_info.json").write_text(json.dumps(info, indent=2, default=_json_default) + "\n")
     from rich.console import Console
 
-    _print_summary(Console(soft_wrap=True), init, categories, timings, out.resolve(), info["counts"], notes.warnings, new_head,
-                   info["checks"].get("wechsel_fallbacks"))
+    _print_summary(Console(soft_wrap=True), init, categories, timings, out.resolve(), info["counts"], notes.warnings, new_head)
     return 0
 
 
 def _bar_factory(quiet: bool) -> Callable[[str, int | None], Any]:
-    """Progress bars of long method steps (:mod:`methods._progress`): tqdm on stderr, or none with --quiet."""
+    """Progress bars of long method steps (:mod:`harness.progress`): tqdm on stderr, or none with --quiet."""
     from tqdm.auto import tqdm
 
     return lambda desc, total: tqdm(total=total, desc=desc, file=sys.stderr, disable=quiet, dynamic_ncols=True)

@@ -1,8 +1,9 @@
 """The typed extension points of tokxfer and the small value types they exchange.
 
 Methods, encodings, tasks, trackers and executors implement these protocols; nobody has to
-inherit from a base class. Only this module, :mod:`harness.registry`, :mod:`harness.seeding` and
-the pure helpers in ``methods/_*.py`` may be imported by ``methods`` and ``tasks``.
+inherit from a base class. Which harness modules ``methods`` and ``tasks`` may import is written
+down in ``docs/ARCHITECTURE.md`` (and checked by ``tests/test_architecture.py``): this module,
+:mod:`harness.registry`, :mod:`harness.seeding` and the public helpers such as :mod:`harness.vocab`.
 
 An initialization method does not write embedding rows itself: it returns a :class:`TokenMapping`,
 a sparse row-stochastic-or-not map from target token ids to source token ids plus, per target
@@ -13,7 +14,7 @@ which is how every method handles the output side the same way (METHODS.md, "Out
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
@@ -107,21 +108,56 @@ class TokenMapping:
         return {name: int(np.sum(self.provenance == code)) for code, name in PROVENANCE_NAMES.items()}
 
 
-@dataclass
-class TransferInputs:
-    """Everything a method may read. Paths are plain files; nothing here is downloaded.
+@dataclass(frozen=True, kw_only=True)
+class TransferResources:
+    """The six optional files a transfer may use, resolved to local paths (``None``: not given).
+
+    The one spelling of these paths: the runner resolves them from a target's config
+    (:func:`harness.resources.transfer_resources`), ``tokxfer init`` from its flags, and a method
+    reads them on its :class:`TransferInputs` (which is a ``TransferResources`` plus the tokenizers
+    and embeddings).
 
     Attributes:
-        source_tokenizer: the source model's tokenizer (a ``PreTrainedTokenizerBase``).
-        target_tokenizer: the new tokenizer whose rows are to be initialized.
-        source_embeddings: float32 CPU tensor ``|Vs| x d`` (input embeddings of the source).
-        source_language / target_language: language codes (world names or ISO codes).
         target_corpus: target-language text, one sentence/document per line (UTF-8).
         source_corpus: source-language text, same format (WECHSEL word vectors, TFR).
         parallel_corpus: JSON lines ``{"source": ..., "target": ...}`` sentence pairs.
         dictionary: bilingual dictionary, TSV ``target_word<TAB>source_word`` per line.
         source_word_vectors / target_word_vectors: fastText ``.bin`` files (optional; a method
             that needs them and finds ``None`` trains them from the corpora and says so).
+
+    Example:
+        >>> TransferResources(dictionary=Path("de-en.tsv")).as_dict()["dictionary"]
+        PosixPath('de-en.tsv')
+    """
+
+    target_corpus: Path | None = None
+    source_corpus: Path | None = None
+    parallel_corpus: Path | None = None
+    dictionary: Path | None = None
+    source_word_vectors: Path | None = None
+    target_word_vectors: Path | None = None
+
+    def as_dict(self) -> dict[str, Path | None]:
+        """``{field name: path}`` of the six resources, in declaration order."""
+        return {f.name: getattr(self, f.name) for f in fields(TransferResources)}
+
+    def resources(self) -> TransferResources:
+        """Just the six paths (also of a :class:`TransferInputs`)."""
+        return TransferResources(**self.as_dict())
+
+
+@dataclass(frozen=True)
+class TransferInputs(TransferResources):
+    """Everything a method may read. Paths are plain files; nothing here is downloaded.
+
+    The six resource paths (``target_corpus`` … ``target_word_vectors``) are those of
+    :class:`TransferResources`; they are keyword-only.
+
+    Attributes:
+        source_tokenizer: the source model's tokenizer (a ``PreTrainedTokenizerBase``).
+        target_tokenizer: the new tokenizer whose rows are to be initialized.
+        source_embeddings: float32 CPU tensor ``|Vs| x d`` (input embeddings of the source).
+        source_language / target_language: language codes (world names or ISO codes).
         cache_dir: directory for content-hashed intermediate artifacts (aux embeddings …).
         extension_tokenizer: in extension mode (``target_tokenizer`` is the source tokenizer
             extended with target-language tokens), the language-specific target tokenizer the new
@@ -133,12 +169,6 @@ class TransferInputs:
     source_embeddings: Any
     source_language: str = "src"
     target_language: str = "tgt"
-    target_corpus: Path | None = None
-    source_corpus: Path | None = None
-    parallel_corpus: Path | None = None
-    dictionary: Path | None = None
-    source_word_vectors: Path | None = None
-    target_word_vectors: Path | None = None
     cache_dir: Path | None = None
     extension_tokenizer: Any = None
 
@@ -169,6 +199,13 @@ class EmbeddingInitializer(Protocol):
 
     The registry constructs it as ``cls(config)``; ``initialize`` must draw every random number
     from ``rng`` (never the global RNGs).
+
+    Optional hook: ``preflight(paths, source_tokenizer, target_tokenizer, *, n_source, mode, notes)``
+    runs checks that need the method's own knowledge before the long work (``tokxfer init`` calls
+    it when the method defines it). ``paths`` maps the :class:`TransferInputs` resource fields to
+    local files or ``None``; ``notes`` has ``note(msg)`` and ``warn(msg)``. It returns a dict of
+    findings, stored under ``checks`` in ``init_info.json``. It never changes what ``initialize``
+    computes.
     """
 
     def __init__(self, config: Any) -> None: ...
@@ -272,11 +309,16 @@ class Stage(Protocol):
     ``apply`` trains ``ctx.model`` in place or returns a new model; ``directives`` are the
     method's instructions (e.g. ``embeddings_only_fraction`` for TransInner). The returned
     :class:`TaskResult` carries its loss curves and facts for the record.
+
+    ``cache_key`` is everything that determined the model the stage receives (the trial's init
+    key plus the encoding and the stages before this one; ``None`` outside a trial): a stage that
+    caches its result (LAPT) keys it on it, so tasks and seeds that share an adapted model reuse
+    it; a stage that caches nothing ignores it.
     """
 
     def __init__(self, config: Any) -> None: ...
 
-    def apply(self, ctx: TaskContext, directives: dict) -> tuple[Any, TaskResult]: ...
+    def apply(self, ctx: TaskContext, directives: dict, *, cache_key: dict | None = None) -> tuple[Any, TaskResult]: ...
 
 
 @runtime_checkable
@@ -290,8 +332,12 @@ class Tracker(Protocol):
 class Executor(Protocol):
     """Places trials on resources and runs them; failures are isolated and recorded.
 
-    ``run`` executes every spec with :func:`harness.runner.execute` (which writes the record),
-    calls ``on_record(record)`` in the calling process as each one finishes, and returns the records.
+    ``run`` executes every spec with the ``execute`` it is given (:func:`harness.runner.execute`,
+    passed in by :func:`harness.experiment.run_experiment`: it runs the trial and writes its
+    record), calls ``on_record(record)`` in the calling process as each one finishes, and returns
+    the records (as JSON mappings). ``claim(spec)`` is asked before a trial starts (``False``:
+    another process runs it); ``lost(spec, reason, since)`` records a trial whose worker died.
     """
 
-    def run(self, specs: list[Any], runs_dir: str, on_record: Any) -> list[dict]: ...
+    def run(self, specs: list[Any], runs_dir: str, on_record: Any, *, execute: Any, claim: Any = None,
+            lost: Any = None) -> list[dict]: ...

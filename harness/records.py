@@ -1,6 +1,9 @@
 """Trial records: one versioned JSON file per trial, written atomically, loaded with migrations.
 
-Records on disk are the source of truth; MLflow and the leaderboards read them.
+Records on disk are the source of truth; MLflow and the leaderboards read them. In memory a
+record is a :class:`TrialRecord` (typed, frozen, versioned): the runner builds one per trial,
+:meth:`TrialRecord.to_json` is what :func:`write_record` stores, and :meth:`TrialRecord.from_json`
+reads any schema version back through :data:`MIGRATIONS`.
 
 Example:
     >>> import tempfile, pathlib
@@ -19,11 +22,14 @@ import platform
 import socket
 import subprocess
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""1: the first schema. 2: ``seeds`` lists only the derived seeds the runner hands out (``init``);
+schema 1 also named a ``task`` seed that no task used (tasks derive theirs from ``seed``)."""
 REQUIRED_FIELDS = ("schema_version", "trial_id", "status")
 
 
@@ -35,7 +41,222 @@ class RecordError(ValueError):
 # tests/fixtures/records/ must keep loading through these.
 # Optional fields added without a version bump (old records simply lack them; readers treat a
 # missing field as unknown): ``flags`` — the sanity guards' findings (harness/sanity.py).
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {}
+def _drop_unused_task_seed(rec: dict) -> dict:
+    """Schema 1 → 2: ``seeds.task`` named ``derive(seed, "task")``, which no task ever used."""
+    rec = dict(rec, schema_version=2)
+    seeds = rec.get("seeds")
+    if isinstance(seeds, dict) and "task" in seeds:
+        rec["seeds"] = {k: v for k, v in seeds.items() if k != "task"}
+    return rec
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_unused_task_seed}
+
+
+def migrate(rec: dict, where: str = "record") -> dict:
+    """Bring a record mapping of any known schema version to :data:`SCHEMA_VERSION`.
+
+    A record without ``schema_version`` is taken to be of the current schema (as
+    :func:`write_record` stamps it).
+
+    Raises:
+        RecordError: naming ``where``, for a version that is not a positive integer or is newer
+            than this tokxfer understands.
+    """
+    v = rec.get("schema_version", SCHEMA_VERSION)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise RecordError(f"{where}: schema_version must be a positive integer, got {v!r}")
+    if v > SCHEMA_VERSION:
+        raise RecordError(
+            f"{where}: record has schema_version {v}, newer than this tokxfer understands ({SCHEMA_VERSION}); upgrade tokxfer"
+        )
+    rec = dict(rec, schema_version=v)
+    while rec["schema_version"] < SCHEMA_VERSION:
+        rec = MIGRATIONS[rec["schema_version"]](rec)
+    return rec
+
+
+_SECTIONS = ("git", "config", "seeds", "metrics", "init", "stages", "counts", "curves", "task_info", "encoding",
+             "timings", "revisions", "environment")
+"""Fields that hold a JSON object (or ``null``)."""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    """The record of one trial (schema :data:`SCHEMA_VERSION`); ``None`` means unknown / not reached.
+
+    The sections are JSON objects as stored (``docs/CONTRACTS.md``); the properties below are
+    how readers (tracking, leaderboards) get at what identifies a trial, so none of them walks
+    dotted paths into the config itself.
+
+    Attributes:
+        trial_id: hash of the resolved config (:attr:`harness.config.TrialSpec.trial_id`).
+        status: ``ok`` or ``failed``.
+        schema_version: the schema the record is in (always :data:`SCHEMA_VERSION` in memory).
+        tokxfer_version / git: what wrote it (``{"sha", "dirty"}``).
+        experiment: the experiment's name.
+        error: ``{"type", "message", "traceback"}`` of a failed trial.
+        config: the resolved config (:meth:`harness.config.TrialSpec.resolved`).
+        seed: the trial seed. seeds: the derived seeds the runner handed out (``{"init": …}``).
+        metrics: ``{language: {metric: value}}``.
+        init: counts, info, directives and gold diagnostics of the initialization.
+        stages: per stage id, its metrics, info and counts. counts / curves / task_info: the task's.
+        encoding: facts of the language encoding (``None`` for plain models).
+        timings / revisions / environment: seconds per phase, model/data revisions, the machine.
+        flags: the sanity guards' findings (``[]``: none; ``None``: not checked, as for failed trials).
+        started_at / finished_at: ISO-8601 times.
+        extra: top-level keys this schema does not know (kept as they are, written back unchanged).
+
+    Example:
+        >>> r = TrialRecord.from_json({"schema_version": 1, "trial_id": "t", "status": "ok", "seed": 1,
+        ...     "seeds": {"init": 5, "task": 6}, "config": {"method": {"id": "focus"}, "task": {"name": "ner"}}})
+        >>> r.schema_version, r.seeds, r.method_id, r.task_name, r.target_language
+        (2, {'init': 5}, 'focus', 'ner', None)
+        >>> TrialRecord.from_json(r.to_json()) == r
+        True
+    """
+
+    trial_id: str | None
+    status: str | None
+    schema_version: int = SCHEMA_VERSION
+    tokxfer_version: str | None = None
+    git: dict | None = None
+    experiment: str | None = None
+    error: Any = None
+    config: dict | None = None
+    seed: int | None = None
+    seeds: dict | None = None
+    metrics: dict | None = None
+    init: dict | None = None
+    stages: dict | None = None
+    counts: dict | None = None
+    curves: dict | None = None
+    task_info: dict | None = None
+    encoding: dict | None = None
+    timings: dict | None = None
+    revisions: dict | None = None
+    environment: dict | None = None
+    flags: list | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    # -- JSON
+
+    def to_json(self) -> dict:
+        """The record as stored: every field (``null`` when unknown) plus :attr:`extra`."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        clash = sorted(set(self.extra) & set(out))
+        if clash:
+            raise RecordError(f"record {self.trial_id}: extra key(s) {', '.join(clash)} shadow record fields")
+        return {**out, **self.extra}
+
+    @classmethod
+    def from_json(cls, data: Mapping, *, where: str | None = None) -> TrialRecord:
+        """Read a record mapping of any known schema version (migrated to the current one).
+
+        Raises:
+            RecordError: naming ``where`` (default: the trial id) and the field, for a mapping that
+                is not a record: no ``trial_id`` or ``status``, an unknown or newer schema version, a
+                section that is not a JSON object, a ``flags`` that is not a list.
+        """
+        if isinstance(data, TrialRecord):
+            return data
+        if not isinstance(data, Mapping):
+            raise RecordError(f"{where or 'record'}: expected a JSON object, got {type(data).__name__}")
+        where = where or f"record {data.get('trial_id')!r}"
+        missing = [k for k in ("trial_id", "status") if k not in data]
+        if missing:
+            raise RecordError(f"{where}: missing required field(s) {', '.join(missing)}")
+        rec = migrate(dict(data), where)
+        known = {f.name for f in fields(cls)} - {"extra"}
+        for name in _SECTIONS:
+            if rec.get(name) is not None and not isinstance(rec[name], Mapping):
+                raise RecordError(f"{where}: field {name!r} must be a JSON object or null, got {type(rec[name]).__name__}")
+        if rec.get("flags") is not None and not isinstance(rec["flags"], list):
+            raise RecordError(f"{where}: field 'flags' must be a list or null, got {type(rec['flags']).__name__}")
+        return cls(
+            **{k: v for k, v in rec.items() if k in known},
+            extra={k: v for k, v in rec.items() if k not in known},
+        )
+
+    @classmethod
+    def of(cls, record: TrialRecord | Mapping) -> TrialRecord:
+        """``record`` itself if it is a :class:`TrialRecord`, else :meth:`from_json` of it."""
+        return record if isinstance(record, TrialRecord) else cls.from_json(record)
+
+    # -- what identifies the trial
+
+    def _component(self, kind: str) -> dict:
+        value = (self.config or {}).get(kind)
+        return value if isinstance(value, Mapping) else {}
+
+    @property
+    def method_id(self) -> str | None:
+        """The method's id in the experiment (its registry name when the experiment gave none)."""
+        m = self._component("method")
+        return m.get("id") or m.get("name")
+
+    @property
+    def encoding_id(self) -> str:
+        """The language encoding's id (``none`` for plain models and records without one)."""
+        e = self._component("encoding")
+        return e.get("id") or e.get("name") or "none"
+
+    @property
+    def task_name(self) -> str | None:
+        """The task's registry name."""
+        return self._component("task").get("name")
+
+    @property
+    def target_language(self) -> str | None:
+        """The target language of the transfer."""
+        return self._component("target").get("language")
+
+    @property
+    def stage_specs(self) -> list[dict]:
+        """The stages of the trial (``[{"id", "name", "config"}, …]``)."""
+        return [s for s in (self.config or {}).get("stages") or [] if isinstance(s, Mapping)]
+
+    @property
+    def trial_seed(self) -> int | None:
+        """The trial seed (``seed``, else the config's)."""
+        return self.seed if self.seed is not None else (self.config or {}).get("seed")
+
+    @property
+    def version(self) -> str:
+        """``schema <n> / tokxfer <version>``: records of one cell should agree on it."""
+        return f"schema {self.schema_version} / tokxfer {self.tokxfer_version}"
+
+    @property
+    def ok(self) -> bool:
+        """Whether the trial finished (``status == "ok"``)."""
+        return self.status == "ok"
+
+    @property
+    def init_counts(self) -> dict:
+        """Rows per provenance (``{"special", "copied", "combined", "fallback"}``), ``{}`` if unknown."""
+        return (self.init or {}).get("counts") or {}
+
+    @property
+    def init_diagnostics(self) -> dict:
+        """Gold diagnostics of the initialization (``{}`` if none)."""
+        return (self.init or {}).get("diagnostics") or {}
+
+    @property
+    def flag_codes(self) -> frozenset[str]:
+        """Codes of the sanity flags (empty when none or not checked)."""
+        return frozenset(str(f["code"]) for f in self.flags or [] if isinstance(f, Mapping) and f.get("code"))
+
+    def config_value(self, path: str) -> Any:
+        """The resolved config's value at a dotted ``path`` (``None`` when absent): for the
+        ``where`` filters of leaderboard specs, whose paths are data, not code."""
+        cur: Any = self.config or {}
+        for part in path.split("."):
+            if not isinstance(cur, Mapping) or part not in cur:
+                return None
+            cur = cur[part]
+        return cur
 
 
 def now_iso() -> str:
@@ -92,11 +313,14 @@ def environment() -> dict:
     return env
 
 
-def write_record(directory: Path, record: dict) -> Path:
-    """Write ``record`` to ``directory/<trial_id>.json`` atomically (temp file + fsync + rename)."""
+def write_record(directory: Path, record: TrialRecord | dict) -> Path:
+    """Write ``record`` to ``directory/<trial_id>.json`` atomically (temp file + fsync + rename).
+
+    A :class:`TrialRecord` is written as :meth:`TrialRecord.to_json`; a mapping as it is.
+    """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    record = dict(record)
+    record = record.to_json() if isinstance(record, TrialRecord) else dict(record)
     record.setdefault("schema_version", SCHEMA_VERSION)
     if "trial_id" not in record:
         raise RecordError("record has no 'trial_id'")
@@ -171,16 +395,12 @@ def load_record(path: str | Path) -> dict:
     missing = [k for k in REQUIRED_FIELDS if k not in rec]
     if missing:
         raise RecordError(f"{path}: missing required field(s) {', '.join(missing)}")
-    v = rec["schema_version"]
-    if not isinstance(v, int) or v < 1:
-        raise RecordError(f"{path}: schema_version must be a positive integer, got {v!r}")
-    if v > SCHEMA_VERSION:
-        raise RecordError(
-            f"{path}: record has schema_version {v}, newer than this tokxfer understands ({SCHEMA_VERSION}); upgrade tokxfer"
-        )
-    while rec["schema_version"] < SCHEMA_VERSION:
-        rec = MIGRATIONS[rec["schema_version"]](rec)
-    return rec
+    return migrate(rec, str(path))
+
+
+def read_record(path: str | Path) -> TrialRecord:
+    """:func:`load_record` as a :class:`TrialRecord` (errors name the file)."""
+    return TrialRecord.from_json(load_record(path), where=str(path))
 
 
 def iter_record_files(directory: str | Path, *, strict: bool = True) -> Iterator[tuple[Path, dict]]:

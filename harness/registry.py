@@ -1,10 +1,12 @@
 """One registry for methods, encodings and tasks.
 
-Built-ins are registered by importing the ``methods``, ``methods.encodings`` and ``tasks``
-packages, whose ``__init__`` imports every module explicitly; the registry does that itself on
-first lookup, so nothing depends on who imported what first. Third-party plugins come from the
-entry-point groups ``tokxfer.methods``, ``tokxfer.encodings`` and ``tokxfer.tasks``, or from a
-Python file passed with ``--plugin``.
+Built-ins and third-party plugins are found the same way: through the entry-point groups
+``tokxfer.methods``, ``tokxfer.encodings``, ``tokxfer.tasks`` and ``tokxfer.stages``. tokxfer's own
+``pyproject.toml`` declares its packages ``methods``, ``methods.encodings`` and ``tasks`` there; each
+package's ``__init__`` imports every module explicitly, so loading the entry point registers them
+all. The registry loads every entry point on first lookup (tokxfer's own first), so nothing depends
+on who imported what first, and the harness itself never names the built-in packages. A Python
+file passed with ``--plugin`` registers the same way, with the same decorators.
 
 Example:
     >>> from dataclasses import dataclass
@@ -39,7 +41,8 @@ ENTRY_POINT_GROUPS = {
     "task": "tokxfer.tasks",
     "stage": "tokxfer.stages",
 }
-_BUILTIN_PACKAGES = {"method": "methods", "encoding": "methods.encodings", "task": "tasks", "stage": "tasks"}
+DISTRIBUTION = "tokxfer"
+"""The distribution whose entry points are the built-ins (loaded before any other plugin's)."""
 
 
 class RegistryError(KeyError):
@@ -70,7 +73,7 @@ class Entry:
 
 
 _REGISTRY: dict[str, dict[str, Entry]] = {k: {} for k in KINDS}
-_loaded = {"builtins": False, "entry_points": False}
+_loaded = {"entry_points": False}
 
 
 def _register(kind: str, name: str, config: type, description: str | None) -> Callable[[type], type]:
@@ -113,17 +116,72 @@ def register_stage(name: str, *, config: type, description: str | None = None) -
     return _register("stage", name, config, description)
 
 
+def code_hash(kind: str, name: str) -> str:
+    """sha256 over the Python source a registered component's results depend on (memoized per process).
+
+    The component's top-level package (every ``*.py`` under it: ``methods/`` for a built-in method,
+    whose private helpers it shares) or, for a plugin module outside a package, its file; plus the
+    harness's vocabulary helpers, which every method's canonical forms come from. Part of the init
+    cache key, so a change to a method's code never serves a mapping computed by the old code (any
+    edit counts, a comment too: a cache miss costs time, a stale hit costs correctness).
+    """
+    import hashlib
+    import sys
+
+    key = (kind, name)
+    if key in _CODE_HASHES:
+        return _CODE_HASHES[key]
+    module = sys.modules[get(kind, name).cls.__module__]
+    top = sys.modules.get(module.__name__.split(".")[0], module)
+    if getattr(top, "__path__", None):
+        files = sorted(p for d in top.__path__ for p in Path(d).rglob("*.py"))
+    else:
+        files = [Path(module.__file__)]
+    files.append(Path(__file__).with_name("vocab.py"))
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    _CODE_HASHES[key] = h.hexdigest()[:16]
+    return _CODE_HASHES[key]
+
+
+_CODE_HASHES: dict[tuple[str, str], str] = {}
+
+
 def load_builtins() -> None:
-    """Import the built-in packages (idempotent) and the entry-point plugins."""
-    if not _loaded["builtins"]:
-        _loaded["builtins"] = True
-        for pkg in dict.fromkeys(_BUILTIN_PACKAGES.values()):
-            importlib.import_module(pkg)
-    if not _loaded["entry_points"]:
-        _loaded["entry_points"] = True
-        for group in ENTRY_POINT_GROUPS.values():
-            for ep in importlib.metadata.entry_points(group=group):
-                ep.load()  # the module registers itself with the decorators
+    """Load every entry point of the four groups (idempotent): tokxfer's built-ins, then plugins.
+
+    Raises:
+        PluginError: an entry point cannot be imported (naming it and its distribution), or the
+            installed tokxfer metadata declares no entry points (an install older than the
+            ``pyproject.toml`` it runs from: reinstall with ``pip install -e .``).
+    """
+    if _loaded["entry_points"]:
+        return
+    _loaded["entry_points"] = True
+    found = [(group, ep) for group in ENTRY_POINT_GROUPS.values() for ep in importlib.metadata.entry_points(group=group)]
+    # tokxfer's own first: a plugin that re-registers a built-in name is the one blamed
+    found.sort(key=lambda item: _dist_name(item[1]) != DISTRIBUTION)
+    if not any(_dist_name(ep) == DISTRIBUTION for _, ep in found):
+        _loaded["entry_points"] = False
+        raise PluginError(
+            f"no built-in methods, encodings, tasks or stages: the installed {DISTRIBUTION!r} metadata declares "
+            f"none of the entry-point groups {', '.join(ENTRY_POINT_GROUPS.values())} (an install older than its "
+            f"pyproject.toml, or none at all); run `pip install -e .` in the tokxfer checkout"
+        )
+    for group, ep in found:
+        try:
+            ep.load()  # the module registers itself with the decorators
+        except Exception as e:
+            raise PluginError(
+                f"entry point {ep.name} = {ep.value} (group {group}, distribution {_dist_name(ep)}): "
+                f"{type(e).__name__}: {e}"
+            ) from e
+
+
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str | None:
+    dist = getattr(ep, "dist", None)
+    return None if dist is None else dist.metadata["Name"]
 
 
 class PluginError(ImportError):

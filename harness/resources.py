@@ -7,12 +7,14 @@ anything else is a local path when it exists, or a hub id handed to ``from_pretr
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from pathlib import Path
 from typing import Any
 
 from harness.config import SourceSpec, TargetSpec, TokenizerSpec, WorldSpec
+from harness.protocols import TransferResources
 
 
 class ResourceError(ValueError):
@@ -190,19 +192,30 @@ def check_corpus(path: Path, *, chunk_size: int = 1 << 20) -> Path:
     return path
 
 
-def transfer_paths(target: TargetSpec, world: Any) -> dict:
-    """Corpora/dictionary/vector paths for :class:`harness.protocols.TransferInputs`."""
+def transfer_resources(target: TargetSpec, world: Any) -> TransferResources:
+    """The corpora, dictionary and word vectors of a target, as local paths.
+
+    Paths named in the target's config are checked to exist; a world target language gets the
+    world's source corpus, parallel corpus and gold dictionary where the config names none.
+
+    Raises:
+        ResourceError: a named file does not exist (naming the field), or a corpus is empty or
+            not UTF-8.
+    """
     lang = target.language
-    out = {
-        "target_corpus": target_corpus(target, world),
-        "source_corpus": _file(target.source_corpus, f"targets[{lang}].source_corpus"),
-        "parallel_corpus": _file(target.parallel_corpus, f"targets[{lang}].parallel_corpus"),
-        "dictionary": _file(target.dictionary, f"targets[{lang}].dictionary"),
-        "source_word_vectors": _file(target.source_word_vectors, f"targets[{lang}].source_word_vectors"),
-        "target_word_vectors": _file(target.target_word_vectors, f"targets[{lang}].target_word_vectors"),
-    }
+    res = TransferResources(
+        target_corpus=target_corpus(target, world),
+        source_corpus=_file(target.source_corpus, f"targets[{lang}].source_corpus"),
+        parallel_corpus=_file(target.parallel_corpus, f"targets[{lang}].parallel_corpus"),
+        dictionary=_file(target.dictionary, f"targets[{lang}].dictionary"),
+        source_word_vectors=_file(target.source_word_vectors, f"targets[{lang}].source_word_vectors"),
+        target_word_vectors=_file(target.target_word_vectors, f"targets[{lang}].target_word_vectors"),
+    )
     if world is not None and lang in world.languages and lang != world.source_language:
-        out["source_corpus"] = out["source_corpus"] or world.text(world.source_language, "train")
-        out["parallel_corpus"] = out["parallel_corpus"] or world.parallel(lang)
-        out["dictionary"] = out["dictionary"] or world.dictionary(lang)
-    return out
+        res = dataclasses.replace(
+            res,
+            source_corpus=res.source_corpus or world.text(world.source_language, "train"),
+            parallel_corpus=res.parallel_corpus or world.parallel(lang),
+            dictionary=res.dictionary or world.dictionary(lang),
+        )
+    return res

@@ -42,7 +42,7 @@ def add_tokenizer_arguments(sp: argparse.ArgumentParser) -> None:
 
 def _family_algorithm(tok: Any) -> tuple[str, bool]:
     """The :func:`harness.tokenizers.train_tokenizer` algorithm of a tokenizer's family, and whether it lowercases."""
-    from methods import _canon
+    from harness import vocab as _canon
 
     family = _canon.tokenizer_family(tok)
     backend = getattr(tok, "backend_tokenizer", None)
@@ -57,7 +57,7 @@ def train_tokenizer_command(args: argparse.Namespace) -> int:
     """``tokxfer tokenizer train``: a tokenizer for ``tokxfer init --target-tokenizer``."""
     from harness import resources
     from harness.tokenizers import tokenizer_info, train_tokenizer
-    from methods import _canon
+    from harness import vocab as _canon
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:

@@ -47,7 +47,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from harness.cache import content_hash
 from harness.claims import file_lock
+from harness.records import TrialRecord
 
 __all__ = [
     "TrackingError",
@@ -424,24 +426,24 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def record_params(record: dict) -> dict[str, str]:
+def record_params(record: TrialRecord | Mapping) -> dict[str, str]:
     """Params of a record: its flattened resolved config (values as strings, truncated)."""
     params: dict[str, str] = {}
-    for key, value in flatten(record.get("config") or {}):
+    for key, value in flatten(TrialRecord.of(record).config or {}):
         params[_key(key)] = _param_value(value)
     return params
 
 
-def record_metrics(record: dict) -> dict[str, float]:
+def record_metrics(record: TrialRecord | Mapping) -> dict[str, float]:
     """Scalar metrics of a record: task metrics, init counts/diagnostics, example counts, timings."""
     out: dict[str, float] = {}
-    init = record.get("init") or {}
+    rec = TrialRecord.of(record)
     sections = [
-        ("metrics", record.get("metrics") or {}),
-        ("init.counts", init.get("counts") or {}),
-        ("init.diagnostics", init.get("diagnostics") or {}),
-        ("counts", record.get("counts") or {}),
-        ("timings", record.get("timings") or {}),
+        ("metrics", rec.metrics or {}),
+        ("init.counts", rec.init_counts),
+        ("init.diagnostics", rec.init_diagnostics),
+        ("counts", rec.counts or {}),
+        ("timings", rec.timings or {}),
     ]
     for prefix, section in sections:
         for key, value in flatten(section, prefix):
@@ -450,10 +452,10 @@ def record_metrics(record: dict) -> dict[str, float]:
     return out
 
 
-def record_curves(record: dict) -> dict[str, list[tuple[int, float]]]:
+def record_curves(record: TrialRecord | Mapping) -> dict[str, list[tuple[int, float]]]:
     """Curves of a record as ``{metric key: [(step, value), ...]}`` (non-numeric points dropped)."""
     out: dict[str, list[tuple[int, float]]] = {}
-    for name, points in (record.get("curves") or {}).items():
+    for name, points in (TrialRecord.of(record).curves or {}).items():
         series = [
             (int(p[0]), float(p[1]))
             for p in points or []
@@ -464,19 +466,11 @@ def record_curves(record: dict) -> dict[str, list[tuple[int, float]]]:
     return out
 
 
-def record_digest(record: dict) -> str:
-    """SHA-256 of the record's canonical JSON (what decides whether a mirror is up to date)."""
-    blob = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str, separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
-
-
-def _get(record: dict, *path: str) -> Any:
-    cur: Any = record
-    for p in path:
-        if not isinstance(cur, Mapping):
-            return None
-        cur = cur.get(p)
-    return cur
+def record_digest(record: TrialRecord | Mapping) -> str:
+    """SHA-256 of the record's canonical JSON (:func:`harness.cache.content_hash` of
+    :meth:`TrialRecord.to_json`; what decides whether a mirror is up to date). Records may hold NaN
+    metrics, so non-finite numbers are allowed."""
+    return content_hash(TrialRecord.of(record).to_json(), allow_nan=True)
 
 
 def _millis(iso: str | None) -> int | None:
@@ -488,36 +482,32 @@ def _millis(iso: str | None) -> int | None:
         return None
 
 
-def record_tags(record: dict, experiment: str) -> dict[str, str]:
+def record_tags(record: TrialRecord | Mapping, experiment: str) -> dict[str, str]:
     """Tags of a trial run (identity, status, versions, selection keys for the UI)."""
+    rec = TrialRecord.of(record)
+    git = rec.git or {}
     tags = {
-        TRIAL_ID_TAG: str(record.get("trial_id")),
+        TRIAL_ID_TAG: str(rec.trial_id),
         ROLE_TAG: "trial",
         EXPERIMENT_TAG: experiment,
-        "tokxfer.status": str(record.get("status")),
-        "tokxfer.schema_version": str(record.get("schema_version")),
-        "tokxfer.version": str(record.get("tokxfer_version")),
-        "tokxfer.method": str(_get(record, "config", "method", "id")),
-        "tokxfer.task": str(_get(record, "config", "task", "name")),
-        "tokxfer.language": str(_get(record, "config", "target", "language")),
-        "tokxfer.seed": str(record.get("seed")),
+        "tokxfer.status": str(rec.status),
+        "tokxfer.schema_version": str(rec.schema_version),
+        "tokxfer.version": str(rec.tokxfer_version),
+        "tokxfer.method": str(rec.method_id),
+        "tokxfer.task": str(rec.task_name),
+        "tokxfer.language": str(rec.target_language),
+        "tokxfer.seed": str(rec.seed),
     }
-    sha = _get(record, "git", "sha")
-    if sha:
-        tags["mlflow.source.git.commit"] = str(sha)
-        tags["tokxfer.git_dirty"] = str(_get(record, "git", "dirty"))
-    if record.get("error"):
-        tags["tokxfer.error"] = _truncate(str(record["error"]), MAX_TAG_VAL_LENGTH)
+    if git.get("sha"):
+        tags["mlflow.source.git.commit"] = str(git["sha"])
+        tags["tokxfer.git_dirty"] = str(git.get("dirty"))
+    if rec.error:
+        tags["tokxfer.error"] = _truncate(str(rec.error), MAX_TAG_VAL_LENGTH)
     return {_key(k): _truncate(v, MAX_TAG_VAL_LENGTH) for k, v in tags.items()}
 
 
-def _run_name(record: dict) -> str:
-    parts = [
-        _get(record, "config", "method", "id"),
-        _get(record, "config", "target", "language"),
-        _get(record, "config", "task", "name"),
-        f"s{record.get('seed')}",
-    ]
+def _run_name(rec: TrialRecord) -> str:
+    parts = [rec.method_id, rec.target_language, rec.task_name, f"s{rec.seed}"]
     return "-".join(str(p) for p in parts if p is not None)
 
 
@@ -575,12 +565,12 @@ class MLflowTracker:
 
     # -- public API -------------------------------------------------------------------------
 
-    def log_trial(self, experiment: str, record: dict, artifacts: list[Path] | None = None) -> None:
+    def log_trial(self, experiment: str, record: TrialRecord | Mapping, artifacts: list[Path] | None = None) -> None:
         """Mirror one trial record (find-or-create its experiment, parent run and child run).
 
         Args:
             experiment: the tokxfer experiment name.
-            record: the trial record as written to disk.
+            record: the trial record (or its JSON mapping, as written to disk).
             artifacts: extra files to attach (e.g. ``init_info.json``); missing files are skipped.
 
         Raises:
@@ -589,13 +579,14 @@ class MLflowTracker:
         """
         self.mirror(experiment, record, artifacts)
 
-    def mirror(self, experiment: str, record: dict, artifacts: list[Path] | None = None) -> str:
+    def mirror(self, experiment: str, record: TrialRecord | Mapping, artifacts: list[Path] | None = None) -> str:
         """Like :meth:`log_trial`, returning what happened.
 
         Returns:
             ``"created"`` (new child run), ``"replaced"`` (the record changed or the previous
             mirror was incomplete) or ``"unchanged"`` (already mirrored; nothing written).
         """
+        record = TrialRecord.of(record)
         try:
             self._preflight()
             with self._http_limits(), self._store_lock():
@@ -671,9 +662,9 @@ class MLflowTracker:
             self._client = MlflowClient(tracking_uri=self.tracking_uri)
         return self._client
 
-    def _error(self, experiment: str, record: dict, reason: str) -> TrackingError:
+    def _error(self, experiment: str, record: TrialRecord, reason: str) -> TrackingError:
         cmd = sync_command(self.runs_dir, experiment, self.tracking_uri)
-        trial = record.get("trial_id", "?")
+        trial = record.trial_id or "?"
         where = (
             f" ({self.runs_dir / experiment / 'records' / f'{trial}.json'})" if self.runs_dir is not None else ""
         )
@@ -796,10 +787,10 @@ class MLflowTracker:
         runs = self._find_children(eid, trial_id)
         return runs[0] if runs else None
 
-    def _mirror(self, experiment: str, record: dict, artifacts: list[Path]) -> str:
+    def _mirror(self, experiment: str, record: TrialRecord, artifacts: list[Path]) -> str:
         from mlflow.entities import Metric, Param, RunTag
 
-        trial_id = record.get("trial_id")
+        trial_id = record.trial_id
         if not trial_id:
             raise ValueError("record has no trial_id")
         trial_id = str(trial_id)
@@ -821,11 +812,11 @@ class MLflowTracker:
         tags = record_tags(record, experiment)
         tags[PARENT_RUN_TAG] = parent
         run = self.client.create_run(
-            eid, start_time=_millis(record.get("started_at")), tags=tags, run_name=_run_name(record)
+            eid, start_time=_millis(record.started_at), tags=tags, run_name=_run_name(record)
         )
         run_id = run.info.run_id
 
-        ts = _millis(record.get("finished_at")) or int(time.time() * 1000)
+        ts = _millis(record.finished_at) or int(time.time() * 1000)
         params = [Param(k, v) for k, v in record_params(record).items()]
         metrics = [Metric(k, v, ts, 0) for k, v in record_metrics(record).items()]
         for key, series in record_curves(record).items():
@@ -837,7 +828,7 @@ class MLflowTracker:
 
         with tempfile.TemporaryDirectory(prefix="tokxfer-mlflow-") as tmp:
             path = Path(tmp) / "record.json"
-            path.write_text(json.dumps(record, indent=2, ensure_ascii=False, default=str), encoding="utf-8")
+            path.write_text(json.dumps(record.to_json(), indent=2, ensure_ascii=False, default=str), encoding="utf-8")
             self.client.log_artifact(run_id, str(path))
         for art in artifacts:
             art = Path(art)
@@ -846,8 +837,8 @@ class MLflowTracker:
 
         # The digest tag is written last: a child without it is an incomplete mirror.
         self.client.log_batch(run_id, tags=[RunTag(DIGEST_TAG, digest)])
-        status = "FINISHED" if record.get("status") == "ok" else "FAILED"
-        end = _millis(record.get("finished_at"))
+        status = "FINISHED" if record.ok else "FAILED"
+        end = _millis(record.finished_at)
         self.client.set_terminated(run_id, status, end_time=end)
         return outcome
 
@@ -869,13 +860,13 @@ def iter_record_files(records_dir: str | os.PathLike) -> Iterator[tuple[Path, di
     yield from _iter(records_dir)
 
 
-def default_artifacts(records_dir: Path, record: dict) -> list[Path]:
+def default_artifacts(records_dir: Path, record: TrialRecord) -> list[Path]:
     """Files attached to a trial on sync: everything in ``<experiment dir>/artifacts/<trial_id>/``.
 
     The runner writes ``init_info.json`` there.
     """
     exp_dir = records_dir.parent if records_dir.name == "records" else records_dir
-    art_dir = exp_dir / "artifacts" / str(record.get("trial_id"))
+    art_dir = exp_dir / "artifacts" / str(record.trial_id)
     return sorted(p for p in art_dir.iterdir() if p.is_file()) if art_dir.is_dir() else []
 
 
@@ -886,7 +877,7 @@ class SyncReport(dict):
 def sync(
     records_dir: str | os.PathLike,
     tracker: Any,
-    artifacts_for: Callable[[Path, dict], list[Path]] | None = None,
+    artifacts_for: Callable[[Path, TrialRecord], list[Path]] | None = None,
 ) -> SyncReport:
     """Re-mirror every record of an experiment to ``tracker`` (idempotent for MLflow).
 
@@ -914,8 +905,9 @@ def sync(
     failures: list[str] = []
     last_error: TrackingError | None = None
     known: dict[str, dict] = {}  # experiment -> what the store already mirrors
-    for path, record in iter_record_files(root):
-        experiment = str(record.get("experiment") or root.parent.name)
+    for path, data in iter_record_files(root):
+        record = TrialRecord.from_json(data, where=str(path))
+        experiment = str(record.experiment or root.parent.name)
         files = artifacts_for(root, record)
         try:
             if isinstance(tracker, MLflowTracker):
@@ -924,13 +916,13 @@ def sync(
                         known[experiment] = tracker.mirrored(experiment)
                     except Exception:
                         known[experiment] = {}  # mirror() below reports the failure per record
-                runs = known[experiment].get(str(record.get("trial_id")), [])
+                runs = known[experiment].get(str(record.trial_id), [])
                 if len(runs) == 1 and runs[0][1] == record_digest(record):
                     report["unchanged"] += 1
                     continue
                 report[tracker.mirror(experiment, record, files)] += 1
             else:
-                tracker.log_trial(experiment, record, files)
+                tracker.log_trial(experiment, record.to_json(), files)  # the protocol: JSON mappings
                 report["logged"] += 1
         except TrackingError as e:
             failures.append(f"{path.name}: {e}")

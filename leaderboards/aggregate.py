@@ -14,14 +14,18 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from harness.records import TrialRecord
 from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
+
+AnyRecord = TrialRecord | Mapping
+"""A trial record, typed or as its JSON mapping (what :func:`load_records` returns)."""
 
 __all__ = [
     "Cell",
@@ -58,15 +62,14 @@ NONDETERMINISTIC_PREFIX = "nondeterministic:"
 other record flag marks them ``sanity``."""
 
 
-def record_flag_codes(record: Mapping) -> frozenset[str]:
+def record_flag_codes(record: AnyRecord) -> frozenset[str]:
     """Codes of the sanity flags a record carries (``flags`` is ``None`` or absent when unchecked).
 
     Example:
-        >>> sorted(record_flag_codes({"flags": [{"code": "loss_near_zero", "message": "…"}]}))
+        >>> sorted(record_flag_codes({"trial_id": "t", "status": "ok", "flags": [{"code": "loss_near_zero", "message": "…"}]}))
         ['loss_near_zero']
     """
-    flags = record.get("flags") or []
-    return frozenset(str(f["code"]) for f in flags if isinstance(f, Mapping) and f.get("code"))
+    return TrialRecord.of(record).flag_codes
 
 
 def _cell_flags(codes: Iterable[str]) -> set[str]:
@@ -82,10 +85,11 @@ def _cell_flags(codes: Iterable[str]) -> set[str]:
 
 
 def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[dict]:
-    """Load every trial record from one or more records directories.
+    """Load every trial record from one or more records directories (their JSON mappings).
 
     Accepts ``runs/<experiment>`` or ``runs/<experiment>/records``; records are validated and
-    migrated by :func:`harness.records.iter_records` (the one record reader).
+    migrated by :func:`harness.records.iter_records` (the one record reader). Every function of
+    this module takes them as they are, or as :class:`~harness.records.TrialRecord` values.
 
     Raises:
         FileNotFoundError: a directory does not exist.
@@ -101,49 +105,42 @@ def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     return [rec for d in dirs for rec in iter_records(Path(d))]
 
 
-def _get(obj: Any, path: str) -> Any:
-    cur = obj
-    for part in path.split("."):
-        if not isinstance(cur, Mapping) or part not in cur:
-            return None
-        cur = cur[part]
-    return cur
+def record_method(record: AnyRecord) -> str | None:
+    """Method id of a record (:attr:`TrialRecord.method_id`)."""
+    return TrialRecord.of(record).method_id
 
 
-def record_method(record: Mapping) -> str | None:
-    """Method id of a record (``config.method.id``, else ``config.method.name``)."""
-    return _get(record, "config.method.id") or _get(record, "config.method.name")
+def record_encoding(record: AnyRecord) -> str:
+    """Encoding id of a record (:attr:`TrialRecord.encoding_id`; ``none`` when absent)."""
+    return TrialRecord.of(record).encoding_id
 
 
-def record_encoding(record: Mapping) -> str:
-    """Encoding id of a record (``config.encoding.id``, else ``.name``; ``none`` when absent)."""
-    return _get(record, "config.encoding.id") or _get(record, "config.encoding.name") or "none"
-
-
-def record_row(record: Mapping, row_by: str = "method") -> str | None:
+def record_row(record: AnyRecord, row_by: str = "method") -> str | None:
     """The row key of a record under a spec's ``row_by`` (see :data:`leaderboards.spec.ROW_BY`).
 
     Example:
-        >>> r = {"config": {"method": {"id": "focus"}, "encoding": {"id": "xlp"}}}
+        >>> r = {"trial_id": "t", "status": "ok", "config": {"method": {"id": "focus"}, "encoding": {"id": "xlp"}}}
         >>> record_row(r), record_row(r, "encoding"), record_row(r, "method+encoding")
         ('focus', 'xlp', 'focus + xlp')
     """
-    method = record_method(record)
+    rec = TrialRecord.of(record)
+    method = rec.method_id
     if row_by == "method":
         return method
     if row_by == "encoding":
-        return record_encoding(record)
-    return None if method is None else f"{method}{ROW_KEY_SEPARATOR}{record_encoding(record)}"
+        return rec.encoding_id
+    return None if method is None else f"{method}{ROW_KEY_SEPARATOR}{rec.encoding_id}"
 
 
-def record_version(record: Mapping) -> str:
+def record_version(record: AnyRecord) -> str:
     """``schema <n> / tokxfer <version>`` of a record."""
-    return f"schema {record.get('schema_version')} / tokxfer {record.get('tokxfer_version')}"
+    return TrialRecord.of(record).version
 
 
-def matches_where(record: Mapping, where: Iterable[tuple[str, Any]]) -> bool:
-    """Whether the record's resolved config has every ``dotted.path == value``."""
-    return all(_get(record.get("config") or {}, k) == v for k, v in where)
+def matches_where(record: AnyRecord, where: Iterable[tuple[str, Any]]) -> bool:
+    """Whether the record's resolved config has every ``dotted.path == value`` (a spec's ``where``)."""
+    rec = TrialRecord.of(record)
+    return all(rec.config_value(k) == v for k, v in where)
 
 
 def _is_number(x: Any) -> bool:
@@ -161,33 +158,40 @@ class Observation:
     guards: frozenset[str] = frozenset()
 
 
-def _value(record: Mapping, column: Column, language: str) -> float | None:
+_INIT_SECTIONS: dict[str, Callable[[TrialRecord], Mapping]] = {
+    "init.diagnostics": lambda r: r.init_diagnostics,
+    "init.counts": lambda r: r.init_counts,
+}
+"""How each non-``metrics`` source of :data:`leaderboards.spec.SOURCES` is read from a record."""
+
+
+def _value(record: TrialRecord, column: Column, language: str) -> float | None:
     m = column.metric
     if m.source == "metrics":
-        v = ((record.get("metrics") or {}).get(language) or {}).get(m.record_key)
+        v = ((record.metrics or {}).get(language) or {}).get(m.record_key)
     else:
-        if _get(record, "config.target.language") != language:
+        if record.target_language != language:
             return None
-        v = (_get(record, m.source) or {}).get(m.record_key)
+        v = _INIT_SECTIONS[m.source](record).get(m.record_key)
     return float(v) if _is_number(v) else None
 
 
-def _in_column_task(record: Mapping, column: Column) -> bool:
+def _in_column_task(record: TrialRecord, column: Column) -> bool:
     """Whether a record is of the column's task (and, for a column with a ``task_id``, of that task id)."""
-    if _get(record, "config.task.name") != column.task:
+    if record.task_name != column.task:
         return False
-    return column.task_id is None or (_get(record, "config.task.id") or column.task) == column.task_id
+    return column.task_id is None or (record.config_value("task.id") or column.task) == column.task_id
 
 
-def _applies(record: Mapping, column: Column, language: str) -> bool:
+def _applies(record: TrialRecord, column: Column, language: str) -> bool:
     """Whether a (failed) record belongs to a cell: same task and target/evaluated language."""
     if not _in_column_task(record, column):
         return False
-    return _get(record, "config.target.language") == language or language in (record.get("metrics") or {})
+    return record.target_language == language or language in (record.metrics or {})
 
 
 def cell_observations(
-    records: Iterable[Mapping], method: str, column: Column, language: str | None = None, row_by: str = "method"
+    records: Iterable[AnyRecord], method: str, column: Column, language: str | None = None, row_by: str = "method"
 ) -> tuple[list[Observation], int]:
     """Values of ``method`` for one (non-average) column, and the number of failed trials.
 
@@ -204,17 +208,16 @@ def cell_observations(
     lang = language or column.language
     obs: list[Observation] = []
     failed = 0
-    for r in records:
+    for r in map(TrialRecord.of, records):
         if record_row(r, row_by) != method or not _in_column_task(r, column):
             continue
-        if r.get("status") != "ok":
+        if not r.ok:
             failed += _applies(r, column, lang)
             continue
         v = _value(r, column, lang)
         if v is None:
             continue
-        seed = r.get("seed", _get(r, "config.seed"))
-        obs.append(Observation(seed, v, record_version(r), str(r.get("trial_id")), record_flag_codes(r)))
+        obs.append(Observation(r.trial_seed, v, r.version, str(r.trial_id), r.flag_codes))
     return obs, failed
 
 
@@ -401,11 +404,11 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
     )
 
 
-def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
+def aggregate(records: Iterable[AnyRecord], spec: LeaderboardSpec) -> Table:
     """Build the table of a spec from trial records (pure: no I/O).
 
     Args:
-        records: trial records (dicts in the schema of ``docs/CONTRACTS.md``).
+        records: trial records (:class:`~harness.records.TrialRecord` values or their JSON mappings).
         spec: the leaderboard spec.
 
     Returns:
@@ -415,28 +418,25 @@ def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
         >>> from leaderboards.spec import parse_spec
         >>> spec = parse_spec({"name": "t", "version": 1, "experiments": ["x"], "required_seeds": [1, 2],
         ...     "columns": [{"task": "mlm-at-init", "languages": ["near"], "metrics": ["loss"]}]})
-        >>> recs = [{"status": "ok", "seed": s, "config": {"method": {"id": "focus"},
+        >>> recs = [{"trial_id": f"t{s}", "status": "ok", "seed": s, "config": {"method": {"id": "focus"},
         ...          "task": {"name": "mlm-at-init"}}, "metrics": {"near": {"loss": v}}}
         ...         for s, v in [(1, 6.0), (2, 6.2)]]
         >>> cell = aggregate(recs, spec).rows[0].cells["mlm-at-init/near/loss"]
         >>> round(cell.mean, 2), round(cell.std, 4), cell.n
         (6.1, 0.1414, 2)
     """
-    all_records = list(records)
+    all_records = [TrialRecord.of(r) for r in records]
     recs = [r for r in all_records if matches_where(r, spec.where)]
     notes: list[str] = []
     if len(recs) != len(all_records):
         notes.append(f"{len(all_records) - len(recs)} record(s) excluded by the spec's filter {dict(spec.where)}.")
     tasks = {c.task for c in spec.columns}
     if spec.required_seeds:
-        other = sorted(
-            {r.get("seed") for r in recs if _get(r, "config.task.name") in tasks and r.get("seed") not in spec.required_seeds},
-            key=str,
-        )
+        other = sorted({r.seed for r in recs if r.task_name in tasks and r.seed not in spec.required_seeds}, key=str)
         if other:
             notes.append(f"Records with seeds {other} (outside the required {list(spec.required_seeds)}) are not used.")
 
-    found = sorted({m for r in recs if (m := record_row(r, spec.row_by)) is not None and _get(r, "config.task.name") in tasks})
+    found = sorted({m for r in recs if (m := record_row(r, spec.row_by)) is not None and r.task_name in tasks})
     if spec.rows is not None:
         methods = [r.method for r in spec.rows]
         unlisted = [m for m in found if m not in methods]
@@ -458,7 +458,7 @@ def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
         failed_total = sum(
             1
             for r in recs
-            if record_row(r, spec.row_by) == method and r.get("status") != "ok" and _get(r, "config.task.name") in tasks
+            if record_row(r, spec.row_by) == method and not r.ok and r.task_name in tasks
         )
         rows.append(Row(method=method, label=spec.label(method), cells=cells, failed=failed_total))
 
@@ -472,7 +472,7 @@ def aggregate(records: Iterable[Mapping], spec: LeaderboardSpec) -> Table:
             }
             paper_rows.append(Row(method=method, label=display, cells=cells, kind="paper", source=pn.citation))
 
-    versions = tuple(sorted({record_version(r) for r in recs}))
+    versions = tuple(sorted({r.version for r in recs}))
     if len(versions) > 1:
         notes.append(f"Records come from several versions: {'; '.join(versions)}.")
     return Table(

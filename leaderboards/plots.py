@@ -27,7 +27,8 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from leaderboards.aggregate import Table, _get, matches_where, record_method, summarize
+from harness.records import TrialRecord
+from leaderboards.aggregate import AnyRecord, Table, matches_where, summarize
 
 __all__ = ["plot_language_bars", "plot_curves", "plot_gold_alignment", "SpecPlot", "write_spec_plots", "lapt_curves"]
 
@@ -109,7 +110,7 @@ def plot_language_bars(
 
 
 def plot_curves(
-    records: Iterable[Mapping],
+    records: Iterable[AnyRecord],
     path: str | os.PathLike,
     curve: str = "lapt_loss",
     methods: Sequence[str] | None = None,
@@ -132,12 +133,12 @@ def plot_curves(
         ValueError: no record has the curve.
     """
     groups: dict[tuple[str, str], list[dict[int, float]]] = defaultdict(list)
-    for r in records:
-        pts = (r.get("curves") or {}).get(curve)
-        lang = str(((r.get("config") or {}).get("target") or {}).get("language"))
-        if r.get("status") != "ok" or not pts or (language is not None and lang != language):
+    for r in map(TrialRecord.of, records):
+        pts = (r.curves or {}).get(curve)
+        lang = str(r.target_language)
+        if not r.ok or not pts or (language is not None and lang != language):
             continue
-        groups[(str(record_method(r)), lang)].append({int(s): float(v) for s, v in pts})
+        groups[(str(r.method_id), lang)].append({int(s): float(v) for s, v in pts})
     if not groups:
         raise ValueError(f"no record has a {curve!r} curve")
     order = list(methods) if methods else sorted({m for m, _ in groups})
@@ -173,7 +174,7 @@ def plot_curves(
 
 
 def plot_gold_alignment(
-    records: Iterable[Mapping],
+    records: Iterable[AnyRecord],
     path: str | os.PathLike,
     metrics: Sequence[str] = ("gold_top1", "gold_top5"),
     language: str | None = None,
@@ -196,12 +197,12 @@ def plot_gold_alignment(
         ValueError: no record (of the methods) has the diagnostics.
     """
     seen: dict[tuple, dict[str, float]] = {}
-    for r in records:
-        diag = (r.get("init") or {}).get("diagnostics") or {}
-        lang = ((r.get("config") or {}).get("target") or {}).get("language")
-        if r.get("status") != "ok" or not diag or (language is not None and lang != language):
+    for r in map(TrialRecord.of, records):
+        diag = r.init_diagnostics
+        lang = r.target_language
+        if not r.ok or not diag or (language is not None and lang != language):
             continue
-        seen.setdefault((str(record_method(r)), lang, r.get("seed")), diag)
+        seen.setdefault((str(r.method_id), lang, r.seed), diag)
     if not seen:
         raise ValueError("no record has init diagnostics" + (f" for target language {language!r}" if language else ""))
     found = {k[0] for k in seen}
@@ -256,7 +257,7 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "x"
 
 
-def lapt_curves(records: Iterable[Mapping]) -> list[str]:
+def lapt_curves(records: Iterable[AnyRecord]) -> list[str]:
     """Names of the LAPT loss curves in the records, sorted.
 
     ``<id>.loss`` for every stage named ``lapt`` in a record's ``config.stages`` (how the runner
@@ -265,16 +266,16 @@ def lapt_curves(records: Iterable[Mapping]) -> list[str]:
     curve shows up as a failed figure instead of a silently missing one.
     """
     names = set()
-    for r in records:
-        for st in _get(r, "config.stages") or []:
-            if isinstance(st, Mapping) and st.get("name") == LAPT_STAGE:
+    for r in map(TrialRecord.of, records):
+        for st in r.stage_specs:
+            if st.get("name") == LAPT_STAGE:
                 names.add(f"{st.get('id') or LAPT_STAGE}.loss")
-        if "lapt_loss" in (r.get("curves") or {}):
+        if "lapt_loss" in (r.curves or {}):
             names.add("lapt_loss")
     return sorted(names)
 
 
-def _one_per_stage_run(records: Iterable[Mapping]) -> list[Mapping]:
+def _one_per_stage_run(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     """One record per configuration apart from the task (the first in the given order).
 
     A trial grid runs every task after the same (cached) LAPT run of a (method, language, seed),
@@ -282,7 +283,7 @@ def _one_per_stage_run(records: Iterable[Mapping]) -> list[Mapping]:
     """
     out, seen = [], set()
     for r in records:
-        cfg = {k: v for k, v in (r.get("config") or {}).items() if k != "task"}
+        cfg = {k: v for k, v in (r.config or {}).items() if k != "task"}
         key = json.dumps(cfg, sort_keys=True, default=str)
         if key not in seen:
             seen.add(key)
@@ -290,7 +291,7 @@ def _one_per_stage_run(records: Iterable[Mapping]) -> list[Mapping]:
     return out
 
 
-def _spec_records(table: Table, records: Iterable[Mapping]) -> list[dict]:
+def _spec_records(table: Table, records: Iterable[AnyRecord]) -> list[TrialRecord]:
     """The records behind the table: the spec's filter, tasks, row methods and required seeds."""
     spec = table.spec
     tasks = {c.task for c in table.columns}
@@ -298,15 +299,15 @@ def _spec_records(table: Table, records: Iterable[Mapping]) -> list[dict]:
     seeds = set(spec.required_seeds)
     return [
         r
-        for r in records
+        for r in map(TrialRecord.of, records)
         if matches_where(r, spec.where)
-        and _get(r, "config.task.name") in tasks
-        and record_method(r) in methods
-        and (not seeds or r.get("seed") in seeds)
+        and r.task_name in tasks
+        and r.method_id in methods
+        and (not seeds or r.seed in seeds)
     ]
 
 
-def _planned(table: Table, records: list[dict]) -> list[tuple[str, str, Callable[[Path], Path]]]:
+def _planned(table: Table, records: list[TrialRecord]) -> list[tuple[str, str, Callable[[Path], Path]]]:
     """``(name, caption, draw(path))`` of every figure the table and records call for."""
     spec = table.spec
     methods = [row.method for row in table.rows]
@@ -344,8 +345,7 @@ def _planned(table: Table, records: list[dict]) -> list[tuple[str, str, Callable
         if not c.is_average and c.metric.source == "init.diagnostics" and c.metric.record_key == "gold_top1"
     ))
     for lang in gold_langs:
-        present = {k for r in records if _get(r, "config.target.language") == lang
-                   for k in (_get(r, "init.diagnostics") or {})}
+        present = {k for r in records if r.target_language == lang for k in r.init_diagnostics}
         metrics = [k for k in ("gold_top1", "gold_top5") if k in present] or ["gold_top1"]
         plans.append((
             f"gold-alignment-{_safe(lang)}",
@@ -357,7 +357,7 @@ def _planned(table: Table, records: list[dict]) -> list[tuple[str, str, Callable
     return plans
 
 
-def write_spec_plots(table: Table, records: Iterable[Mapping], out_dir: str | os.PathLike) -> list[SpecPlot]:
+def write_spec_plots(table: Table, records: Iterable[AnyRecord], out_dir: str | os.PathLike) -> list[SpecPlot]:
     """Write every figure of one leaderboard as ``<out_dir>/<name>.png``; never raises for one figure.
 
     * per (task, metric) of the table's language columns (averages skipped): :func:`plot_language_bars`;

@@ -57,7 +57,7 @@ from pathlib import Path
 
 import numpy as np
 
-from methods import _progress
+from harness import progress as _progress
 
 ALIGNERS = ("fast-align", "eflomal", "ibm1")
 NONDETERMINISTIC_ALIGNERS = ("eflomal",)

@@ -55,7 +55,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import ctypes
 import ctypes.util
 import hashlib
@@ -69,6 +68,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+from harness import progress as _progress
 
 logger = logging.getLogger(__name__)
 
@@ -713,20 +714,13 @@ def zeroed_allocations() -> Iterator[bool]:
             libc.mallopt(_M_PERTURB, 0)
 
 
-_PROGRESS: contextvars.ContextVar[bool] = contextvars.ContextVar("tokxfer_fasttext_progress", default=False)
-
-
-@contextlib.contextmanager
-def training_progress(enabled: bool = True) -> Iterator[None]:
+def training_progress(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
     """While inside, fastText training prints its own progress line to stderr (percent, words/sec, loss, ETA).
 
-    Only what is printed changes (fastText's ``verbose=2``); the trained vectors and the cache key do not.
+    Only what is printed changes (fastText's ``verbose=2``); the trained vectors and the cache key do
+    not. The same switch as :func:`harness.progress.tool_output`, which ``tokxfer init`` sets.
     """
-    token = _PROGRESS.set(bool(enabled))
-    try:
-        yield
-    finally:
-        _PROGRESS.reset(token)
+    return _progress.tool_output(enabled)
 
 
 def _train_unsupervised(text: Path, params: dict) -> Any:
@@ -738,7 +732,7 @@ def _train_unsupervised(text: Path, params: dict) -> Any:
     from fasttext import FastText as ftmod
 
     manual = {k for k in params if k != "seed"} | {"input", "verbose"}
-    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 2 if _PROGRESS.get() else 0}
+    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 2 if _progress.tool_output_enabled() else 0}
     built = ftmod._build_args(args, manual)
     model = ftmod._FastText(args=built)
     try:
@@ -795,7 +789,7 @@ def string_vectors(model: Any, strings: list[str]) -> tuple[np.ndarray, np.ndarr
 
     This is WECHSEL's subword embedding ``u_x = sum of n-gram vectors`` (fastText's
     ``get_word_vector``): pass token strings with the word-start marker removed
-    (``methods._canon.token_string``). A string with no known n-gram (or empty, or containing
+    (``harness.vocab.token_string``). A string with no known n-gram (or empty, or containing
     whitespace, which fastText would split) gets a zero vector and ``has_vector=False``.
 
     Args:

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from methods import _progress
+from harness import progress as _progress
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from methods import _canon
+from harness import vocab as _canon
 
 __all__ = ["ORIGINS", "Rows", "spread_pair", "count_token_pairs", "token_distributions"]
 

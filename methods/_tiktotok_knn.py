@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness.protocols import TransferInputs
-from methods import _canon, _fasttext
+from methods import _fasttext
+from harness import vocab as _canon
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 from methods._tiktotok_counts import FROM_ALIGNMENT, FROM_FUZZY, FROM_IDENTITY, FROM_NUMBER
 from methods._wordvectors import procrustes

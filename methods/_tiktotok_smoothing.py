@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from methods import _canon
+from harness import vocab as _canon
 
 __all__ = ["find_containers", "smooth"]
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from methods import _canon
+from harness import vocab as _canon
 from methods import _wordvectors as wv_mod
 
 __all__ = ["token_strings", "subword_embeddings", "tfr_embeddings", "source_language_tokens", "english_vocabulary_tokens",
@@ -222,7 +222,7 @@ def source_language_tokens(tokenizer: Any, corpus: str | Path, n_rows: int, *, m
 def english_vocabulary_tokens(tokenizer: Any, english_tokenizer: Any, n_rows: int) -> tuple[np.ndarray, dict]:
     """Source token ids that are also in an English tokenizer's vocabulary (the FOCUS paper's "English tokens").
 
-    Tokens are compared in canonical form (:func:`methods._canon.compute_overlap`, exact matches
+    Tokens are compared in canonical form (:func:`harness.vocab.compute_overlap`, exact matches
     only), so word-start pieces match across families (``▁the`` = ``Ġthe`` = WordPiece ``the``);
     special tokens are never English tokens.
 

@@ -62,9 +62,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _canon, _fasttext
+from methods import _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, SparseRows, chunked_sparsemax_cosine
 
 logger = logging.getLogger(__name__)
@@ -382,6 +383,15 @@ class Focus:
 
     def __init__(self, config: FocusConfig) -> None:
         self.config = config
+
+    def preflight(self, paths: dict, source_tokenizer: Any, target_tokenizer: Any, *, n_source: int, mode: str,
+                  notes: Any) -> dict[str, Any]:
+        """Before the long work: forecast how many new tokens get random rows (see :mod:`methods._focus_checks`)."""
+        from methods._focus_checks import focus_forecast
+
+        if mode != "replace":
+            return {}
+        return {"focus_forecast": focus_forecast(self.config, paths, source_tokenizer, target_tokenizer, n_source, notes)}
 
     def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult:
         """Build the FOCUS mapping for ``inputs.target_tokenizer``.

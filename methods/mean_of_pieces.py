@@ -9,7 +9,7 @@ import numpy as np
 
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
-from methods._canon import (
+from harness.vocab import (
     assemble_mapping,
     canonical_vocab,
     compute_overlap,

@@ -8,7 +8,7 @@ import numpy as np
 
 from harness.protocols import COPIED, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods._canon import special_ids
+from harness.vocab import special_ids
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import numpy as np
 
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
-from methods._canon import assemble_mapping, compute_overlap, vocab_size
+from harness.vocab import assemble_mapping, compute_overlap, vocab_size
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ from a word-aligned parallel corpus:
 
 Provenance: rows from the alignment, from smoothing or from the kNN fallback are ``COMBINED``
 (``COPIED`` when they reduce to one source row, the convention of
-:func:`methods._canon.assemble_mapping`; for the kNN fallback only with ``fallback_k=1``); the
+:func:`harness.vocab.assemble_mapping`; for the kNN fallback only with ``fallback_k=1``); the
 info breaks the counts down by origin (identity, number, aligned, smoothed, knn, fallback).
 
 Randomness: the default aligner (``fast-align``) and ``ibm1`` have none: their links depend on
@@ -101,7 +101,7 @@ can be tested and benchmarked without tokenizers or an aligner. The steps live i
 this module holds the configuration, the core that runs them in order, and the registered method.
 
 Example:
-    >>> from methods._canon import Canon
+    >>> from harness.vocab import Canon
     >>> src = [None, Canon(b"house", True), Canon(b"the", True)]
     >>> tgt = [None, Canon(b"haus", True), Canon(b"hau", True), Canon(b"zzz", True)]
     >>> m, info = tiktotok_mapping(tgt, src, n_source=3, word_pairs={((1,), (1,)): 12},
@@ -127,7 +127,8 @@ import numpy as np
 
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _align, _canon, _fasttext
+from methods import _align, _fasttext
+from harness import vocab as _canon
 from methods._tiktotok_corpus import read_parallel_corpus, words_with_tokens
 from methods._tiktotok_counts import (
     FROM_KNN,

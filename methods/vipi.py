@@ -13,7 +13,7 @@ For every target token:
    longest in *characters*, as the paper compares strings (``"éab"`` = ``"é"+"ab"`` and
    ``"éa"+"b"`` tie; counting UTF-8 bytes would keep only the second). Each kept partition gives the average of its pieces' rows; the token's row is the average over the
    kept partitions (``COMBINED``; ``COPIED`` in the rare case that this is one source row, e.g.
-   ``aa`` = ``a`` + ``a`` — the convention of :func:`methods._canon.assemble_mapping`);
+   ``aa`` = ``a`` + ``a`` — the convention of :func:`harness.vocab.assemble_mapping`);
 3. no partition → ``FALLBACK`` (a random row drawn by the harness).
 
 The paper's pseudo-code enumerates all partitions recursively, which is exponential in the token
@@ -26,11 +26,11 @@ token of ``n`` bytes (``ℓmax`` = the longest source token), so the whole metho
 ``max_partitions`` kept partitions in a fixed order); the info records how often the cap bit.
 
 The code is factored so that the core, :func:`vipi_mapping`, works on canonical vocabulary lists
-(``list[Canon | None]``, see :mod:`methods._canon`) and needs no tokenizer; ``VIPI.initialize`` only
+(``list[Canon | None]``, see :mod:`harness.vocab`) and needs no tokenizer; ``VIPI.initialize`` only
 canonicalizes the two tokenizers and computes the overlap.
 
 Example:
-    >>> from methods._canon import Canon
+    >>> from harness.vocab import Canon
     >>> src = [None, Canon(b"un", True), Canon(b"do", False), Canon(b"undo", False)]
     >>> tgt = [None, Canon(b"undo", True)]
     >>> index = SourcePieceIndex(src)
@@ -49,9 +49,9 @@ from typing import Any
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from methods import _canon
 
 VARIANTS = ("all", "one-random", "match-shuffle")
 _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
@@ -97,7 +97,7 @@ class SourcePieceIndex:
 
     When several source ids share one canonical form, the smallest id represents it, except that ids
     in ``demote`` (SentencePiece byte-fallback pieces ``<0xNN>``) yield to any regular piece — the
-    rule :func:`methods._canon.compute_overlap` uses for exact matches. Continuation tokens with empty
+    rule :func:`harness.vocab.compute_overlap` uses for exact matches. Continuation tokens with empty
     text are ignored (a zero-length piece would admit infinitely many partitions); a word-start token
     with empty text is the bare marker (``▁``, ``Ġ``) and may open a word-start partition.
 
@@ -369,7 +369,7 @@ def optimal_partitions(
         otherwise it is the exact average over all kept partitions.
 
     Example:
-        >>> from methods._canon import Canon
+        >>> from harness.vocab import Canon
         >>> idx = SourcePieceIndex([Canon(b"ab", True), Canon(b"a", True), Canon(b"b", False),
         ...                         Canon(b"c", False), Canon(b"bc", False)])
         >>> optimal_partitions(b"abc", True, idx).partitions  # ab+c and a+bc both have 2 pieces of max length 2
@@ -434,7 +434,7 @@ def vipi_mapping(
         The mapping and an info dict (counts, partition statistics, examples, timings).
 
     Example:
-        >>> from methods._canon import Canon
+        >>> from harness.vocab import Canon
         >>> src = [None, Canon(b"un", True), Canon(b"do", False)]
         >>> tgt = [None, Canon(b"undo", True), Canon(b"do", False)]
         >>> m, info = vipi_mapping(tgt, src, n_source=3, exact=np.array([[2, 2]]),

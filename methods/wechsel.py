@@ -50,7 +50,7 @@ rotation side, as the reference does) may pick another k-th neighbour there. Eac
 check can compare the other rows exactly.
 
 Special tokens are matched by *role* (``<s>``/``[CLS]``, ``</s>``/``[SEP]``, ``<pad>``, ``<unk>``,
-``<mask>``; :func:`methods._canon.match_specials`) and copied (SPECIAL). They are never
+``<mask>``; :func:`harness.vocab.match_specials`) and copied (SPECIAL). They are never
 similarity candidates on the source side.
 
 Traps of the public reference code (``wechsel`` 0.0.4), avoided here:
@@ -117,7 +117,8 @@ import numpy as np
 
 from harness.protocols import FALLBACK, InitResult, TransferInputs
 from harness.registry import register_method
-from methods import _canon, _fasttext
+from methods import _fasttext
+from harness import vocab as _canon
 from methods import _wordvectors as wv_mod
 from methods._similarity import TopK, topk_cosine
 from methods._wechsel_mixture import (
@@ -393,6 +394,13 @@ class Wechsel:
 
     def __init__(self, config: WechselConfig) -> None:
         self.config = config
+
+    def preflight(self, paths: dict, source_tokenizer: Any, target_tokenizer: Any, *, n_source: int, mode: str,
+                  notes: Any) -> dict[str, Any]:
+        """Before the long work: the n-gram coverage of the source tokens (see :mod:`methods._wechsel_checks`)."""
+        from methods._wechsel_checks import check_wechsel_source
+
+        return {"wechsel_source_ngrams": check_wechsel_source(self.config, paths, source_tokenizer, notes)}
 
     def initialize(self, inputs: TransferInputs, rng: np.random.Generator) -> InitResult:
         """Build the WECHSEL mapping for ``inputs.target_tokenizer``.

@@ -317,7 +317,7 @@ def ner_label_names(
 def batch_preparer(model: Any, encoding: Any = None) -> Any:
     """``(batch, languages) -> batch`` that readies a collated batch for ``model``'s language encoding.
 
-    A language-encoded model (``methods.encodings._wrapper.EncodedModel``) prepares its own
+    A language-encoded model (``harness.language_encoding.EncodedModel``) prepares its own
     batches (language ids; the inserted token of ``attached``); otherwise a third-party
     ``encoding``'s ``prepare`` is used; a plain model gets the batch unchanged.
     """

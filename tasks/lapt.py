@@ -473,7 +473,7 @@ def load_lapt(path: str | Path, model_cls: type, device: str = "cpu") -> tuple[A
 
     ``model_cls`` is the transformers class; a saved language encoding is loaded with it.
     """
-    from methods.encodings._wrapper import ENCODING_FILE, load_encoded
+    from harness.language_encoding import ENCODING_FILE, load_encoded
 
     path = Path(path)
     if (path / "model" / ENCODING_FILE).is_file():

@@ -291,7 +291,7 @@ def build_task_model(
     embeddings) of the source is copied into it. Parameters the source lacks (e.g. BERT's
     pooler, which ``BertForMaskedLM`` does not have) keep their seeded random initialization.
 
-    A language-encoded source (``methods.encodings._wrapper.EncodedModel``) gives a task model
+    A language-encoded source (``harness.language_encoding.EncodedModel``) gives a task model
     wrapped with a copy of its encoding (``rewrap(..., finetuning=True)``: XLP projections are
     frozen unless the encoding says otherwise); its batches then need language ids
     (:func:`tasks.data.language_collate`).

@@ -240,7 +240,7 @@ class Family:
         import torch
         import transformers
 
-        from methods._canon import vocab_size
+        from harness.vocab import vocab_size
 
         ids = {k: getattr(tok, f"{k}_token_id", None) for k in ("pad", "bos", "eos")}
         kwargs = {"vocab_size": vocab_size(tok), **self.config}
@@ -355,8 +355,8 @@ FAST_METHOD_CONFIG: dict[str, dict] = {
 DICTIONARY = "hund\tdog\nkatze\tcat\nessen\tfood\ntag\tday\nwelt\tworld\nraum\troom\nkalt\tcold\nFuchs\tfox\nzahlen\tnumbers\n"
 
 
-def transfer_files(directory) -> dict:
-    """Write the target/source corpora, a dictionary and a parallel corpus; return ``transfer_paths``.
+def transfer_files(directory):
+    """Write the target/source corpora, a dictionary and a parallel corpus; return their ``TransferResources``.
 
     The parallel corpus pairs the i-th source and target fixture sentences (not translations, but
     enough for an aligner to run).
@@ -370,7 +370,9 @@ def transfer_files(directory) -> dict:
     (d / "dict.tsv").write_text(DICTIONARY, encoding="utf-8")
     pairs = [json.dumps({"source": s, "target": t}) for s, t in zip(SOURCE_TEXT, TARGET_TEXT)]
     (d / "parallel.jsonl").write_text("\n".join(pairs) + "\n", encoding="utf-8")
-    return {
-        "target_corpus": d / "target.txt", "source_corpus": d / "source.txt", "dictionary": d / "dict.tsv",
-        "parallel_corpus": d / "parallel.jsonl", "source_word_vectors": None, "target_word_vectors": None,
-    }  # fmt: skip
+    from harness.protocols import TransferResources
+
+    return TransferResources(
+        target_corpus=d / "target.txt", source_corpus=d / "source.txt", dictionary=d / "dict.tsv",
+        parallel_corpus=d / "parallel.jsonl",
+    )

@@ -2,7 +2,7 @@
 
 Each family (``_tokfixtures.FAMILIES``: BERT, RoBERTa, XLM-R tied/untied, GPT-2, Llama with a
 byte-fallback SentencePiece BPE tokenizer (untied), Gemma 1 and 3, XGLM, BART, mBART, T5 untied) is a
-tiny random model saved with a tokenizer of its family. Through :func:`harness.runner.initialize_model`
+tiny random model saved with a tokenizer of its family. Through :func:`harness.initialize.initialize`
 — the path every trial takes: ``resources.load_source_model`` → method → ``surgery.install`` — we
 check:
 
@@ -30,10 +30,10 @@ from _tokfixtures import FAMILIES, FAST_METHOD_CONFIG, SOURCE_TEXT, TARGET_TEXT,
 from transformers.utils import logging as hf_logging
 
 from harness import registry
+from harness.initialize import InitRequest, initialize
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL
 from harness.registry import build_config
-from harness.runner import initialize_model
-from methods._canon import vocab_size
+from harness.vocab import vocab_size
 
 hf_logging.set_verbosity_error()
 
@@ -45,7 +45,7 @@ COMBINING = ("focus", "wechsel", "vipi", "tiktotok", "mean-of-pieces")
 
 
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> dict:
+def files(tmp_path_factory):
     return transfer_files(tmp_path_factory.mktemp("arch-files"))
 
 
@@ -69,14 +69,13 @@ def sources(tmp_path_factory):
     return get
 
 
-def _init(src: dict, files: dict, method: str, mode: str):
+def _init(src: dict, files, method: str, mode: str):
     entry = registry.get("method", method)
     cfg = build_config(entry.config_cls, FAST_METHOD_CONFIG.get(method, {}))
-    return initialize_model(
-        source_model=src["dir"], source_tokenizer=None, target_tok=src["target"], method_name=method,
-        method_config=cfg, seed=1, model_kind=src["fam"].kind, transfer_paths=files, mode=mode,
-        extend_top_n=EXTEND_TOP_N,
-    )
+    return initialize(InitRequest(
+        source_model=src["dir"], target_tokenizer=src["target"], method=method, method_config=cfg, seed=1,
+        model_kind=src["fam"].kind, resources=files, mode=mode, extend_top_n=EXTEND_TOP_N,
+    ))
 
 
 def _vocab_tensors(model) -> dict[str, torch.Tensor]:

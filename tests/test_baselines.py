@@ -1,5 +1,5 @@
 """Baseline methods (random, random-mapping, overlap, mean-of-pieces, original, from-scratch,
-transinner) and vocabulary extension (``methods/_extension.py``)."""
+transinner) and vocabulary extension (``harness/extension.py``)."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ import torch
 from _tokfixtures import TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 
 from harness import registry
+from harness.extension import extend_tokenizer, extension_candidates, keep_original_rows
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TransferInputs
 from harness.registry import get
-from methods._canon import canonical_vocab, compute_overlap, encode_canon, special_roles, vocab_size
-from methods._extension import extend_tokenizer, extension_candidates, keep_original_rows
+from harness.vocab import canonical_vocab, compute_overlap, encode_canon, special_roles, vocab_size
 
 BASELINE_MODULES = [
     "random_normal",
@@ -416,16 +416,16 @@ def test_extension_keeps_every_original_row_bit_exactly(name, extension_source):
     """
     from _tokfixtures import FAST_METHOD_CONFIG
 
+    from harness.initialize import InitRequest, initialize
     from harness.registry import build_config
-    from harness.runner import initialize_model
 
     src = extension_source
     entry = get("method", name)
     cfg = build_config(entry.config_cls, FAST_METHOD_CONFIG.get(name, {}))
-    init = initialize_model(
-        source_model=str(src["dir"]), source_tokenizer=None, target_tok=unigram(TARGET_TEXT), method_name=name,
-        method_config=cfg, seed=1, model_kind="mlm", transfer_paths=src["paths"], mode="extend", extend_top_n=20,
-    )
+    init = initialize(InitRequest(
+        source_model=str(src["dir"]), target_tokenizer=unigram(TARGET_TEXT), method=name, method_config=cfg,
+        seed=1, model_kind="mlm", resources=src["paths"], mode="extend", extend_top_n=20,
+    ))
     n_old = vocab_size(src["tok"])
     model, source = init.model, src["model"]
     if name == "from-scratch":  # by design nothing pretrained survives, old rows included

@@ -1,4 +1,4 @@
-"""Canonical token forms, special-token roles and overlap (``methods/_canon.py``)."""
+"""Canonical token forms, special-token roles and overlap (``harness/vocab.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from _tokfixtures import TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from methods._canon import (
+from harness.vocab import (
     Canon,
     canonical_vocab,
     compute_overlap,

@@ -56,7 +56,7 @@ def _run(name: str, t, seed: int = 1):
 
 @pytest.mark.parametrize("name", METHODS)
 def test_method_contract(name, transfer):
-    from methods._canon import compute_overlap
+    from harness.vocab import compute_overlap
 
     res = _run(name, transfer)
     m = res.mapping

@@ -22,7 +22,7 @@ from test_tasks import (
 )
 
 from harness import registry
-from methods.encodings._wrapper import EncodingError, load_encoded, read_pretrained
+from harness.language_encoding import EncodingError, load_encoded, read_pretrained
 
 ENCODINGS = ("none", "additive", "attached", "xlp")
 
@@ -330,7 +330,7 @@ def test_fold_gives_a_plain_model_with_the_same_outputs(tok, tmp_path, name):
 
 
 def test_new_language_initialization_options(tok):
-    from methods.encodings._wrapper import init_table
+    from harness.language_encoding import init_table
 
     existing = {"src": torch.full((4,), 2.0), "near": torch.full((4,), 4.0)}
     t, info = init_table("additive", ["src", "near", "far"], 4, "mean", existing=existing)
@@ -471,7 +471,7 @@ seeds: [1]
 def test_world_run_of_each_encoding_on_xnli_and_iwslt(tmp_path, tiny_source, tiny_pretrain_overrides):
     from harness import records
     from harness.config import load_experiment
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
 
     path = tmp_path / "enc.yaml"
     path.write_text(_WORLD_EXPERIMENT.format(pretrain=json.dumps(tiny_pretrain_overrides)), encoding="utf-8")

@@ -1,4 +1,4 @@
-"""Vocabulary extension into BPE source tokenizers (``methods/_extension.py``).
+"""Vocabulary extension into BPE source tokenizers (``harness/extension.py``).
 
 Byte-level BPE (GPT-2 style), SentencePiece-style BPE (Metaspace + byte fallback) and Llama-style
 SentencePiece BPE (``▁`` from a Prepend/Replace normalizer, no pre-tokenizer), each trained in
@@ -18,9 +18,9 @@ from _tokfixtures import _wrap_roberta
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from methods import _extension
-from methods._canon import canonical_vocab, vocab_size
-from methods._extension import build_extension, extend_tokenizer, extension_candidates
+from harness import extension as _extension
+from harness.extension import build_extension, extend_tokenizer, extension_candidates
+from harness.vocab import canonical_vocab, vocab_size
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 
@@ -248,7 +248,7 @@ def test_top_n_is_respected_and_skipped_candidates_reported(src_name, tgt_name, 
         assert len(res.new_ids) == len(res.added) == top_n and vocab_size(res.tokenizer) == vocab_size(src) + top_n
     # asking for more than can be reached: every candidate is either added or skipped
     pool = extension_candidates(src, tgt, corpus, top_n=vocab_size(tgt))
-    with caplog.at_level(logging.INFO, logger="methods._extension"):
+    with caplog.at_level(logging.INFO, logger="harness.extension"):
         res = build_extension(src, tgt, corpus, top_n=100_000)
     assert 0 < len(res.added) < len(pool) and res.skipped
     assert len(res.added) + len(res.skipped) == len(pool)
@@ -338,7 +338,7 @@ def test_candidates_considered_late_see_the_merges_added_before():
     so ``bc`` and ``abc`` are considered late. ``abc`` must then be ``(ab, c)`` — with its old split
     ``a b c`` it would wrongly get the merge ``(a, bc)`` once ``bc`` is added.
     """
-    from methods._canon import Canon, family_spec
+    from harness.vocab import Canon, family_spec
 
     letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
     bk = Tokenizer(models.BPE({p: i for i, p in enumerate(SPECIALS + letters)}, []))

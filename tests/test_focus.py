@@ -17,8 +17,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
-from methods import _canon, _fasttext
+from methods import _fasttext
 from methods._similarity import chunked_sparsemax_cosine, chunked_topk_cosine, normalize_rows, sparsemax_topk
 from methods.focus import Focus, FocusConfig, focus_mapping
 

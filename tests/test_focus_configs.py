@@ -15,12 +15,12 @@ import pytest
 import torch
 import yaml
 
+from harness import vocab as _canon
 from harness.cli import CONFIG_DIR
 from harness.config import load_experiment
 from harness.protocols import COPIED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
 from leaderboards.spec import PACKAGED_SPECS, load_spec
-from methods import _canon
 from tests.test_focus import SOURCE_LINES, TARGET_LINES, _unigram
 
 REAL = CONFIG_DIR / "real"

@@ -8,15 +8,17 @@ reference's ``</s>`` anchor (fastText always has ``</s>``, its line end).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 
+from harness import vocab as _canon
+from harness.extension import extend_tokenizer
 from harness.protocols import COMBINED, COPIED, SPECIAL, TransferInputs
-from methods import _canon, _fasttext
-from methods._extension import extend_tokenizer
+from methods import _fasttext
 from methods.focus import Focus, FocusConfig, focus_mapping
 from tests.test_focus import SOURCE_LINES, TARGET_LINES, TINY_AUX, _unigram
 
@@ -117,8 +119,7 @@ def test_extension_trains_aux_on_the_language_tokenizer(setup, tmp_path):
 
 def test_extension_refuses_a_target_that_moves_source_ids(setup):
     s = setup
-    inputs = _inputs(s)
-    inputs.target_tokenizer = s["lang"]
+    inputs = dataclasses.replace(_inputs(s), target_tokenizer=s["lang"])
     with pytest.raises(ValueError, match="keeping every source token at its id"):
         Focus(FocusConfig(**TINY_AUX)).initialize(inputs, np.random.default_rng(0))
 
@@ -126,7 +127,8 @@ def test_extension_refuses_a_target_that_moves_source_ids(setup):
 def test_runner_hands_the_language_tokenizer_to_the_method(setup, tmp_path):
     from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
 
-    from harness.runner import initialize_model
+    from harness.initialize import InitRequest, initialize
+    from harness.protocols import TransferResources
 
     s = setup
     cfg = XLMRobertaConfig(vocab_size=len(s["src"]), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
@@ -134,11 +136,11 @@ def test_runner_hands_the_language_tokenizer_to_the_method(setup, tmp_path):
     model_dir = tmp_path / "src"
     XLMRobertaForMaskedLM(cfg).save_pretrained(model_dir)
     s["src"].save_pretrained(model_dir)
-    init = initialize_model(
-        source_model=str(model_dir), source_tokenizer=None, target_tok=s["lang"], method_name="focus",
-        method_config=FocusConfig(**TINY_AUX), seed=1, model_kind="mlm",
-        transfer_paths={"target_corpus": s["corpus"]}, mode="extend", extend_top_n=40,
-    )
+    init = initialize(InitRequest(
+        source_model=str(model_dir), target_tokenizer=s["lang"], method="focus", method_config=FocusConfig(**TINY_AUX),
+        seed=1, model_kind="mlm", resources=TransferResources(target_corpus=s["corpus"]), mode="extend",
+        extend_top_n=40,
+    ))
     info = init.result.info
     assert info["extension"]["aux"] == "language" and info["aux"]["tokenizer"].startswith("extension_tokenizer")
     assert info["extension"]["new_rows"] == len(init.tokenizer) - len(s["src"])

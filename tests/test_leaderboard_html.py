@@ -209,6 +209,6 @@ def test_a_lapt_curve_shared_by_several_tasks_counts_once(tmp_path, monkeypatch)
 
     monkeypatch.setattr(plots, "plot_curves", capture)
     plots.write_spec_plots(aggregate(records, spec), records, tmp_path / "plots")
-    keys = [(r["config"]["method"]["id"], r["config"]["target"]["language"], r["seed"]) for r in seen["records"]]
+    keys = [(r.method_id, r.target_language, r.seed) for r in seen["records"]]  # TrialRecords
     assert len(keys) == len(set(keys)) == 3 * 2 * 3
     assert seen["methods"] == ["focus", "overlap", "random"] and seen["labels"]["focus"] == "FOCUS"

@@ -79,7 +79,7 @@ def _run(encoding: str | None = None) -> dict:
     train, dev, test = _data(N_TRAIN, 1, langs), _data(N_EVAL, 2, langs), _data(N_EVAL, 3, langs)
     model = _model()
     if encoding:
-        from methods.encodings._wrapper import wrap_model
+        from harness.language_encoding import wrap_model
         from methods.encodings.xlp import XlpConfig
 
         model = wrap_model(model, list(LANGS), encoding=encoding, config=XlpConfig(init="random"), seed=3)

@@ -27,8 +27,8 @@ from test_contract import FAST
 from test_vipi import average, brute_force, random_vocab
 
 from harness import registry, seeding, surgery
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
-from methods import _canon
 from methods.focus import focus_mapping
 from methods.vipi import VipiConfig, vipi_mapping
 from methods.wechsel import wechsel_mapping

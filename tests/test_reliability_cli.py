@@ -27,9 +27,10 @@ def exp(tmp_path):
 
 
 def _ok_trial(spec, *, progress=False, artifacts_dir=None):
-    return {"schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "experiment": spec.experiment,
-            "status": "ok", "error": None, "seed": spec.seed, "config": spec.resolved(),
-            "metrics": {"near": {"loss": 1.0 + spec.seed, "accuracy": 0.1, "perplexity": 7.4}}}
+    return records.TrialRecord.from_json({
+        "schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "experiment": spec.experiment,
+        "status": "ok", "error": None, "seed": spec.seed, "config": spec.resolved(),
+        "metrics": {"near": {"loss": 1.0 + spec.seed, "accuracy": 0.1, "perplexity": 7.4}}})
 
 
 def test_ctrl_c_exits_130_with_one_line_and_no_partial_record(exp, tmp_path, capsys, monkeypatch):

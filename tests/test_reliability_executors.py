@@ -12,7 +12,7 @@ import yaml
 from harness import records
 from harness.config import load_experiment, parse_experiment
 from harness.executors import ExecutorError, GpuPoolExecutor, SlurmExecutor
-from harness.runner import run_experiment
+from harness.experiment import run_experiment
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN = REPO / "tests" / "fixtures" / "plugins" / "counted_task.py"

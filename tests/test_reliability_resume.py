@@ -10,7 +10,7 @@ import pytest
 
 from harness import records, registry
 from harness.config import parse_experiment
-from harness.runner import run_experiment
+from harness.experiment import run_experiment
 
 
 class RecordingExecutor:
@@ -121,7 +121,7 @@ def test_metrics_declared_by_the_task_are_required(tmp_path):
 
 def test_every_builtin_task_declares_its_metrics():
     from harness import registry
-    from harness.runner import declared_metrics
+    from harness.experiment import declared_metrics
 
     for name in registry.names("task"):
         assert declared_metrics(name), f"task {name!r} declares no metrics, so resume cannot tell a record is complete"

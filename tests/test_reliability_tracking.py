@@ -147,7 +147,7 @@ def test_kills_during_first_use_and_concurrent_starts_never_break_the_store(tmp_
 def test_resume_mirrors_records_the_store_does_not_hold(tmp_path):
     """A record written just before a kill (never mirrored) reaches the store on resume."""
     from harness.config import parse_experiment
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
 
     cfg = parse_experiment({
         "name": "exp", "world": {"size": "tiny"}, "targets": [{"language": "near"}], "methods": ["random"],

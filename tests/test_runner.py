@@ -10,9 +10,10 @@ import pytest
 import torch
 import yaml
 
-from harness import records
+from harness import records, seeding
 from harness.config import load_experiment, parse_experiment
-from harness.runner import execute, run_experiment
+from harness.experiment import run_experiment
+from harness.runner import execute
 
 
 def _experiment(tmp_path, tiny_pretrain_overrides, methods=("random", "overlap"), seeds=(1, 2), name="exp"):
@@ -41,6 +42,8 @@ def test_trial_record_is_complete_and_deterministic(tmp_path, tiny_source, tiny_
     m = rec["metrics"]["near"]
     assert np.isfinite(m["loss"]) and 0 <= m["accuracy"] <= 1
     assert rec["init"]["counts"]["copied"] > 0
+    # the seeds section names the seeds the runner handed out: the method's generator, nothing else
+    assert rec["seeds"] == {"init": seeding.derive(spec.seed, "init", "overlap")}
     assert "gold_top1" in rec["init"]["diagnostics"]
     on_disk = records.load_record(runs_dir / "exp" / "records" / f"{spec.trial_id}.json")
     assert on_disk["metrics"] == rec["metrics"]

@@ -17,7 +17,7 @@ from transformers.utils import logging as hf_logging
 
 from harness import seeding, surgery
 from harness.protocols import COPIED, SPECIAL, InitResult, TokenMapping
-from methods._canon import special_ids, vocab_size
+from harness.vocab import special_ids, vocab_size
 
 hf_logging.set_verbosity_error()
 

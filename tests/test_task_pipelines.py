@@ -10,7 +10,7 @@ import pytest
 from harness import records
 from harness.cli import CONFIG_DIR
 from harness.config import load_experiment
-from harness.runner import run_experiment
+from harness.experiment import run_experiment
 
 
 def _tiny(tiny_pretrain_overrides, n_tasks: int, extra: list[str]) -> list[str]:

@@ -14,8 +14,8 @@ from _tokfixtures import from_vocab
 
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
+from harness.vocab import Canon
 from methods import _align
-from methods._canon import Canon
 from methods.tiktotok import (
     FALLBACKS,
     TikToTokConfig,

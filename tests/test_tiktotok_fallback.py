@@ -14,7 +14,7 @@ from _tokfixtures import from_vocab
 
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
-from methods._canon import Canon
+from harness.vocab import Canon
 from methods.tiktotok import (
     IN_VOCABULARY,
     NGRAMS,

@@ -10,10 +10,10 @@ import pytest
 import torch
 from _tokfixtures import TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
-from methods import _canon
-from methods._canon import Canon
+from harness.vocab import Canon
 from methods.vipi import VIPI, SourcePieceIndex, VipiConfig, optimal_partitions, vipi_mapping
 
 

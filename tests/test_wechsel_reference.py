@@ -83,7 +83,7 @@ def test_english_tokens_by_an_english_tokenizers_vocabulary(tmp_path, files):
     english.save_pretrained(tmp_path / "en-tok")
     mask, info = english_vocabulary_tokens(src, english, len(src))
     # canonical comparison: ▁foo (source) is Ġfoo (English), and nothing else counts
-    from methods._canon import canonical_vocab
+    from harness.vocab import canonical_vocab
 
     en_forms = {c for c in canonical_vocab(english) if c is not None}
     expected = np.array([c is not None and c in en_forms for c in canonical_vocab(src)])

@@ -31,7 +31,7 @@ def xlp_source(tiny_world) -> Path:
 def _encoded(path: Path):
     from transformers import AutoTokenizer
 
-    from methods.encodings._wrapper import load_encoded
+    from harness.language_encoding import load_encoded
 
     return load_encoded(path), AutoTokenizer.from_pretrained(path)
 
@@ -71,7 +71,7 @@ def test_pretrain_cache_key_is_per_encoding_and_unchanged_without_one():
 def test_encoded_source_is_cached_per_encoding_and_round_trips(tiny_world, tiny_source, xlp_source):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from methods.encodings._wrapper import load_encoded, read_pretrained
+    from harness.language_encoding import load_encoded, read_pretrained
 
     info = json.loads((xlp_source / pt.INFO_FILE).read_text())
     assert list(info["language_blocks"]) == ["src", *WORLD_TARGETS] and all(info["language_blocks"].values())
@@ -107,7 +107,7 @@ def test_encoded_source_is_cached_per_encoding_and_round_trips(tiny_world, tiny_
 
 @pytest.mark.parametrize("kind", ["mlm", "clm"])
 def test_attached_pretraining_inserts_the_language_token(tiny_world, kind):
-    from methods.encodings._wrapper import read_pretrained
+    from harness.language_encoding import read_pretrained
 
     path = _source(tiny_world, "attached", kind)
     saved = read_pretrained(path)
@@ -334,7 +334,7 @@ seeds: [1]
 def test_grid_pretrains_one_source_per_encoding(tmp_path):
     from harness import records
     from harness.config import load_experiment
-    from harness.runner import run_experiment
+    from harness.experiment import run_experiment
 
     pretrain = {**TINY, "encoding": "trial", "extra_languages": ["near"]}
     path = tmp_path / "grid.yaml"

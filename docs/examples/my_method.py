@@ -3,7 +3,7 @@ from dataclasses import dataclass
 import numpy as np
 from harness.protocols import COPIED, COMBINED, InitResult, TokenMapping
 from harness.registry import register_method
-from methods._canon import compute_overlap
+from harness.vocab import compute_overlap
 
 @dataclass(frozen=True)
 class OverlapMeanConfig:

@@ -12,7 +12,7 @@ Language-aware pretraining (``PretrainConfig.encoding``, the XLP paper's setting
 language and ``extra_languages`` are cut into single-language blocks whose language ids travel
 with every batch; the encoding (``additive``, ``attached``, ``xlp`` or ``none``) is trained with
 the model and saved beside it, so ``read_pretrained``/``load_encoded`` of
-:mod:`methods.encodings._wrapper` read it back and a trial with the same encoding keeps it.
+:mod:`harness.language_encoding` read it back and a trial with the same encoding keeps it.
 :func:`multilingual_config` is that config for a world (``tokxfer world pretrain --encoding xlp``).
 
 Reproducibility: every random draw comes from :mod:`harness.seeding` (model init and dropout under

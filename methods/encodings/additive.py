@@ -3,7 +3,7 @@
 ``x_i + L[l]`` for every token ``i`` of a sentence in language ``l`` (METHODS.md, "Language
 encodings"; XLP paper §2.2, "additive approach"). The vector is added to the output of the
 word-embedding module, before the model adds positional embeddings (see
-:mod:`methods.encodings._wrapper`). Adds ``n_languages x d`` parameters. With ``init="zero"``
+:mod:`harness.language_encoding`). Adds ``n_languages x d`` parameters. With ``init="zero"``
 (default) the wrapped model computes exactly what the plain model computes until it is trained.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness import language_encoding as _wrapper
 from harness.registry import register_encoding
-from methods.encodings import _wrapper
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class Additive:
         self.wrapped: Any = None
 
     def wrap(self, model: Any, languages: list[str], *, seed: int | None = None, pretrained: dict | None = None) -> Any:
-        """Wrap ``model`` (see :func:`methods.encodings._wrapper.wrap_model`)."""
+        """Wrap ``model`` (see :func:`harness.language_encoding.wrap_model`)."""
         self.wrapped = _wrapper.wrap_model(model, languages, encoding="additive", config=self.config, seed=seed,
                                            pretrained=pretrained)  # fmt: skip
         return self.wrapped

@@ -22,8 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness import language_encoding as _wrapper
 from harness.registry import register_encoding
-from methods.encodings import _wrapper
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class Attached:
         self.wrapped: Any = None
 
     def wrap(self, model: Any, languages: list[str], *, seed: int | None = None, pretrained: dict | None = None) -> Any:
-        """Wrap ``model`` (see :func:`methods.encodings._wrapper.wrap_model`)."""
+        """Wrap ``model`` (see :func:`harness.language_encoding.wrap_model`)."""
         at = self.config.insert_at
         if at is None:
             at = pretrained["meta"].get("insert_at") if pretrained and "insert_at" in pretrained["meta"] else None

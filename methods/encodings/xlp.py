@@ -3,7 +3,7 @@
 ``W_l x_i`` for the *word* embedding ``x_i`` of every token of a sentence in language ``l``,
 applied before the positional embedding is added (XLP paper §3.2–3.3, Algorithm 1; METHODS.md).
 The matrix multiplies the output of the word-embedding module (see
-:mod:`methods.encodings._wrapper`). Adds ``n_languages x d^2`` parameters.
+:mod:`harness.language_encoding`). Adds ``n_languages x d^2`` parameters.
 
 The paper does not say how ``W_l`` is initialized: the default here is the identity (the wrapped
 model then equals the plain model until trained); ``init="random"`` draws N(0, 1/d) entries.
@@ -12,7 +12,7 @@ weights during fine-tuning", Appendix B.1): task fine-tuning (xnli, qa, ner) fre
 ``train_in_finetuning``; pretraining-like stages (LAPT) and the translation task (trained from
 scratch, as the paper's MT models are) train them.
 
-For a single language, :meth:`~methods.encodings._wrapper.EncodedModel.fold` exports a plain
+For a single language, :meth:`~harness.language_encoding.EncodedModel.fold` exports a plain
 transformers model whose embedding rows are ``W_l e``.
 """
 
@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from harness import language_encoding as _wrapper
 from harness.registry import register_encoding
-from methods.encodings import _wrapper
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Xlp:
         self.wrapped: Any = None
 
     def wrap(self, model: Any, languages: list[str], *, seed: int | None = None, pretrained: dict | None = None) -> Any:
-        """Wrap ``model`` (see :func:`methods.encodings._wrapper.wrap_model`)."""
+        """Wrap ``model`` (see :func:`harness.language_encoding.wrap_model`)."""
         self.wrapped = _wrapper.wrap_model(model, languages, encoding="xlp", config=self.config, seed=seed,
                                            pretrained=pretrained, train_in_finetuning=self.config.train_in_finetuning)  # fmt: skip
         return self.wrapped

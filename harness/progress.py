@@ -1,5 +1,7 @@
 """Optional progress of long method steps: silent unless the caller asks for it.
 
+Part of the public API methods and plugins use (``from harness import progress``).
+
 A method wraps the loop of a long step in :func:`iterate`; nothing is shown unless the caller runs
 the method inside :func:`reporting` with a bar factory (``tokxfer init`` passes a tqdm bar on
 stderr). What is computed never depends on it.
@@ -25,7 +27,7 @@ import contextvars
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["counter", "iterate", "reporting"]
+__all__ = ["counter", "iterate", "reporting", "tool_output", "tool_output_enabled"]
 
 T = TypeVar("T")
 
@@ -79,3 +81,31 @@ def reporting(factory: Callable[[str, int | None], Any]) -> Iterator[None]:
         yield
     finally:
         _FACTORY.reset(token)
+
+
+_TOOL_OUTPUT: contextvars.ContextVar[bool] = contextvars.ContextVar("tokxfer_tool_output", default=False)
+
+
+@contextlib.contextmanager
+def tool_output(enabled: bool = True) -> Iterator[None]:
+    """While inside, external tools a method drives print their own progress (fastText's ``verbose=2``).
+
+    Only what is printed changes, never what is computed or a cache key.
+
+    Example:
+        >>> with tool_output():
+        ...     tool_output_enabled()
+        True
+        >>> tool_output_enabled()
+        False
+    """
+    token = _TOOL_OUTPUT.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _TOOL_OUTPUT.reset(token)
+
+
+def tool_output_enabled() -> bool:
+    """Whether the caller asked for external tools' own progress output (see :func:`tool_output`)."""
+    return _TOOL_OUTPUT.get()

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from methods._canon import (
+from harness.vocab import (
     Canon,
     FamilySpec,
     _canonical_detail,
@@ -229,7 +229,7 @@ def extend_tokenizer(source_tok: Any, target_tok: Any, corpus: Path, top_n: int)
     Raises:
         NotImplementedError: for BPE models with a ``continuing_subword_prefix`` or an
             ``end_of_word_suffix``.
-        ValueError: for unsupported tokenizer types (see :func:`methods._canon.tokenizer_family`).
+        ValueError: for unsupported tokenizer types (see :func:`harness.vocab.tokenizer_family`).
 
     Example:
         >>> ext, new_ids = extend_tokenizer(src_tok, tgt_tok, corpus, top_n=100)  # doctest: +SKIP
