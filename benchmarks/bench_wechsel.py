@@ -538,10 +538,10 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     import numpy as np
     import torch
 
+    from harness.initialize import initialize_model, write_init_info
     from harness.protocols import COMBINED
     from harness.registry import build_config, get
     from harness.resources import load_tokenizer
-    from harness.initialize import initialize_model, write_init_info
 
     torch.set_num_threads(threads)
     paths = json.loads((work / "manifest.json").read_text())["paths"]

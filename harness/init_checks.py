@@ -388,8 +388,8 @@ def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]
     """
     import numpy as np
 
-    from harness.protocols import FALLBACK, SPECIAL
     from harness import vocab as _canon
+    from harness.protocols import FALLBACK, SPECIAL
 
     out = dict.fromkeys(PROVENANCE_CATEGORIES, 0)
     prov = np.asarray(mapping.provenance)

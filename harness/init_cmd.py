@@ -560,9 +560,8 @@ def run(args: argparse.Namespace) -> int:
     t_checks = time.perf_counter() - t0
 
     # -- the long part
-    from harness import seeding
+    from harness import progress, seeding
     from harness.initialize import init_summary, initialize_model, provenance_string
-    from harness import progress
 
     notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")
     import contextlib

@@ -56,8 +56,8 @@ def _family_algorithm(tok: Any) -> tuple[str, bool]:
 def train_tokenizer_command(args: argparse.Namespace) -> int:
     """``tokxfer tokenizer train``: a tokenizer for ``tokxfer init --target-tokenizer``."""
     from harness import resources
-    from harness.tokenizers import tokenizer_info, train_tokenizer
     from harness import vocab as _canon
+    from harness.tokenizers import tokenizer_info, train_tokenizer
 
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import TransferInputs
 from methods import _fasttext
-from harness import vocab as _canon
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 from methods._tiktotok_counts import FROM_ALIGNMENT, FROM_FUZZY, FROM_IDENTITY, FROM_NUMBER
 from methods._wordvectors import procrustes

@@ -51,7 +51,6 @@ import gzip
 import hashlib
 import logging
 import os
-import re
 import tempfile
 import time
 from collections import Counter
@@ -63,7 +62,6 @@ from typing import Any
 import numpy as np
 
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
-
 from methods import _fasttext
 
 logger = logging.getLogger(__name__)

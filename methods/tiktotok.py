@@ -125,10 +125,10 @@ from typing import Any
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
 from methods import _align, _fasttext
-from harness import vocab as _canon
 from methods._tiktotok_corpus import read_parallel_corpus, words_with_tokens
 from methods._tiktotok_counts import (
     FROM_KNN,

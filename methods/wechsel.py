@@ -115,10 +115,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness import vocab as _canon
 from harness.protocols import FALLBACK, InitResult, TransferInputs
 from harness.registry import register_method
 from methods import _fasttext
-from harness import vocab as _canon
 from methods import _wordvectors as wv_mod
 from methods._similarity import TopK, topk_cosine
 from methods._wechsel_mixture import (

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
+from harness import vocab as _canon
 from harness.cache import list_entries
 from harness.protocols import FALLBACK, TransferInputs
 from harness.sanity import check_record
 from methods import _fasttext
-from harness import vocab as _canon
 from methods._wechsel_subwords import describe_zero_vectors, zero_vector_causes
 from methods._wordvectors import reduce_dimension, train_word_vectors
 from methods.focus import Focus, FocusConfig

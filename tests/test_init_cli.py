@@ -23,8 +23,8 @@ from harness.init_checks import (
     categorize,
     orientation,
 )
-from methods._wechsel_checks import fasttext_bin_words, ngram_coverage
 from harness.init_cmd import CONFIG_FLAGS, INPUT_FLAGS, METHOD_NEEDS, flag_wording, method_reads
+from methods._wechsel_checks import fasttext_bin_words, ngram_coverage
 
 # fastText small enough for seconds on tiny text (fastText needs bucket >= min_bucket(dim))
 FAST_WECHSEL = ["dim=16", "bucket=540672", "min_count=1", "epochs=2"]
@@ -403,8 +403,8 @@ def test_s08_method_needs_match_what_the_methods_read():
 
 
 def test_s09_tokenizer_train_like_source(standin, tmp_path, capfd):
-    from harness.tokenizers import load_tokenizer
     from harness import vocab as _canon
+    from harness.tokenizers import load_tokenizer
 
     code, out, err = cli(capfd, "tokenizer", "train", standin["de_txt"], "--vocab-size", "250", "--like", standin["xlmr"],
                          "--out", tmp_path / "tok")
