@@ -301,11 +301,13 @@ def test_the_token_space_key_covers_what_the_space_depends_on(world):
     others = {
         _tiktotok_knn.token_space_key("b" * 64, world.tgt, len(world.tgt), skip, True),
         _tiktotok_knn.token_space_key("a" * 64, world.src, len(world.tgt), skip, True),
-        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt) + 1, skip, True),
+        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt) + 1, np.append(skip, False), True),
         _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip_one, True),
         _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip, False),
     }
     assert base not in others and len(others) == 5
+    with pytest.raises(ValueError, match="skip has 3 entries, expected at least n_rows="):
+        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip[:3], True)
 
 
 def test_an_old_bin_in_the_cache_is_used_without_training(world, reference, monkeypatch, caplog):
