@@ -311,6 +311,8 @@ def _what(kind: str, path: Path) -> str:
             return "pre-tokenized corpus"
         if path.name.endswith(".vectors.npz"):  # methods._fasttext.COMPACT_SUFFIX
             return "fastText vectors (compact)"
+        if path.name.startswith("tokspace-"):  # methods._tiktotok_knn.TOKEN_SPACE_PREFIX
+            return "Tik-to-Tok token vectors"
         return "fastText model" if path.suffix == ".bin" else "fastText file"
     return _KIND_NOTES.get(kind, kind)
 

@@ -31,6 +31,9 @@ tens of megabytes where the ``.bin`` takes gigabytes), and returns an object tha
 calls bit for bit. A string that is neither in the vocabulary nor in the entry's list makes the next
 request retrain (one thread: the same model, identical vectors) and store the union. A full
 ``<key>.bin`` left by an older version is used once and replaced by its compact entry.
+Tik-to-Tok's fastText-kNN fallback reads input rows of character n-grams, which no list of
+strings covers; it trains with ``store=False`` and caches the token vectors it derives instead
+(:mod:`methods._tiktotok_knn`).
 
 Memory: fastText allocates ``(n_words + bucket) x dim`` float32 input rows; with the defaults
 (``bucket=2_000_000``, ``dim=300``) that is ~2.4 GB of address space, mostly untouched zero pages
@@ -63,6 +66,7 @@ import logging
 import os
 import tempfile
 import time
+import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -83,7 +87,10 @@ __all__ = [
     "file_sha256",
     "pretokenize",
     "fasttext_cache_key",
+    "training_params",
     "train_fasttext",
+    "atomic_write",
+    "CACHE_READ_ERRORS",
     "CompactVectors",
     "COMPACT_SUFFIX",
     "subword_lengths",
@@ -97,6 +104,10 @@ TokenFormat = Literal["string", "id", "raw"]
 
 CACHE_VERSION = 1
 """Bumped when the training call or pre-tokenization format changes, invalidating cached models."""
+
+CACHE_READ_ERRORS: tuple[type[BaseException], ...] = (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile)
+"""What reading a damaged ``.npz`` cache entry raises (a truncated archive: ``BadZipFile``; an empty
+file: ``EOFError``; other bytes: ``ValueError``): the entry is rebuilt, never trusted."""
 
 MIN_INPUT_MATRIX_BYTES = 33 * 2**20
 """Smallest fastText input matrix accepted: above glibc's 32 MiB maximum dynamic mmap threshold,
@@ -293,7 +304,7 @@ def pretokenize_cached(
 
 def train_fasttext_or_none(
     text: Path, *, cache_dir: Path | None, report: dict, who: str, consequence: str, compact: bool = False,
-    strings: Iterable[str] = (), **params: Any
+    strings: Iterable[str] = (), store: bool = True, **params: Any
 ) -> Any:
     """:func:`train_fasttext`, or ``None`` when no word reaches ``min_count``.
 
@@ -301,7 +312,9 @@ def train_fasttext_or_none(
     the parameters, so a method can fall back explicitly instead of failing the trial.
     """
     try:
-        return train_fasttext(text, cache_dir=cache_dir, report=report, compact=compact, strings=strings, **params)
+        return train_fasttext(
+            text, cache_dir=cache_dir, report=report, compact=compact, strings=strings, store=store, **params
+        )
     except EmptyVocabularyError as e:
         logger.warning("%s: %s; %s", who, e, consequence)
         report.update(error=str(e), params=params)
@@ -319,6 +332,37 @@ def fasttext_cache_key(text: Path, params: dict) -> str:
         "fasttext": getattr(fasttext, "__version__", "unknown"),
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True).encode("utf-8")).hexdigest()
+
+
+def training_params(
+    *,
+    dim: int = 100,
+    epoch: int = 5,
+    min_count: int = 5,
+    model: Literal["skipgram", "cbow"] = "skipgram",
+    minn: int = 3,
+    maxn: int = 6,
+    neg: int = 5,
+    ws: int = 5,
+    lr: float = 0.05,
+    bucket: int = 2_000_000,
+    seed: int = 0,
+    threads: int = 1,
+) -> dict:
+    """The parameters :func:`train_fasttext` hands to fastText (fastText's names), as its cache key hashes them.
+
+    Same arguments and defaults as :func:`train_fasttext`; with :func:`fasttext_cache_key` a caller can
+    name a model's cache entry before (or instead of) training it.
+
+    Example:
+        >>> training_params(dim=16, min_count=2)["minCount"], training_params()["thread"]
+        (2, 1)
+    """
+    return {
+        "dim": int(dim), "epoch": int(epoch), "minCount": int(min_count), "model": model, "minn": int(minn),
+        "maxn": int(maxn), "neg": int(neg), "ws": int(ws), "lr": float(lr), "bucket": int(bucket),
+        "seed": int(seed), "thread": int(threads),
+    }  # fmt: skip
 
 
 def train_fasttext(
@@ -340,6 +384,7 @@ def train_fasttext(
     report: dict | None = None,
     compact: bool = False,
     strings: Iterable[str] = (),
+    store: bool = True,
 ) -> Any:
     """Train (or load from the cache) an unsupervised fastText model on a text file.
 
@@ -375,6 +420,9 @@ def train_fasttext(
             vocabulary word's vector, and the vectors of ``strings``.
         strings: with ``compact``, the strings outside the vocabulary whose ``get_word_vector``
             (n-gram vector) the caller will ask for.
+        store: with ``False`` (full models only), a ``<key>.bin`` already in the cache is still
+            loaded (``cache="hit"``), but a newly trained model is not written (``cache="miss"``,
+            ``path=None``): for callers that cache what they derive from the model instead.
 
     Returns:
         A ``fasttext`` model (``fasttext.FastText._FastText``), or :class:`CompactVectors` with ``compact``.
@@ -390,6 +438,8 @@ def train_fasttext(
         raise ValueError(f"model must be 'skipgram' or 'cbow', got {model!r}")
     if threads < 1:
         raise ValueError(f"threads must be >= 1, got {threads}")
+    if compact and not store:
+        raise ValueError("store=False is for full models: a compact entry is always stored")
     if bucket < min_bucket(dim):
         raise ValueError(
             f"bucket={bucket} is too small for dim={dim}: use bucket >= {min_bucket(dim)} so fastText's input matrix "
@@ -399,17 +449,16 @@ def train_fasttext(
     text = Path(text)
     if not text.is_file():
         raise FileNotFoundError(f"fastText training text not found: {text}")
-    params = {
-        "dim": int(dim), "epoch": int(epoch), "minCount": int(min_count), "model": model, "minn": int(minn),
-        "maxn": int(maxn), "neg": int(neg), "ws": int(ws), "lr": float(lr), "bucket": int(bucket),
-        "seed": int(seed), "thread": int(threads),
-    }
+    params = training_params(
+        dim=dim, epoch=epoch, min_count=min_count, model=model, minn=minn, maxn=maxn, neg=neg, ws=ws, lr=lr,
+        bucket=bucket, seed=seed, threads=threads,
+    )
     t0 = time.perf_counter()
     rep: dict = {}
     if compact:
         ft = _compact_vectors(text, params, Path(cache_dir) if cache_dir is not None else None, strings, rep)
     else:
-        ft = _full_model(text, params, Path(cache_dir) if cache_dir is not None else None, rep)
+        ft = _full_model(text, params, Path(cache_dir) if cache_dir is not None else None, rep, store)
     status = rep["cache"]
     n_words = len(ft.get_words())
     zero_init = _zero_init_words(n_words, int(bucket), int(dim), int(threads))
@@ -436,7 +485,7 @@ def _train_checked(text: Path, params: dict) -> Any:
     return _train_unsupervised(text, params)
 
 
-def _atomic_write(path: Path, write: Any) -> None:
+def atomic_write(path: Path, write: Any) -> None:
     """``write(tmp_path)`` then rename onto ``path`` (no partial file on a crash, last writer wins)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -462,17 +511,17 @@ def _load_bin_or_none(path: Path) -> Any:
         return None
 
 
-def _full_model(text: Path, params: dict, cache: Path | None, rep: dict) -> Any:
-    """The whole fastText model, cached as ``<key>.bin``."""
+def _full_model(text: Path, params: dict, cache: Path | None, rep: dict, store: bool = True) -> Any:
+    """The whole fastText model, cached as ``<key>.bin`` (with ``store=False`` only read from the cache)."""
     path = cache / "fasttext" / f"{fasttext_cache_key(text, params)}.bin" if cache is not None else None
     ft = _load_bin_or_none(path) if path is not None else None
     if ft is not None:
         rep.update(cache="hit", path=str(path))
         return ft
     ft = _train_checked(text, params)
-    if path is not None:
-        _atomic_write(path, ft.save_model)
-    rep.update(cache="miss" if path is not None else "off", path=str(path) if path else None)
+    if path is not None and store:
+        atomic_write(path, ft.save_model)
+    rep.update(cache="miss" if path is not None else "off", path=str(path) if path is not None and store else None)
     return ft
 
 
@@ -489,7 +538,7 @@ def _compact_vectors(text: Path, params: dict, cache: Path | None, strings: Iter
     if path.is_file():
         try:
             old = CompactVectors.load(path)
-        except (OSError, ValueError, KeyError) as e:  # damaged outside tokxfer (writes are atomic): rebuild it
+        except CACHE_READ_ERRORS as e:  # damaged outside tokxfer (writes are atomic): rebuild it
             logger.warning("fastText cache: cannot read %s (%s); building it again", path, e)
         if old is not None:
             missing = old.missing(wanted)
@@ -509,7 +558,7 @@ def _compact_vectors(text: Path, params: dict, cache: Path | None, strings: Iter
         ft = _train_checked(text, params)
         rep["cache"] = "miss"
     cv = CompactVectors.from_model(ft, wanted, params=params, origin=f"fastText trained on {text}")
-    _atomic_write(path, cv.save)
+    atomic_write(path, cv.save)
     if "migrated_from" in rep:
         size = legacy.stat().st_size if legacy.is_file() else 0
         legacy.unlink(missing_ok=True)

@@ -6,10 +6,20 @@ of its trained character n-gram rows (:func:`fasttext_token_space`), an orthogon
 fitted on the tokens mapped by identity or alignment takes target vectors onto source vectors, and
 each still unmapped target token averages its ``k`` nearest source tokens (:func:`procrustes_knn`,
 through :func:`methods._similarity.chunked_topk_cosine`).
+
+Cache: what the fallback reads of a fastText model is each side's token space, ``(vectors, kinds)``
+(:func:`fasttext_token_space`), so that is what is cached: ``<cache>/fasttext/tokspace-<key>.npz``
+(float32 ``n_rows x dim`` and int8 ``n_rows``, megabytes where the model's ``.bin`` takes
+``(words + bucket) x dim`` floats), keyed by :func:`token_space_key`. The model itself is trained
+without being stored (``train_fasttext(store=False)``); a ``.bin`` an older version left in the
+cache is read instead of training, once, and then removed. A cached token space is exactly the
+arrays computed from the trained model, so the mapping is the same bit for bit; an entry that
+cannot be read or does not check out is logged and built again.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 import time
@@ -21,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from harness import vocab as _canon
+from harness.cache import content_hash
 from harness.protocols import TransferInputs
 from methods import _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
@@ -34,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "NO_VECTOR", "IN_VOCABULARY", "NGRAMS", "FallbackSpace", "procrustes_knn", "knn_fallback",
-    "fasttext_token_space", "train_fallback_space",
+    "fasttext_token_space", "train_fallback_space", "fasttext_params", "token_space_key", "TOKEN_SPACE_VERSION",
+    "TOKEN_SPACE_PREFIX",
 ]
 
 FIT_ORIGINS = (FROM_IDENTITY, FROM_FUZZY, FROM_NUMBER, FROM_ALIGNMENT)
@@ -43,6 +55,16 @@ identity, fuzzy identity, number, aligned — not specials, not smoothed tokens.
 
 NO_VECTOR, IN_VOCABULARY, NGRAMS = 0, 1, 2
 """Kinds of fastText token vectors (:class:`FallbackSpace`)."""
+
+TOKEN_SPACE_VERSION = 1
+"""Version of a cached token space's layout and of how it is computed (:func:`fasttext_token_space`,
+the ``"string"`` fastText words); part of :func:`token_space_key`, bump it when either changes."""
+
+TOKEN_SPACE_PREFIX = "tokspace-"
+"""File name prefix of a cached token space (``<cache>/fasttext/tokspace-<key>.npz``)."""
+
+_KEPT_REPORT = ("params", "threads", "deterministic", "n_words", "zero_init_words", "error")
+"""Facts of the fastText training stored with a token space and reported again on a cache hit."""
 
 
 @dataclass(frozen=True)
@@ -324,6 +346,131 @@ def fasttext_token_space(
     return vecs, kinds
 
 
+def token_space_key(fasttext_key: str, tokenizer: Any, n_rows: int, skip: np.ndarray, ngrams: bool) -> str:
+    """The cache key of one side's token space: everything :func:`fasttext_token_space` depends on.
+
+    Args:
+        fasttext_key: :func:`methods._fasttext.fasttext_cache_key` of the model's training text and params.
+        tokenizer: the side's tokenizer (its :func:`methods._fasttext.tokenizer_fingerprint`).
+        n_rows: rows of the token space.
+        skip: boolean mask of the ids left without a vector (its first ``n_rows`` entries count).
+        ngrams: whether out-of-vocabulary tokens get n-gram vectors.
+
+    Returns:
+        64 hex characters (also covers :data:`TOKEN_SPACE_VERSION`).
+    """
+    mask = np.asarray(skip, dtype=bool)[: int(n_rows)]
+    if len(mask) != int(n_rows):
+        raise ValueError(f"token_space_key: skip has {len(mask)} entries, expected at least n_rows={n_rows}")
+    return content_hash({
+        "fasttext_key": fasttext_key,
+        "tokenizer": _fasttext.tokenizer_fingerprint(tokenizer),
+        "token_format": "string",
+        "n_rows": int(n_rows),
+        "skip": np.packbits(mask).tobytes(),
+        "ngrams": bool(ngrams),
+        "version": TOKEN_SPACE_VERSION,
+    })  # fmt: skip
+
+
+def _save_token_space(path: Path, key: str, vecs: np.ndarray, kinds: np.ndarray, report: dict) -> None:
+    """Write an uncompressed ``.npz`` (the arrays, and the key and training facts as UTF-8 JSON), atomically."""
+    meta = {"version": TOKEN_SPACE_VERSION, "key": key, "report": {k: report[k] for k in _KEPT_REPORT if k in report}}
+    blob = np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8)
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:  # a file object: numpy must not append ".npz" to the temporary name
+            np.savez(f, meta=blob, vectors=vecs, kinds=kinds)
+
+    _fasttext.atomic_write(path, write)
+
+
+def _load_token_space(
+    path: Path, key: str, n_rows: int, dim: int, skip: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, dict]:
+    """Read and check a cached token space (one of ``_fasttext.CACHE_READ_ERRORS`` when it does not hold)."""
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(z["meta"].tobytes().decode("utf-8"))
+        vecs, kinds = z["vectors"], z["kinds"]
+    version = meta.get("version") if isinstance(meta, dict) else None
+    if version != TOKEN_SPACE_VERSION:
+        raise ValueError(f"layout version {version}, expected {TOKEN_SPACE_VERSION}")
+    if meta.get("key") != key or not isinstance(meta.get("report"), dict):
+        raise ValueError("its key is not the one it is stored under")
+    if vecs.dtype != np.float32 or vecs.shape != (n_rows, dim) or kinds.dtype != np.int8 or kinds.shape != (n_rows,):
+        raise ValueError(
+            f"vectors {vecs.dtype} {vecs.shape} and kinds {kinds.dtype} {kinds.shape}, "
+            f"expected float32 {(n_rows, dim)} and int8 {(n_rows,)}"
+        )
+    if not np.all(np.isin(kinds, (NO_VECTOR, IN_VOCABULARY, NGRAMS))) or np.any(kinds[np.asarray(skip[:n_rows])]):
+        raise ValueError("kinds outside 0/1/2, or a vector for a token that has none")
+    if not np.all(np.isfinite(vecs)) or np.any(vecs[kinds == NO_VECTOR]):
+        raise ValueError("non-finite vectors, or a nonzero row for a token without a vector")
+    if not np.all(np.any(vecs[kinds == NGRAMS], axis=1)):
+        raise ValueError("a zero n-gram vector (fasttext_token_space gives n-gram vectors only when nonzero)")
+    return vecs, kinds, meta["report"]
+
+
+def _side_space(
+    text: Path, tok: Any, n_rows: int, skip: np.ndarray, ngrams: bool, params: dict, cache: Path | None,
+    side: str, report: dict,
+) -> tuple[np.ndarray, np.ndarray]:
+    """One side's token space: from the cache, or from fastText trained on ``text`` (then cached)."""
+    who, consequence = f"Tik-to-Tok fasttext-knn: {side} side", "no vectors on that side"
+
+    def computed(model: Any) -> tuple[np.ndarray, np.ndarray]:
+        if model is None:
+            return np.zeros((n_rows, int(params["dim"])), np.float32), np.zeros(n_rows, np.int8)
+        return fasttext_token_space(model, tok, n_rows, skip=skip, ngrams=ngrams)
+
+    if cache is None:
+        return computed(_fasttext.train_fasttext_or_none(
+            text, cache_dir=None, report=report, who=who, consequence=consequence, **params
+        ))  # fmt: skip
+    t0 = time.perf_counter()
+    key = token_space_key(
+        _fasttext.fasttext_cache_key(text, _fasttext.training_params(**params)), tok, n_rows, skip, ngrams
+    )
+    path = cache / "fasttext" / f"{TOKEN_SPACE_PREFIX}{key[:32]}.npz"
+    if path.is_file():
+        try:
+            vecs, kinds, kept = _load_token_space(path, key, n_rows, int(params["dim"]), skip)
+        except _fasttext.CACHE_READ_ERRORS as e:  # damaged outside tokxfer (writes are atomic): build it again
+            logger.warning("Tik-to-Tok token-space cache: cannot read %s (%s); building it again", path, e)
+        else:
+            report.update(kept)
+            report.update(cache="hit", path=str(path), stored="token-space", bytes=path.stat().st_size,
+                          seconds=round(time.perf_counter() - t0, 3))  # fmt: skip
+            if "error" in kept:
+                logger.warning("%s: %s; %s", who, kept["error"], consequence)
+            return vecs, kinds
+    model = _fasttext.train_fasttext_or_none(
+        text, cache_dir=cache, store=False, report=report, who=who, consequence=consequence, **params
+    )
+    vecs, kinds = computed(model)
+    legacy = report.get("path") if report.get("cache") == "hit" else None  # a full model an older version cached
+    _save_token_space(path, key, vecs, kinds, report)
+    report.update(cache="hit" if legacy else "miss", path=str(path), stored="token-space", bytes=path.stat().st_size)
+    if legacy:
+        report["migrated_from"] = legacy
+        size = Path(legacy).stat().st_size if Path(legacy).is_file() else 0
+        Path(legacy).unlink(missing_ok=True)
+        logger.info(
+            "Tik-to-Tok token-space cache: replaced the full model %s (%.1f MB) by its token space %s (%.1f MB)",
+            Path(legacy).name, size / 2**20, path.name, path.stat().st_size / 2**20,
+        )  # fmt: skip
+    return vecs, kinds
+
+
+def fasttext_params(cfg: TikToTokConfig, seed: int) -> dict:
+    """The :func:`methods._fasttext.train_fasttext` arguments of the fallback's fastText models."""
+    return {
+        "dim": cfg.fasttext_dim, "epoch": cfg.fasttext_epochs, "min_count": cfg.fasttext_min_count,
+        "model": cfg.fasttext_model, "minn": cfg.fasttext_minn, "maxn": cfg.fasttext_maxn,
+        "bucket": cfg.fasttext_bucket, "seed": seed, "threads": cfg.fasttext_threads,
+    }  # fmt: skip
+
+
 def _side_text(lines: Sequence[str], tok: Any, cache: Path | None, tmp: Path, side: str) -> Path:
     """One side of the parallel corpus pre-tokenized for fastText (cached by content + tokenizer)."""
     raw = tmp / f"{side}.txt"
@@ -341,13 +488,17 @@ def train_fallback_space(
     target: Sequence[_canon.Canon | None],
     n_source: int,
 ) -> FallbackSpace:
-    """Train token-level fastText on both sides of the parallel corpus; vectors for every token id."""
+    """Train token-level fastText on both sides of the parallel corpus; vectors for every token id.
+
+    With a cache, each side's token space is read from ``<cache>/fasttext/tokspace-<key>.npz`` when
+    there (no training) and stored there otherwise; no fastText model is kept (see the module
+    docstring). Each side's report says ``cache`` (``"hit"``: nothing trained; ``"miss"``: trained
+    and stored; ``"off"``: no cache), ``stored="token-space"``, ``path`` and ``bytes`` of the entry,
+    ``migrated_from`` when it was derived from an older version's ``.bin``, and the training's
+    ``params``, ``threads``, ``deterministic``, ``n_words`` and ``zero_init_words`` (kept with the entry).
+    """
     cache = Path(inputs.cache_dir) if inputs.cache_dir is not None else None
-    params = {
-        "dim": cfg.fasttext_dim, "epoch": cfg.fasttext_epochs, "min_count": cfg.fasttext_min_count,
-        "model": cfg.fasttext_model, "minn": cfg.fasttext_minn, "maxn": cfg.fasttext_maxn,
-        "bucket": cfg.fasttext_bucket, "seed": seed, "threads": cfg.fasttext_threads,
-    }  # fmt: skip
+    params = fasttext_params(cfg, seed)
     info: dict[str, Any] = {
         "trained_on": "both sides of inputs.parallel_corpus",
         "sentences": len(pairs),
@@ -366,14 +517,7 @@ def train_fallback_space(
             t0 = time.perf_counter()
             text = _side_text(lines, tok, cache, Path(tmp), side)
             report["pretokenize_s"] = round(time.perf_counter() - t0, 3)
-            model = _fasttext.train_fasttext_or_none(
-                text, cache_dir=cache, report=report, who=f"Tik-to-Tok fasttext-knn: {side} side",
-                consequence="no vectors on that side", **params,
-            )
-            if model is None:
-                vecs, kinds = np.zeros((n_rows, cfg.fasttext_dim), np.float32), np.zeros(n_rows, np.int8)
-            else:
-                vecs, kinds = fasttext_token_space(model, tok, n_rows, skip=skip, ngrams=ngrams)
+            vecs, kinds = _side_space(text, tok, n_rows, skip, ngrams, params, cache, side, report)
             report.update(
                 in_vocabulary=int(np.sum(kinds == IN_VOCABULARY)),
                 ngrams=int(np.sum(kinds == NGRAMS)),

@@ -247,8 +247,8 @@ class TikToTokConfig:
     fasttext_bucket: int = 500_000
     """``fasttext-knn``: n-gram hash buckets. Must be >= ``methods._fasttext.min_bucket(fasttext_dim)``
     (fastText leaves part of a smaller input matrix uninitialized); 500k keeps every word row of a
-    vocabulary up to ~55k tokens randomly initialized with one thread, and a cached model at dim 100
-    to ~200 MB."""
+    vocabulary up to ~55k tokens randomly initialized with one thread, and a model at dim 100 to
+    ~200 MB in memory (the cache keeps only the token vectors, see :mod:`methods._tiktotok_knn`)."""
 
     fasttext_threads: int = 1
     """``fasttext-knn``: fastText training threads. 1 is reproducible; more is faster but

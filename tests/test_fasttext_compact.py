@@ -136,16 +136,43 @@ def test_compact_cache_hit_extension_and_old_bin_conversion(wechsel_data, tmp_pa
     np.testing.assert_array_equal(d.word_matrix, a.word_matrix)
 
 
-def test_a_damaged_compact_entry_is_rebuilt(wechsel_data, tmp_path, caplog):
+@pytest.mark.parametrize("damage", ["garbage", "truncated", "empty"])
+def test_a_damaged_compact_entry_is_rebuilt(wechsel_data, tmp_path, caplog, damage):
     kw = dict(dim=16, epoch=1, min_count=1, bucket=B16, seed=4, cache_dir=tmp_path, compact=True, strings=["zzq"])
     a = _fasttext.train_fasttext(wechsel_data["target"], **kw)
     (entry,) = _entries(tmp_path, "*.vectors.npz")
-    entry.write_bytes(b"not a zip file")
+    good = entry.read_bytes()
+    entry.write_bytes({"garbage": b"not a zip file", "truncated": good[: len(good) // 2], "empty": b""}[damage])
     rep: dict = {}
     with caplog.at_level(logging.WARNING, logger="methods._fasttext"):
         b = _fasttext.train_fasttext(wechsel_data["target"], report=rep, **kw)
     assert rep["cache"] == "miss" and "cannot read" in caplog.text
     np.testing.assert_array_equal(a.get_word_vector("zzq"), b.get_word_vector("zzq"))
+
+
+def test_training_params_are_the_ones_train_fasttext_keys_its_cache_by():
+    import inspect
+
+    train, params = inspect.signature(_fasttext.train_fasttext).parameters, inspect.signature(_fasttext.training_params).parameters
+    assert {k: v.default for k, v in params.items()} == {k: train[k].default for k in params}  # same defaults
+    p = _fasttext.training_params(dim=16, min_count=2, threads=3, seed=5)
+    assert (p["dim"], p["minCount"], p["thread"], p["seed"], p["bucket"]) == (16, 2, 3, 5, 2_000_000)
+    with pytest.raises(ValueError, match="store=False is for full models"):
+        _fasttext.train_fasttext(__file__, dim=16, bucket=B16, compact=True, store=False)
+
+
+def test_store_false_reads_a_cached_bin_but_writes_none(wechsel_data, tmp_path):
+    kw = dict(dim=16, epoch=1, min_count=1, bucket=B16, seed=4, cache_dir=tmp_path)
+    rep: dict = {}
+    a = _fasttext.train_fasttext(wechsel_data["target"], report=rep, store=False, **kw)
+    assert rep["cache"] == "miss" and rep["path"] is None and list(tmp_path.rglob("*")) == []
+    _fasttext.train_fasttext(wechsel_data["target"], **kw)  # stored: what an older version left
+    key = _fasttext.fasttext_cache_key(wechsel_data["target"], _fasttext.training_params(**{k: v for k, v in kw.items() if k != "cache_dir"}))
+    assert _entries(tmp_path, "*.bin") == [tmp_path / "fasttext" / f"{key}.bin"]
+    hit: dict = {}
+    b = _fasttext.train_fasttext(wechsel_data["target"], report=hit, store=False, **kw)
+    assert hit["cache"] == "hit" and hit["path"].endswith(f"{key}.bin")
+    np.testing.assert_array_equal(a.get_input_matrix(), b.get_input_matrix())
 
 
 # ------------------------------------------------------------------------------------------------

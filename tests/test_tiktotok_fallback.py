@@ -4,6 +4,7 @@ tokens the random fallback would fill; counts, determinism, degradation, configu
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 
@@ -14,7 +15,9 @@ from _tokfixtures import from_vocab
 
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
-from harness.vocab import Canon
+from harness.vocab import Canon, canonical_vocab
+from methods import _fasttext, _tiktotok_knn
+from methods._tiktotok_corpus import read_parallel_corpus
 from methods.tiktotok import (
     IN_VOCABULARY,
     NGRAMS,
@@ -199,6 +202,168 @@ def test_no_fasttext_vocabulary_degrades_to_random_rows(world, runs):
     assert "error" in fb["fasttext"]["target"] and "error" in fb["fasttext"]["source"]
     assert _same_mapping(res.mapping, runs["random"].mapping)
     assert res.info["fallback_reasons"] == {"no-fasttext-vector": runs["random"].info["counts"]["fallback"]}
+
+
+# ------------------------------------------------------------------------------------------------
+# The token-space cache: what the fallback reads of fastText, and no fastText model
+# ------------------------------------------------------------------------------------------------
+
+SPACE_SEED = 7
+SPACE_CFG = TikToTokConfig(min_count=3, fallback="fasttext-knn", **FAST_FT)
+
+
+def _fallback_space(world: KnnWorld, cache: Path | None) -> FallbackSpace:
+    """``train_fallback_space`` on the cipher world: both sides, the target one with n-gram vectors."""
+    return _tiktotok_knn.train_fallback_space(
+        SPACE_CFG, world.inputs(cache_dir=cache), read_parallel_corpus(world.corpus), SPACE_SEED,
+        canonical_vocab(world.src), canonical_vocab(world.tgt), len(world.src_vocab),
+    )  # fmt: skip
+
+
+def _same_space(a: FallbackSpace, b: FallbackSpace) -> bool:
+    return all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("target", "target_kind", "source", "source_kind"))
+
+
+def _forbid_training(monkeypatch) -> None:
+    def refuse(*_a, **_k):
+        raise AssertionError("fastText was trained although the cache holds what is needed")
+
+    monkeypatch.setattr(_fasttext, "_train_unsupervised", refuse)
+
+
+@pytest.fixture(scope="module")
+def reference(world, tmp_path_factory):
+    """Each side's token space computed directly from a freshly trained full fastText model.
+
+    The models are trained the way an older version cached them (a full ``<key>.bin`` under
+    ``old_cache``), which ``test_an_old_bin_in_the_cache_is_used_without_training`` then finds.
+    """
+    old_cache, tmp = tmp_path_factory.mktemp("old-cache"), tmp_path_factory.mktemp("old-tmp")
+    pairs = read_parallel_corpus(world.corpus)
+    params = _tiktotok_knn.fasttext_params(SPACE_CFG, SPACE_SEED)
+    out = {"cache": old_cache}
+    sides = (("target", world.tgt, [t for _, t in pairs], True), ("source", world.src, [s for s, _ in pairs], False))
+    for side, tok, lines, ngrams in sides:
+        text = _tiktotok_knn._side_text(lines, tok, old_cache, tmp, side)
+        rep: dict = {}
+        model = _fasttext.train_fasttext(text, cache_dir=old_cache, report=rep, **params)
+        assert rep["cache"] == "miss" and rep["path"].endswith(".bin")
+        skip = np.array([c is None or not c.text for c in canonical_vocab(tok)])
+        out[side] = _tiktotok_knn.fasttext_token_space(model, tok, len(tok), skip=skip, ngrams=ngrams)
+    t_kind, s_kind = out["target"][1], out["source"][1]
+    assert {IN_VOCABULARY, NGRAMS, NO_VECTOR} <= set(t_kind.tolist()) and IN_VOCABULARY in s_kind  # not a trivial space
+    out["space"] = FallbackSpace(out["target"][0], t_kind, out["source"][0], s_kind)
+    return out
+
+
+@pytest.fixture(scope="module")
+def cached_space(world, tmp_path_factory):
+    """A fresh cache after one ``train_fallback_space`` call (a miss: trained and stored)."""
+    cache = tmp_path_factory.mktemp("space-cache")
+    return {"cache": cache, "space": _fallback_space(world, cache)}
+
+
+def test_the_cached_token_space_is_bit_identical_to_the_trained_model(world, reference, cached_space, monkeypatch):
+    first = cached_space["space"]
+    assert _same_space(first, reference["space"])  # stored on a miss: exactly what the model gives
+    _forbid_training(monkeypatch)
+    again = _fallback_space(world, cached_space["cache"])
+    assert _same_space(again, reference["space"])  # served from the cache: the same arrays
+    assert again.target.dtype == np.float32 and again.target_kind.dtype == np.int8
+    for side in ("target", "source"):
+        assert first.info[side]["cache"] == "miss" and again.info[side]["cache"] == "hit"
+        kept = ("params", "n_words", "deterministic", "in_vocabulary", "ngrams", "no_vector", "path", "bytes")
+        assert {k: again.info[side][k] for k in kept} == {k: first.info[side][k] for k in kept}
+
+
+def test_the_cache_keeps_token_spaces_and_no_fasttext_model(world, runs, cached_space, monkeypatch):
+    cache = runs["cache"]  # after a whole Tik-to-Tok init with the fasttext-knn fallback
+    assert list(cache.rglob("*.bin")) == [] and list(cached_space["cache"].rglob("*.bin")) == []
+    ft = runs["knn"].info["fallback"]["fasttext"]
+    for side in ("target", "source"):
+        path = Path(ft[side]["path"])
+        assert ft[side]["stored"] == "token-space" and path.parent == cache / "fasttext"
+        assert path.name.startswith(_tiktotok_knn.TOKEN_SPACE_PREFIX) and ft[side]["bytes"] == path.stat().st_size
+        assert ft[side]["bytes"] < 100_000  # the .bin of one of these models takes over 34 MB
+    # the second init reads both sides from the cache and trains nothing
+    _forbid_training(monkeypatch)
+    again = world.run(seed=4, fallback="fasttext-knn", inputs=world.inputs(cache_dir=cache))
+    assert {again.info["fallback"]["fasttext"][s]["cache"] for s in ("target", "source")} == {"hit"}
+    assert _same_mapping(again.mapping, runs["knn"].mapping)
+
+
+def test_the_token_space_key_covers_what_the_space_depends_on(world):
+    skip = np.zeros(len(world.tgt), bool)
+    base = _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip, True)
+    assert base == _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip.copy(), True)
+    skip_one = skip.copy()
+    skip_one[3] = True
+    others = {
+        _tiktotok_knn.token_space_key("b" * 64, world.tgt, len(world.tgt), skip, True),
+        _tiktotok_knn.token_space_key("a" * 64, world.src, len(world.tgt), skip, True),
+        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt) + 1, np.append(skip, False), True),
+        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip_one, True),
+        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip, False),
+    }
+    assert base not in others and len(others) == 5
+    with pytest.raises(ValueError, match="skip has 3 entries, expected at least n_rows="):
+        _tiktotok_knn.token_space_key("a" * 64, world.tgt, len(world.tgt), skip[:3], True)
+
+
+def test_an_old_bin_in_the_cache_is_used_without_training(world, reference, monkeypatch, caplog):
+    old = reference["cache"]
+    bins = sorted(old.rglob("*.bin"))
+    assert len(bins) == 2
+    _forbid_training(monkeypatch)
+    with caplog.at_level(logging.INFO, logger="methods._tiktotok_knn"):
+        space = _fallback_space(world, old)
+    assert _same_space(space, reference["space"])
+    assert sorted(space.info[s]["migrated_from"] for s in ("target", "source")) == sorted(str(b) for b in bins)
+    assert {space.info[s]["cache"] for s in ("target", "source")} == {"hit"}
+    assert list(old.rglob("*.bin")) == [] and "replaced the full model" in caplog.text
+    assert _same_space(_fallback_space(world, old), reference["space"])  # now from the token spaces
+
+
+def _other_entry(path: Path) -> None:
+    """A well-formed entry of another key (the source side's) under this name."""
+    (other,) = [p for p in path.parent.glob(f"{_tiktotok_knn.TOKEN_SPACE_PREFIX}*") if p != path]
+    path.write_bytes(other.read_bytes())
+
+
+def _rewrite_kind(path: Path) -> None:
+    """A well-formed entry that says a token without a vector has an n-gram vector: must not be trusted."""
+    with np.load(path, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    kinds = arrays["kinds"].copy()
+    kinds[np.flatnonzero(kinds == NO_VECTOR)[-1]] = NGRAMS
+    with open(path, "wb") as f:
+        np.savez(f, **{**arrays, "kinds": kinds})
+
+
+DAMAGE = {
+    "garbage": lambda p: p.write_bytes(b"not a zip file"),
+    "truncated": lambda p: p.write_bytes(p.read_bytes()[: p.stat().st_size // 2]),
+    "empty": lambda p: p.write_bytes(b""),
+    "wrong-kinds": _rewrite_kind,
+    "other-key": _other_entry,
+}
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGE))
+def test_a_damaged_token_space_is_rebuilt_with_a_warning(world, reference, cached_space, damage, tmp_path, caplog):
+    cache = tmp_path / "cache"
+    for p in (cached_space["cache"] / "fasttext").iterdir():  # a copy: the other tests keep their entries
+        (cache / "fasttext").mkdir(parents=True, exist_ok=True)
+        (cache / "fasttext" / p.name).write_bytes(p.read_bytes())
+    entry = cache / "fasttext" / Path(cached_space["space"].info["target"]["path"]).name
+    DAMAGE[damage](entry)
+    with caplog.at_level(logging.WARNING, logger="methods._tiktotok_knn"):
+        space = _fallback_space(world, cache)
+    assert f"cannot read {entry}" in caplog.text and "building it again" in caplog.text
+    assert space.info["target"]["cache"] == "miss" and space.info["source"]["cache"] == "hit"
+    assert _same_space(space, reference["space"])
+    assert list(cache.rglob("*.bin")) == []
+    assert _fallback_space(world, cache).info["target"]["cache"] == "hit"  # the rebuilt entry reads back
 
 
 # ------------------------------------------------------------------------------------------------
