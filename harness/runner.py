@@ -79,10 +79,10 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     ), world=world, cache_key=init_key)
     sanity.check_ids(init.tokenizer, init.model)  # ids beyond the embedding matrix can only be a bug
 
-    dev = device()
+    torch_device = device()
     ctx = TaskContext(
-        model=init.model.to(dev), tokenizer=init.tokenizer, languages=[spec.target.language], seed=spec.seed,
-        device=dev, data_root=Path(resources.world_dir(spec.world.size, spec.world.seed)) if spec.world else None,
+        model=init.model.to(torch_device), tokenizer=init.tokenizer, languages=[spec.target.language], seed=spec.seed,
+        device=torch_device, data_root=Path(resources.world_dir(spec.world.size, spec.world.seed)) if spec.world else None,
         source_language=world.source_language if world else None, progress=progress, work_dir=artifacts_dir,
     )
     wrap_encoding(ctx, spec.encoding, src_path, spec.seed)

@@ -83,8 +83,8 @@ def resolve_device(device: str) -> str:
 
 
 def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
-    rank, world = dist_info()
-    if world == 1:
+    rank, world_size = dist_info()
+    if world_size == 1:
         return values
     t = torch.tensor(values, dtype=torch.float64, device=device)
     torch.distributed.all_reduce(t, op=torch.distributed.ReduceOp.SUM)
@@ -93,22 +93,22 @@ def _all_reduce_sum(values: list[float], device: torch.device) -> list[float]:
 
 def _all_gather_list(items: list) -> list:
     """Concatenate each rank's list in rank order (identity in a single process)."""
-    rank, world = dist_info()
-    if world == 1:
+    rank, world_size = dist_info()
+    if world_size == 1:
         return items
-    gathered: list = [None] * world
+    gathered: list = [None] * world_size
     torch.distributed.all_gather_object(gathered, items)
     return [x for part in gathered for x in part]
 
 
-def shard_indices(n: int, rank: int, world: int) -> range:
+def shard_indices(n: int, rank: int, world_size: int) -> range:
     """The contiguous slice of ``range(n)`` owned by ``rank`` (sizes differ by at most one).
 
     Example:
         >>> [list(shard_indices(5, r, 2)) for r in range(2)]
         [[0, 1, 2], [3, 4]]
     """
-    base, extra = divmod(n, world)
+    base, extra = divmod(n, world_size)
     start = rank * base + min(rank, extra)
     return range(start, start + base + (1 if rank < extra else 0))
 
@@ -479,8 +479,8 @@ def predict(
             from an unbucketed run by float rounding only, so a task opts in after checking its
             goldens. None: batches in feature order.
     """
-    rank, world = dist_info()
-    mine = shard_indices(len(features), rank, world)
+    rank, world_size = dist_info()
+    mine = shard_indices(len(features), rank, world_size)
     if lengths is not None and len(lengths) != len(features):
         raise ValueError(f"predict: {len(lengths)} lengths for {len(features)} features")
     if lengths is None:
@@ -617,7 +617,7 @@ def finetune(
         raise ValueError("finetune: no training data")
     if dev_eval_fn is not None and select_metric is None:
         raise ValueError("finetune: select_metric is required when dev_eval_fn is given")
-    rank, world = ensure_distributed(device)
+    rank, world_size = ensure_distributed(device)
     n = len(train_data)
     steps_per_epoch = math.ceil(n / cfg.batch_size)
     total_steps = cfg.max_steps if cfg.max_steps is not None else steps_per_epoch * cfg.epochs
@@ -637,11 +637,11 @@ def finetune(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.lr_schedule, warmup_steps, total_steps))
 
     train_model = model
-    if world > 1:
-        dev = torch.device(device)
+    if world_size > 1:
+        torch_device = torch.device(device)
         train_model = torch.nn.parallel.DistributedDataParallel(
             model,
-            device_ids=[dev.index] if dev.type == "cuda" else None,
+            device_ids=[torch_device.index] if torch_device.type == "cuda" else None,
             find_unused_parameters=cfg.ddp_find_unused_parameters,
         )
 
@@ -656,7 +656,7 @@ def finetune(
             batches = _epoch_batches(n, cfg.batch_size, seed, epoch, rng_path)[: total_steps - step]
             label = f"{description} epoch {epoch}/{n_epochs}"
             for global_idx in progress(batches, description=label, enabled=show_progress):
-                chunk = global_idx.tensor_split(world)[rank]
+                chunk = global_idx.tensor_split(world_size)[rank]
                 share = len(chunk) / len(global_idx)
                 if len(chunk) == 0:  # fewer examples than ranks: take part with zero weight
                     chunk = global_idx[:1]
@@ -664,9 +664,9 @@ def finetune(
                 with _autocast(device, cfg.mixed_precision):
                     out = train_model(**batch)
                     loss = out.loss if loss_fn is None else loss_fn(batch, out)
-                # DDP averages gradients over ranks; weighting by share*world makes that average
+                # DDP averages gradients over ranks; weighting by share*world_size makes that average
                 # the gradient of the global batch mean.
-                (loss * share * world).backward()
+                (loss * share * world_size).backward()
                 if cfg.max_grad_norm > 0:
                     torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
                 optimizer.step()
