@@ -737,3 +737,36 @@ def record_language(out: Any, lang: str, result: FinetuneResult, *, metrics: dic
     out.curves[f"{lang}/train_loss"] = result.loss_curve
     out.info["data"][lang] = data_info
     out.info["finetune"][lang] = {**finetune_info(result), "head": head}
+
+
+@dataclass(frozen=True)
+class LanguageRun:
+    """One language's fine-tuning outcome, as a per-language task's ``run_one(lang)`` returns it.
+
+    Attributes:
+        result: the fine-tuning result.
+        counts: example counts of the language (train/dev/test).
+        data_info: where the language's data came from.
+        head: the task head's facts.
+        metrics: the language's metrics (``None``: ``result.test``).
+    """
+
+    result: FinetuneResult
+    counts: dict
+    data_info: dict
+    head: dict
+    metrics: dict | None = None
+
+
+def run_per_language(out: Any, languages: Sequence[str], run_one: Callable[[str], LanguageRun]) -> Any:
+    """Fine-tune and score separately on every language (NER, QA, XNLI translate-train), recording each.
+
+    ``run_one(lang)`` does one language's work; its outcome goes into ``out`` (a ``TaskResult``)
+    by :func:`record_language`, so every per-language task writes the same layout. Returns ``out``.
+    """
+    for lang in languages:
+        r = run_one(lang)
+        record_language(out, lang, r.result, metrics=r.result.test if r.metrics is None else r.metrics,
+                        counts=r.counts, data_info=r.data_info, head=r.head)  # fmt: skip
+    return out
+

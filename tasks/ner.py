@@ -30,14 +30,15 @@ from tasks.data import (
 )
 from tasks.loop import (
     IGNORE_INDEX,
+    LanguageRun,
     TrainConfig,
     build_task_model,
     check_max_length,
     finetune,
     pad_collate,
     predict,
-    record_language,
     resolve_device,
+    run_per_language,
 )
 
 
@@ -169,10 +170,7 @@ class Ner:
                 "finetune": {},
             },
         )
-        for lang in ctx.languages:
-            result, counts, data_info, head = self._run_language(ctx, lang)
-            record_language(out, lang, result, metrics=result.test, counts=counts, data_info=data_info, head=head)
-        return out
+        return run_per_language(out, ctx.languages, lambda lang: LanguageRun(*self._run_language(ctx, lang)))
 
     def _run_language(self, ctx: TaskContext, lang: str) -> tuple[Any, dict, dict, dict]:
         from transformers import AutoModelForTokenClassification

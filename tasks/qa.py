@@ -27,14 +27,15 @@ from harness.registry import register_task
 from tasks import metrics
 from tasks.data import added_tokens, language_collate, limit, load_task_splits, strip_added, token_lengths
 from tasks.loop import (
+    LanguageRun,
     TrainConfig,
     build_task_model,
     check_max_length,
     finetune,
     pad_collate,
     predict,
-    record_language,
     resolve_device,
+    run_per_language,
 )
 
 
@@ -234,10 +235,7 @@ class Qa:
         """Fine-tune and score separately on every language of ``ctx.languages``."""
         check_max_length(ctx.model, self.config.max_length, "qa")
         out = TaskResult(metrics={}, info={"data": {}, "finetune": {}})
-        for lang in ctx.languages:
-            result, counts, data_info, head = self._run_language(ctx, lang)
-            record_language(out, lang, result, metrics=result.test, counts=counts, data_info=data_info, head=head)
-        return out
+        return run_per_language(out, ctx.languages, lambda lang: LanguageRun(*self._run_language(ctx, lang)))
 
     def _run_language(self, ctx: TaskContext, lang: str) -> tuple[Any, dict, dict, dict]:
         from transformers import AutoModelForQuestionAnswering

@@ -32,6 +32,7 @@ from tasks import metrics
 from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
 from tasks.languages import SUMMARY, check_language_list
 from tasks.loop import (
+    LanguageRun,
     TrainConfig,
     build_task_model,
     check_max_length,
@@ -39,8 +40,8 @@ from tasks.loop import (
     finetune_info,
     pad_collate,
     predict,
-    record_language,
     resolve_device,
+    run_per_language,
 )
 
 XNLI_LABELS = ("entailment", "neutral", "contradiction")
@@ -227,11 +228,12 @@ class Xnli:
                 ctx = dataclasses.replace(ctx, model=model)
                 out.info["encoding_languages_added"] = added
         if cfg.setting == "translate-train":
-            for lang in langs:
+            def one(lang: str) -> LanguageRun:
                 data, info = self._load(ctx, lang, ("train", "dev", "test"))
                 result, counts, head = self._train(ctx, data["train"], data["dev"], {lang: data["test"]}, lang)
-                record_language(out, lang, result, metrics=result.test[lang],
-                                counts={**counts, "test": len(data["test"])}, data_info=info, head=head)
+                return LanguageRun(result, {**counts, "test": len(data["test"])}, info, head, metrics=result.test[lang])
+
+            run_per_language(out, langs, one)
         else:
             src = train_lang
             if src is None:
