@@ -6,7 +6,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from leaderboards.aggregate import aggregate, load_records
+from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
 from leaderboards.spec import SpecError, load_spec
@@ -24,7 +24,13 @@ def _records_for(spec, runs_dir: Path) -> list[dict]:
         raise FileNotFoundError(
             f"spec {spec.name!r}: no records under {runs_dir} for experiment(s) {', '.join(spec.experiments)}; run them first"
         )
-    return load_records(dirs)
+    records = load_records(dirs)
+    if spec.where and not any(matches_where(r, spec.where) for r in records):
+        raise FileNotFoundError(
+            f"spec {spec.name!r}: no record of experiment(s) {', '.join(spec.experiments)} under {runs_dir} matches "
+            f"its filter {dict(spec.where)}; run them first"
+        )
+    return records
 
 
 def _render(spec, runs_dir: Path, out_dir: str | Path):

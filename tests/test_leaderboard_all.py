@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
+from leaderboards.aggregate import matches_where
 from leaderboards.cli import collect_records
 from leaderboards.spec import load_spec
 
@@ -51,8 +52,11 @@ def test_every_world_spec_has_committed_records(spec_path):
 def test_pending_specs_have_neither_records_nor_tables(name):
     """A pending spec must not show a stale table; once its records are committed, it leaves PENDING."""
     assert (ROOT / "leaderboards" / "specs" / f"{name}.yaml").is_file(), f"PENDING names no spec {name!r}"
-    for exp in load_spec(ROOT / "leaderboards" / "specs" / f"{name}.yaml").experiments:
-        assert not list((RECORDS / exp / "records").glob("*.json")), (
+    spec = load_spec(ROOT / "leaderboards" / "specs" / f"{name}.yaml")
+    for exp in spec.experiments:
+        files = list((RECORDS / exp / "records").glob("*.json"))
+        # a spec with a filter (e.g. one setting of a shared experiment) is pending while no record matches it
+        assert not [f for f in files if matches_where(json.loads(f.read_text()), spec.where)], (
             f"{name}: records of {exp!r} are committed; remove it from PENDING and commit its table")
     assert not list(TABLES.glob(f"{name}.*")), f"{name}: a table is committed without records"
 
@@ -81,3 +85,15 @@ def test_collect_replaces_an_experiments_records_as_a_whole(tmp_path):
     # an experiment missing from the runs keeps its committed records
     assert collect_records([spec], tmp_path / "nothing", dest) == []
     assert sorted(p.name for p in old.iterdir()) == ["a.json"]
+
+
+def test_a_spec_whose_filter_matches_no_record_is_skipped_like_one_without_records(tmp_path):
+    """A setting of a shared experiment that has not been run (e.g. translate-train) renders no table."""
+    from leaderboards.cli import _records_for
+    from leaderboards.spec import parse_spec
+    from tests.test_leaderboards import SPEC, all_records, write_records
+
+    write_records(tmp_path, all_records())
+    with pytest.raises(FileNotFoundError, match=r"matches its filter \{'encoding.name': 'xlp'\}"):
+        _records_for(parse_spec(dict(SPEC, where={"encoding.name": "xlp"})), tmp_path)
+    assert len(_records_for(parse_spec(dict(SPEC, where={"encoding.name": "none"})), tmp_path)) == len(all_records())
