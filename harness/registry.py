@@ -138,14 +138,18 @@ def code_hash(kind: str, name: str) -> str:
     else:
         files = [Path(module.__file__)]
     files.append(Path(__file__).with_name("vocab.py"))
-    h = hashlib.sha256()
-    for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-    _CODE_HASHES[key] = h.hexdigest()[:16]
+    sources = tuple(files)
+    if sources not in _SOURCE_HASHES:  # the built-in methods share one package: read it once
+        h = hashlib.sha256()
+        for f in sources:
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        _SOURCE_HASHES[sources] = h.hexdigest()[:16]
+    _CODE_HASHES[key] = _SOURCE_HASHES[sources]
     return _CODE_HASHES[key]
 
 
 _CODE_HASHES: dict[tuple[str, str], str] = {}
+_SOURCE_HASHES: dict[tuple[Path, ...], str] = {}
 
 
 def load_builtins() -> None:
