@@ -430,7 +430,10 @@ def resolved_fields(cfg: Any) -> dict[str, Any]:
 
     Fields a config class lists in ``NEW_FIELDS_OMITTED_WHEN_NONE`` (a class attribute) are left out
     while they are ``None``: options added after records exist, so every existing experiment keeps
-    its trial ids (and resumes) as long as it does not use them.
+    its trial ids (and resumes) as long as it does not use them. The keys of a nested block named
+    in ``FLAT_BLOCKS`` (:func:`harness.registry.flat_blocks`; every fine-tuning task's ``train``)
+    are stored flat: the block's listed keys always, its other keys only when they differ from the
+    block's default.
 
     Example:
         >>> from dataclasses import dataclass
@@ -446,6 +449,12 @@ def resolved_fields(cfg: Any) -> dict[str, Any]:
     for name in getattr(type(cfg), "NEW_FIELDS_OMITTED_WHEN_NONE", ()):
         if out.get(name, 0) is None:
             del out[name]
+    fields = {f.name: f for f in dataclasses.fields(cfg)}
+    for block, always in registry.flat_blocks(type(cfg)).items():
+        default = dataclasses.asdict(registry.field_default(fields[block]))
+        for k, v in out.pop(block).items():
+            if k in always or v != default[k]:
+                out[k] = v
     return out
 
 

@@ -282,6 +282,7 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
     if not isinstance(values, dict):
         raise TypeError(f"{where}: expected a mapping of config values, got {type(values).__name__}")
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
+    values = _nest_flat_keys(config_cls, values, fields, where)
     unknown = [k for k in values if k not in fields]
     if unknown:
         k = unknown[0]
@@ -293,11 +294,63 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
     kwargs = {}
     hints = _type_hints(config_cls)
     for k, v in values.items():
+        base = field_default(fields[k])
+        if isinstance(v, dict) and dataclasses.is_dataclass(base) and not isinstance(base, type):
+            # a nested block overrides its field's default key by key (a task's own training
+            # defaults stay in force for the keys the block does not name)
+            v = {**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}, **v}
         kwargs[k] = _coerce(hints.get(k), v, f"{where}.{k}")
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as e:
         raise ValueError(f"{where}: {e}") from None
+
+
+def field_default(f: dataclasses.Field) -> Any:
+    """The default value of a dataclass field (calling its factory), or ``dataclasses.MISSING``."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
+def flat_blocks(config_cls: type) -> dict[str, tuple[str, ...]]:
+    """A config class's ``FLAT_BLOCKS``: nested dataclass fields whose keys are stored flat.
+
+    ``FLAT_BLOCKS = {"train": ("learning_rate", ...)}`` on a config class means: the field ``train``
+    holds a nested config dataclass; its keys may also be written at the top level (``epochs: 3``
+    as well as ``train: {epochs: 3}``, never both); and the resolved trial config stores them flat,
+    always the listed keys and any other key only when it differs from the block's default (see
+    :func:`harness.config.resolved_fields`), so that trial ids stay those of the flat layout.
+    """
+    return dict(getattr(config_cls, "FLAT_BLOCKS", None) or {})
+
+
+def _nest_flat_keys(config_cls: type, values: dict, fields: dict, where: str) -> dict:
+    """Move top-level keys of a ``FLAT_BLOCKS`` block into the block (the flat layout)."""
+    blocks = flat_blocks(config_cls)
+    if not blocks:
+        return values
+    out = dict(values)
+    for block in blocks:
+        base = field_default(fields[block])
+        sub_names = {f.name for f in dataclasses.fields(base)} - set(fields)
+        flat = {k: out.pop(k) for k in list(out) if k in sub_names}
+        if not flat:
+            continue
+        nested = out.get(block)
+        if nested is None:
+            nested = {}
+        elif not isinstance(nested, dict):
+            raise ValueError(f"{where}.{block}: expected a mapping of config values, got {nested!r}")
+        both = sorted(set(flat) & set(nested))
+        if both:
+            raise ValueError(
+                f"{where}: {both[0]!r} is given both at the top level and in {block!r}; give it once (as {block}.{both[0]})"
+            )
+        out[block] = {**nested, **flat}
+    return out
 
 
 def _type_hints(cls: type) -> dict:

@@ -76,6 +76,7 @@ from tasks import metrics
 from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
 from tasks.languages import LANGUAGES, SUMMARY, check_language_list
 from tasks.loop import (
+    FINETUNE_KEYS,
     IGNORE_INDEX,
     TrainConfig,
     finetune,
@@ -83,6 +84,7 @@ from tasks.loop import (
     pad_collate,
     predict,
     resolve_device,
+    train_block,
 )
 
 SIZES: dict[str, dict[str, int]] = {
@@ -101,6 +103,10 @@ or ``none`` (the decoded text's own whitespace tokens)."""
 class IwsltConfig:
     """Configuration of :class:`IwsltBleu`. Defaults: XLP paper, Appendix B.2 / Table 7."""
 
+    FLAT_BLOCKS = {
+        "train": FINETUNE_KEYS + ("lr_schedule", "warmup_steps", "max_steps", "adam_beta1", "adam_beta2", "adam_epsilon")
+    }
+    """The ``train`` keys are stored flat in the resolved config (trial ids of the flat layout kept)."""
     NEW_FIELDS_OMITTED_WHEN_NONE = ("languages", "tokenized_bleu")
     """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
 
@@ -136,24 +142,16 @@ class IwsltConfig:
     """Algorithm of the trained target tokenizer (see ``harness.tokenizers.ALGORITHMS``)."""
     target_vocab_size: int = 8000
     """Vocabulary size of the trained target tokenizer."""
-    learning_rate: float = 5e-4
-    lr_schedule: str = "inverse_sqrt"
-    warmup_steps: int | None = 4000
-    """XLP: 4k warmup steps (then inverse square root)."""
-    warmup_ratio: float = 0.0
-    """Used only when ``warmup_steps`` is None."""
-    batch_size: int = 128
-    """Sentence pairs per step. XLP batches 4096 tokens; IWSLT averages ~30 tokens per side, so
-    ~128 pairs is the closest sentence-count equivalent."""
-    epochs: int = 180
-    max_steps: int | None = None
-    """Step budget instead of ``epochs`` (dev selection then happens once per pass)."""
-    weight_decay: float = 1e-4
-    max_grad_norm: float = 0.0
-    """Not stated by XLP; 0 (off) is fairseq's default."""
-    adam_beta1: float = 0.9
-    adam_beta2: float = 0.98
-    adam_epsilon: float = 1e-8
+    # XLP: learning rate 5e-4, 4k warmup steps then inverse square root, Adam betas (0.9, 0.98),
+    # weight decay 1e-4. Batch: XLP batches 4096 tokens; IWSLT averages ~30 tokens per side, so 128
+    # sentence pairs is the closest sentence-count equivalent. Gradient clipping is not stated by
+    # XLP: 0 (off) is fairseq's default. warmup_ratio is used only when warmup_steps is None;
+    # max_steps is a step budget instead of epochs (dev selection then happens once per pass).
+    train: TrainConfig = train_block(
+        learning_rate=5e-4, lr_schedule="inverse_sqrt", warmup_steps=4000, warmup_ratio=0.0, batch_size=128,
+        epochs=180, weight_decay=1e-4, max_grad_norm=0.0, adam_beta2=0.98,
+    )  # fmt: skip
+    """Optimization (:class:`tasks.loop.TrainConfig`; its keys may also be given flat)."""
     label_smoothing: float = 0.1
     num_beams: int = 5
     length_penalty: float = 1.2
@@ -177,10 +175,6 @@ class IwsltConfig:
     its metrics). ``max_train_examples``/``max_eval_examples`` then apply per language. Languages a
     language-encoded model has no parameters for are added, initialized by the encoding's ``init``
     option (:func:`tasks.data.ensure_languages`)."""
-    eval_batch_size: int = 64
-    mixed_precision: bool = True
-    """bf16 autocast on CUDA only."""
-    log_every: int = 10
     max_train_examples: int | None = None
     """Use the first N training pairs (None: all)."""
     max_eval_examples: int | None = None
@@ -207,7 +201,6 @@ class IwsltConfig:
         if self.tokenized_bleu is not None and self.tokenized_bleu not in TOKENIZED_BLEU:
             raise ValueError(f"tokenized_bleu must be one of {TOKENIZED_BLEU} or null, got {self.tokenized_bleu!r}")
         check_language_list(self, "languages")
-        TrainConfig.from_config(self)  # validates the shared optimization fields
 
     def architecture(self, source_hidden: int | None) -> dict[str, int]:
         """Resolved sizes; ``source_hidden`` is the copied embeddings' width (None: not copied).
@@ -504,9 +497,9 @@ class IwsltBleu:
             inputs,
             collate,
             lambda batch, ids: [s.strip() for s in tgt_tok.batch_decode(ids, skip_special_tokens=True)],
-            batch_size=cfg.eval_batch_size,
+            batch_size=cfg.train.eval_batch_size,
             device=device,
-            mixed_precision=cfg.mixed_precision,
+            mixed_precision=cfg.train.mixed_precision,
             show_progress=show,
             description=desc,
             # every batch key but the labels: input ids, mask and, with an encoding, the language ids
@@ -533,8 +526,8 @@ class IwsltBleu:
         return out
 
     def _dev_loss(self, model: Any, features: list[dict], collate: Any, device: str, show: bool, desc: str) -> dict:
-        rows = predict(model, features, collate, _nll_rows, batch_size=self.config.eval_batch_size, device=device,
-                       mixed_precision=self.config.mixed_precision, show_progress=show, description=desc)  # fmt: skip
+        rows = predict(model, features, collate, _nll_rows, batch_size=self.config.train.eval_batch_size, device=device,
+                       mixed_precision=self.config.train.mixed_precision, show_progress=show, description=desc)  # fmt: skip
         nll, count = sum(r[0] for r in rows), sum(r[1] for r in rows)
         return {"loss": nll / count, "perplexity": metrics.perplexity(nll, count)}
 
@@ -658,7 +651,7 @@ class IwsltBleu:
             train,
             dev_fn,
             test_bleu,
-            TrainConfig.from_config(cfg),
+            cfg.train,
             ctx.seed,
             collate_fn=collate,
             select_metric=None if dev_fn is None else cfg.select_metric,

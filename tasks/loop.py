@@ -29,7 +29,7 @@ import math
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
@@ -146,8 +146,11 @@ def log(message: str, enabled: bool = True) -> None:
 class TrainConfig:
     """Optimization settings of :func:`finetune` (defaults: FOCUS downstream protocol).
 
-    Task configs carry fields of the same names with their papers' values;
-    :meth:`from_config` picks them up.
+    Every fine-tuning task config holds one of these as its ``train`` block, made by
+    :func:`train_block` with the task's papers' values as defaults. In a config file the block is
+    written ``train: {learning_rate: 2e-4, epochs: 3}`` (keys it does not name keep the task's
+    defaults); the keys may also be written at the top level of the task config (the flat layout
+    of earlier configs and of the resolved trial config, ``FLAT_BLOCKS``), never both.
     """
 
     learning_rate: float = 2e-5
@@ -199,11 +202,32 @@ class TrainConfig:
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
 
-    @classmethod
-    def from_config(cls, task_config: Any) -> TrainConfig:
-        """Build from any dataclass that has some of these field names (a task config)."""
-        names = {f.name for f in fields(cls)}
-        return cls(**{f.name: getattr(task_config, f.name) for f in fields(task_config) if f.name in names})
+
+
+FINETUNE_KEYS = (
+    "learning_rate", "batch_size", "epochs", "warmup_ratio", "weight_decay", "max_grad_norm",
+    "eval_batch_size", "mixed_precision", "log_every",
+)  # fmt: skip
+"""The training keys the fine-tuning tasks (XNLI, QA, NER) have always stored in the resolved trial
+config; the other :class:`TrainConfig` keys are stored only when set to a non-default value, so the
+trial ids of configs written before the ``train`` block existed are unchanged."""
+
+
+def train_block(**defaults: Any) -> Any:
+    """The ``train`` field of a task config: a :class:`TrainConfig` with the task's own defaults.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass(frozen=True)
+        ... class MyTaskConfig:
+        ...     FLAT_BLOCKS = {"train": FINETUNE_KEYS}
+        ...     max_length: int = 128
+        ...     train: TrainConfig = train_block(learning_rate=3e-5, epochs=3)
+        >>> MyTaskConfig().train.epochs, MyTaskConfig().train.batch_size
+        (3, 32)
+    """
+    TrainConfig(**defaults)  # a bad default fails where the task is defined
+    return field(default_factory=lambda: TrainConfig(**defaults))
 
 
 @dataclass

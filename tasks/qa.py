@@ -27,6 +27,7 @@ from harness.registry import register_task
 from tasks import metrics
 from tasks.data import added_tokens, language_collate, limit, load_task_splits, strip_added, token_lengths
 from tasks.loop import (
+    FINETUNE_KEYS,
     LanguageRun,
     TrainConfig,
     build_task_model,
@@ -36,6 +37,7 @@ from tasks.loop import (
     predict,
     resolve_device,
     run_per_language,
+    train_block,
 )
 
 
@@ -43,17 +45,17 @@ from tasks.loop import (
 class QaConfig:
     """Configuration of :class:`Qa`. Defaults: FOCUS Table 6 (QA column) and HF ``run_qa``."""
 
+    FLAT_BLOCKS = {"train": FINETUNE_KEYS}
+    """The ``train`` keys are stored flat in the resolved config (trial ids of the flat layout kept)."""
+
     dataset: str | None = None
     """Hub data set for real languages: ``germanquad`` or ``tydiqa`` (default: the language table's)."""
     files: str | None = None
     """Local SQuAD-format JSONL path template with ``{lang}`` and ``{split}``."""
-    learning_rate: float = 3e-5
-    """FOCUS used the HF example default for QA (value lost in extraction; 3e-5 is the
-    ``run_qa`` README value — check against the PDF)."""
-    batch_size: int = 64
-    """FOCUS: 64."""
-    epochs: int = 5
-    """FOCUS: 5 (marked with a footnote lost in extraction)."""
+    # FOCUS used the HF example default learning rate for QA (value lost in extraction; 3e-5 is the
+    # run_qa README value, check against the PDF), batch 64, 5 epochs (footnote lost in extraction)
+    train: TrainConfig = train_block(learning_rate=3e-5, batch_size=64, epochs=5)
+    """Optimization (:class:`tasks.loop.TrainConfig`; its keys may also be given flat)."""
     max_length: int = 384
     """Tokens per question+context window (FOCUS/run_qa: 384)."""
     doc_stride: int = 128
@@ -62,12 +64,6 @@ class QaConfig:
     """Longest predicted answer in tokens (run_qa: 30)."""
     n_best: int = 20
     """Start/end candidates per window considered in post-processing (run_qa: 20)."""
-    warmup_ratio: float = 0.1
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    eval_batch_size: int = 64
-    mixed_precision: bool = True
-    log_every: int = 10
     max_train_examples: int | None = None
     """First N questions for training (before windowing)."""
     max_eval_examples: int | None = None
@@ -78,7 +74,6 @@ class QaConfig:
             raise ValueError(f"doc_stride must be in [0, max_length), got {self.doc_stride}")
         if self.max_answer_length < 1 or self.n_best < 1:
             raise ValueError("max_answer_length and n_best must be >= 1")
-        TrainConfig.from_config(self)
 
 
 def _tokenize(tokenizer: Any, ds: Any, cfg: QaConfig) -> Any:
@@ -211,9 +206,9 @@ class Qa:
             features,
             collate,
             output_fn,
-            batch_size=cfg.eval_batch_size,
+            batch_size=cfg.train.eval_batch_size,
             device=device,
-            mixed_precision=cfg.mixed_precision,
+            mixed_precision=cfg.train.mixed_precision,
             show_progress=show,
             description=desc,
         )
@@ -257,7 +252,7 @@ class Qa:
             train,
             lambda m: self._scores(m, dev_ds, dev, collate, device, ctx.progress, f"qa dev {lang}"),
             lambda m: self._scores(m, test_ds, test, collate, device, ctx.progress, f"qa test {lang}"),
-            TrainConfig.from_config(cfg),
+            cfg.train,
             ctx.seed,
             collate_fn=collate,
             select_metric="f1",

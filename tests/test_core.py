@@ -169,6 +169,81 @@ def test_packaged_configs_validate():
         assert hconfig.load_experiment(f).trials()
 
 
+def _task_trial(tmp_path, task: dict, name: str = "e.yaml"):
+    import yaml
+
+    raw = yaml.safe_load(QUICK)
+    raw["tasks"] = [task]
+    p = tmp_path / name
+    p.write_text(yaml.safe_dump(raw))
+    return hconfig.load_experiment(p).trials()[0]
+
+
+def test_train_block_nested_and_flat_are_one_config(tmp_path):
+    from tasks.loop import TrainConfig
+
+    nested = _task_trial(tmp_path, {"name": "xnli", "config": {"train": {"learning_rate": 2e-4, "epochs": 3}}})
+    flat = _task_trial(tmp_path, {"name": "xnli", "config": {"learning_rate": 2e-4, "epochs": 3}}, "flat.yaml")
+    assert nested.trial_id == flat.trial_id and nested.resolved() == flat.resolved()
+    stored = nested.resolved()["task"]["config"]
+    # stored flat (the layout trial ids were defined on): the FINETUNE_KEYS always, others when set
+    assert "train" not in stored and stored["learning_rate"] == 2e-4 and stored["epochs"] == 3
+    assert stored["batch_size"] == 128  # the block kept XNLI's own default for a key it did not name
+    assert "lr_schedule" not in stored and "adam_beta2" not in stored
+    cfg = hconfig.component_config("task", nested.task)
+    assert isinstance(cfg.train, TrainConfig) and (cfg.train.learning_rate, cfg.train.batch_size) == (2e-4, 128)
+    # a non-default value of a key outside FINETUNE_KEYS is stored, and changes the trial id
+    other = _task_trial(tmp_path, {"name": "xnli", "config": {"train": {"learning_rate": 2e-4, "epochs": 3,
+                                                                        "lr_schedule": "constant"}}}, "o.yaml")  # fmt: skip
+    assert other.resolved()["task"]["config"]["lr_schedule"] == "constant" and other.trial_id != nested.trial_id
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        ({"epochs": 2, "train": {"epochs": 3}}, r"tasks\.0\.config: 'epochs' is given both at the top level and in 'train'"),
+        ({"train": {"learnin_rate": 1e-3}}, r"tasks\.0\.config\.train: unknown key 'learnin_rate'.*did you mean 'learning_rate'"),
+        ({"train": {"epochs": 0}}, r"tasks\.0\.config\.train: epochs must be >= 1"),
+        ({"train": [1, 2]}, r"tasks\.0\.config\.train: expected a mapping"),
+    ],
+)
+def test_train_block_errors_name_the_key(tmp_path, config, message):
+    with pytest.raises(hconfig.ConfigError, match=message):
+        _task_trial(tmp_path, {"name": "xnli", "config": config})
+
+
+def test_every_finetuning_task_has_one_train_block_and_no_copied_fields():
+    """The training keys live in one TrainConfig per task, never as same-named fields of the task
+    config (which a renamed field would let fall back to a default silently)."""
+    from tasks.loop import FINETUNE_KEYS, TrainConfig
+
+    train_names = {f.name for f in dataclasses.fields(TrainConfig)}
+    for name in ("xnli", "qa", "ner", "iwslt-bleu"):
+        cls = registry.get("task", name).config_cls
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        assert isinstance(registry.field_default(fields["train"]), TrainConfig), name
+        assert not (set(fields) & train_names), (name, set(fields) & train_names)
+        always = registry.flat_blocks(cls)["train"]
+        assert set(FINETUNE_KEYS) <= set(always) <= train_names, name
+
+
+def test_packaged_and_committed_trial_ids_survive_the_train_block():
+    """Every committed record's stored task config rebuilds to the same stored form (so its trial id,
+    the hash of that form, is what the config files now produce)."""
+    repo = Path(__file__).resolve().parent.parent
+    files = sorted((repo / "leaderboards" / "records").glob("*/records/*.json"))
+    assert len(files) > 100
+    checked = 0
+    for f in files:
+        task = json.loads(f.read_text())["config"]["task"]
+        if task["name"] not in ("xnli", "qa", "ner", "iwslt-bleu"):
+            continue
+        cfg = registry.build_config(registry.get("task", task["name"]).config_cls, task["config"])
+        assert json.loads(json.dumps(hconfig.resolved_fields(cfg))) == task["config"], f
+        checked += 1
+    assert checked > 50
+
+
 # ---------------------------------------------------------------- records
 
 

@@ -377,9 +377,9 @@ def test_xnli_qa_ner_mlm_run_with_each_encoding(tok, task_files, name):  # noqa:
     r = Xnli(build_config(XnliConfig, {**FAST, "setting": "cross-lingual", "files": files("xnli")})).run(ctx)
     assert set(r.metrics) == {"near", "far"}
     ctx = _ctx(model, tok, ("near",), encoding=e)
-    r = Qa(QaConfig(**{**FAST, "doc_stride": 16}, files=files("qa"))).run(ctx)
+    r = Qa(build_config(QaConfig, {**FAST, "doc_stride": 16, "files": files("qa")})).run(ctx)
     assert 0 <= r.metrics["near"]["f1"] <= 100 and r.info["finetune"]["near"]["head"]["encoding"]["name"] == name
-    r = Ner(NerConfig(**FAST, files=files("ner"))).run(ctx)
+    r = Ner(build_config(NerConfig, {**FAST, "files": files("ner")})).run(ctx)
     assert 0 <= r.metrics["near"]["f1"] <= 1
     text = task_files / "near.txt"
     text.write_text("Anna lives in Berlin .\nThe cat sat on the mat .\n", encoding="utf-8")

@@ -25,7 +25,7 @@ def _tiny(tiny_pretrain_overrides, n_tasks: int, extra: list[str]) -> list[str]:
 @pytest.mark.slow
 def test_encoder_pipeline_with_lapt(tmp_path, tiny_source, tiny_pretrain_overrides):
     extra = ["stages.0.config.max_steps=3", "stages.0.config.batch_size=4", "stages.0.config.max_length=32"]
-    extra += [f"tasks.{i}.config.epochs=1" for i in range(3)]
+    extra += [f"tasks.{i}.config.train.epochs=1" for i in range(3)]
     cfg = load_experiment(CONFIG_DIR / "tasks-encoder.yaml", _tiny(tiny_pretrain_overrides, 3, extra))
     summary = run_experiment(cfg, tmp_path, progress=False)
     recs = list(records.iter_records(tmp_path / "tasks-encoder"))
@@ -54,7 +54,7 @@ def test_decoder_perplexity_pipeline(tmp_path, tiny_pretrain_overrides):
 @pytest.mark.slow
 def test_translation_pipeline(tmp_path, tiny_source, tiny_pretrain_overrides):
     cfg = load_experiment(CONFIG_DIR / "tasks-iwslt.yaml", _tiny(tiny_pretrain_overrides, 1, [
-        "tasks.0.config.epochs=1", "tasks.0.config.warmup_steps=1", "tasks.0.config.target_vocab_size=80"]))
+        "tasks.0.config.train.epochs=1", "tasks.0.config.train.warmup_steps=1", "tasks.0.config.target_vocab_size=80"]))
     cfg = dataclasses.replace(cfg, tasks=cfg.tasks[:1])  # the 6k entry; the others are its learning curve's budgets
     summary = run_experiment(cfg, tmp_path, progress=False)
     recs = list(records.iter_records(tmp_path / "tasks-iwslt"))

@@ -22,6 +22,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HOME", os.path.join(tempfile.gettempdir(), "tokxfer-tests-hf-home"))
 
 from harness.protocols import TaskContext, TaskResult  # noqa: E402
+from harness.registry import build_config  # noqa: E402
 from tasks.mlm_at_init import MlmAtInit, MlmAtInitConfig, build_masked_examples, read_lines  # noqa: E402
 
 SENTENCES = [
@@ -288,13 +289,13 @@ def test_xnli_translate_train_end_to_end(tokenizer, task_files):
 def test_xnli_cross_lingual_and_limits(tokenizer, task_files):
     from tasks.xnli import Xnli, XnliConfig
 
-    cfg = XnliConfig(
+    cfg = build_config(XnliConfig, dict(
         **FAST,
         setting="cross-lingual",
         files=str(task_files / "{lang}" / "xnli" / "{split}.jsonl"),
         max_train_examples=6,
         max_eval_examples=5,
-    )
+    ))  # fmt: skip
     r = Xnli(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near", "far"), source_language="near"))
     assert set(r.metrics) == {"near", "far"} and list(r.curves) == ["near/train_loss"]
     assert r.counts["far"] == {"train": 6, "dev": 5, "test": 5}
@@ -306,7 +307,7 @@ def test_ner_end_to_end_records_mode(tokenizer, task_files):
     from tasks.ner import Ner, NerConfig
 
     files = str(task_files / "{lang}" / "ner" / "{split}.jsonl")
-    r = Ner(NerConfig(**FAST, files=files, seqeval_mode="strict")).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    r = Ner(build_config(NerConfig, dict(**FAST, files=files, seqeval_mode="strict"))).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
     _check_finetune_result(r, ["near"], ["f1", "precision", "recall"], 1.0)
     assert r.info["seqeval"] == {"mode": "strict", "scheme": "IOB2"}
     assert r.info["data"]["near"]["labels"][:3] == ["O", "B-PER", "I-PER"]
@@ -314,7 +315,7 @@ def test_ner_end_to_end_records_mode(tokenizer, task_files):
     (task_files / "far" / "ner" / "labels.json").write_text(
         json.dumps(["O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC", "B-DATE"])
     )
-    r2 = Ner(NerConfig(**{**FAST, "epochs": 1}, files=files)).run(_ctx(make_mlm(tokenizer), tokenizer, ("far",)))
+    r2 = Ner(build_config(NerConfig, {**FAST, "epochs": 1, "files": files})).run(_ctx(make_mlm(tokenizer), tokenizer, ("far",)))
     assert r2.info["data"]["far"]["labels"][-1] == "B-DATE" and r2.info["seqeval"]["mode"] == "default"
 
 
@@ -333,8 +334,8 @@ def test_ner_first_subword_labels(tokenizer):
 def test_qa_end_to_end(tokenizer, task_files):
     from tasks.qa import Qa, QaConfig
 
-    cfg = QaConfig(
-        **{**FAST, "max_length": 32}, doc_stride=8, files=str(task_files / "{lang}" / "qa" / "{split}.jsonl")
+    cfg = build_config(
+        QaConfig, {**FAST, "max_length": 32, "doc_stride": 8, "files": str(task_files / "{lang}" / "qa" / "{split}.jsonl")}
     )
     r = Qa(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
     _check_finetune_result(r, ["near"], ["exact_match", "f1"], 100.0)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from harness.cache import content_hash
+from harness.registry import build_config
 from harness.world import pretrain as pt
 from harness.world.pretrain import PretrainConfig, multilingual_config, pretrain_on_files, pretrained_source
 
@@ -161,7 +162,7 @@ def test_xnli_cross_lingual_metrics_on_a_tiny_run(tiny_world, xlp_source):
     from tasks.xnli import Xnli, XnliConfig
 
     model, tok = _encoded(xlp_source)
-    cfg = XnliConfig(setting="cross-lingual", train_language="src", eval_languages=["src", "near", "far"], **XNLI_FAST)
+    cfg = build_config(XnliConfig, dict(setting="cross-lingual", train_language="src", eval_languages=["src", "near", "far"], **XNLI_FAST))
     r = Xnli(cfg).run(_ctx(model, tok, tiny_world, encoding=_enc("xlp")))
     assert set(r.metrics) == {"src", "near", "far", SUMMARY}
     acc = {lang: r.metrics[lang]["accuracy"] for lang in ("src", "near", "far")}
@@ -173,7 +174,7 @@ def test_xnli_cross_lingual_metrics_on_a_tiny_run(tiny_world, xlp_source):
     assert "encoding_languages_added" not in r.info  # the multilingual source knows every language
     json.dumps(r.info)
     with pytest.raises(ValueError, match=r"eval_languages \['src', 'far'\] must include .*\['near'\]"):
-        Xnli(XnliConfig(setting="cross-lingual", eval_languages=["src", "far"], **XNLI_FAST)).run(
+        Xnli(build_config(XnliConfig, dict(setting="cross-lingual", eval_languages=["src", "far"], **XNLI_FAST))).run(
             _ctx(model, tok, tiny_world))
 
 
@@ -186,7 +187,7 @@ def test_xnli_translate_train_adds_missing_languages(tiny_world, tiny_source):
     enc = _enc("additive")  # a plain source wrapped for the trial's two languages, as the runner does
     model = enc.wrap(AutoModelForMaskedLM.from_pretrained(tiny_source), ["near", "src"], seed=1)
     tok = AutoTokenizer.from_pretrained(tiny_source)
-    cfg = XnliConfig(setting="translate-train", eval_languages=["near", "agglu"], **XNLI_FAST)
+    cfg = build_config(XnliConfig, dict(setting="translate-train", eval_languages=["near", "agglu"], **XNLI_FAST))
     r = Xnli(cfg).run(_ctx(model, tok, tiny_world, encoding=enc))
     assert r.info["encoding_languages_added"] == ["agglu"] and model.languages == ["near", "src"]  # a copy grew
     assert set(r.info["finetune"]) == {"near", "agglu"} and set(r.metrics) == {"near", "agglu", SUMMARY}
