@@ -114,9 +114,16 @@ class ComponentSpec:
     id: str
     name: str
     config: dict
+    built: Any = field(default=None, compare=False, hash=False, repr=False)
+    """The validated config dataclass ``config`` was resolved from (set when an experiment file is
+    loaded, so :func:`component_config` does not validate it again); None for specs read back from
+    records. Never pickled: a spec sent to another process carries only its resolved dict."""
 
     def as_dict(self) -> dict:
         return {"id": self.id, "name": self.name, "config": self.config}
+
+    def __reduce__(self):
+        return (ComponentSpec, (self.id, self.name, self.config))
 
 
 @dataclass(frozen=True)
@@ -421,7 +428,7 @@ def _components(kind: str, items: Any, where: str, *, required: bool = False) ->
         if cid in seen:
             raise ConfigError(f"{where}.{i}: duplicate id {cid!r}; give each entry a distinct 'id'")
         seen.add(cid)
-        out.append(ComponentSpec(cid, entry.name, _jsonable(resolved_fields(cfg))))
+        out.append(ComponentSpec(cid, entry.name, _jsonable(resolved_fields(cfg)), cfg))
     return out
 
 
@@ -469,6 +476,9 @@ def _jsonable(obj: Any) -> Any:
 
 
 def component_config(kind: str, spec: ComponentSpec) -> Any:
-    """Rebuild the frozen config dataclass of a component from its resolved dict."""
+    """The frozen config dataclass of a component: the one validated when the experiment was loaded,
+    else rebuilt from its resolved dict (a spec read back from a record or sent to another process)."""
+    if spec.built is not None:
+        return spec.built
     entry = registry.get(kind, spec.name)
     return registry.build_config(entry.config_cls, spec.config, where=f"{kind} {spec.id!r}")

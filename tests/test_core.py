@@ -198,6 +198,20 @@ def test_train_block_nested_and_flat_are_one_config(tmp_path):
     assert other.resolved()["task"]["config"]["lr_schedule"] == "constant" and other.trial_id != nested.trial_id
 
 
+def test_component_config_validated_once_and_rebuilt_equal_after_pickling(tmp_path, monkeypatch):
+    import pickle
+
+    trial = _task_trial(tmp_path, {"name": "xnli", "config": {"train": {"epochs": 3}, "max_length": 64}})
+    built = hconfig.component_config("task", trial.task)
+    calls = []
+    monkeypatch.setattr(registry, "build_config", lambda *a, **k: calls.append(a))
+    assert hconfig.component_config("task", trial.task) is built and not calls  # no second validation
+    monkeypatch.undo()
+    sent = pickle.loads(pickle.dumps(trial))  # what an executor hands another process
+    assert sent.task.built is None and sent.trial_id == trial.trial_id and sent.task == trial.task
+    assert hconfig.component_config("task", sent.task) == built
+
+
 @pytest.mark.parametrize(
     "config, message",
     [
