@@ -491,7 +491,34 @@ def run(args: argparse.Namespace) -> int:
     cfg_values = _config_values(args, entry.config_cls, args.method)
     cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
 
-    # -- files and requirements (no tokenizer or model loaded yet)
+    paths, method_paths = _check_files(args, entry, cfg, cfg_values, notes)  # no tokenizer or model loaded yet
+    t0 = time.perf_counter()
+    tgt, src_tok, new_head = _load_tokenizers(args, notes)
+    input_info = _check_inputs_against_tokenizers(args, entry.make(cfg), paths, method_paths, tgt, src_tok, notes)
+    t_checks = time.perf_counter() - t0
+
+    init = _initialize(args, cfg, tgt, method_paths, new_head, notes)
+    t0 = time.perf_counter()
+    notes.note(f"saving to {out}")
+    out.mkdir(parents=True, exist_ok=True)
+    init.model.save_pretrained(out)
+    init.tokenizer.save_pretrained(out)
+    t_save = time.perf_counter() - t0
+    categories = categorize(init.result.mapping, init.source_tokenizer, init.tokenizer)
+    timings = {"checks_s": t_checks, **init.timings, "save_s": t_save, "total_s": time.perf_counter() - t_start}
+    info = _init_info(args, cfg, init, paths, method_paths, input_info, new_head, notes, categories, timings, started)
+    from harness.records import _json_default  # noqa: PLC2701 - the records' own JSON encoding
+
+    (out / "init_info.json").write_text(json.dumps(info, indent=2, default=_json_default) + "\n")
+    from rich.console import Console
+
+    _print_summary(Console(soft_wrap=True), init, categories, timings, out.resolve(), info["counts"], notes.warnings, new_head)
+    return 0
+
+
+def _check_files(args: argparse.Namespace, entry: Any, cfg: Any, cfg_values: dict, notes: Notes) -> tuple[dict, dict]:
+    """The input files exist and are readable text, the method has what it needs; returns
+    ``(paths, method_paths)``: every given input, and those the method reads (others None)."""
     paths: dict[str, Path | None] = {f.field: _existing_file(getattr(args, f.field), f.flag) for f in INPUT_FLAGS}
     for field in ("target_corpus", "source_corpus"):
         if paths[field] is not None:
@@ -513,11 +540,15 @@ def run(args: argparse.Namespace) -> int:
     for k, v in paths.items():
         if v is not None and k not in reads:
             notes.warn(f"{INPUT_BY_FIELD[k].flag} is not read by --method {args.method} (used only to check the other inputs)")
+    return paths, method_paths
 
-    # -- tokenizers (seconds), then the source checkpoint's head (no weights loaded)
+
+def _load_tokenizers(args: argparse.Namespace, notes: Notes) -> tuple[Any, Any, dict | None]:
+    """The target and source tokenizers (seconds), then the source checkpoint's head (no weights
+    loaded); returns ``(target_tokenizer, source_tokenizer, new_head)``, ``new_head`` the record of
+    a head that ``--new-head`` lets start random (None when the checkpoint has it)."""
     from harness import resources
 
-    t0 = time.perf_counter()
     tgt = resources.load_tokenizer(args.target_tokenizer)
     resources.check_model_dir(args.source)
     src_tok = resources.load_tokenizer(args.source_tokenizer or args.source)
@@ -536,8 +567,14 @@ def run(args: argparse.Namespace) -> int:
                    f"({', '.join(archs)}) and will be random")
     elif head is None:
         notes.note(f"--source {args.source}: not a local directory; its --kind {args.kind} head was not checked")
+    return tgt, src_tok, new_head
 
-    # -- input files vs the tokenizers and corpora
+
+def _check_inputs_against_tokenizers(args: argparse.Namespace, method: Any, paths: dict, method_paths: dict, tgt: Any,
+                                     src_tok: Any, notes: Notes) -> dict:
+    """Dictionary and parallel corpus (swapped if asked) against the tokenizers and corpora, then the
+    method's own ``preflight`` checks; ``method_paths`` is updated in place with prepared files.
+    Returns what the checks found (``init_info.json``'s ``inputs``/``checks``)."""
     ctx_kw = {
         "target_vocab": corpus_vocabulary(paths["target_corpus"]) if paths["target_corpus"] is not None else None,
         "source_vocab": corpus_vocabulary(paths["source_corpus"]) if paths["source_corpus"] is not None else None,
@@ -554,44 +591,46 @@ def run(args: argparse.Namespace) -> int:
     elif args.swap_parallel:
         raise InitInputError("--swap-parallel without --parallel-corpus")
     n_source = _source_rows(args.source, src_tok)
-    preflight = getattr(entry.make(cfg), "preflight", None)
+    preflight = getattr(method, "preflight", None)
     if preflight is not None:  # the method's own checks (optional hook of the EmbeddingInitializer protocol)
         input_info.update(preflight(method_paths, src_tok, tgt, n_source=n_source, mode=args.mode, notes=notes))
-    t_checks = time.perf_counter() - t0
+    return input_info
 
-    # -- the long part
-    from harness import progress, seeding
-    from harness.initialize import init_summary, initialize_model, provenance_string
 
-    notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")
+def _initialize(args: argparse.Namespace, cfg: Any, tgt: Any, method_paths: dict, new_head: dict | None,
+                notes: Notes) -> Any:
+    """The long part: load the source and run the method (progress bars unless --quiet); a method's
+    message about ``inputs.<field>`` is reworded with the command-line flag."""
     import contextlib
 
+    from harness import progress, seeding
+    from harness.initialize import initialize_model
+
+    notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")
     seeded = seeding.seeded_globals(args.seed, "init", "new-head") if new_head else contextlib.nullcontext()
     try:
         with seeded, progress.tool_output(not args.quiet), progress.reporting(_bar_factory(args.quiet)):
-            init = initialize_model(
+            return initialize_model(
                 source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
                 method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=method_paths, mode=args.mode,
                 extend_top_n=args.extend_top_n, bias=args.bias,
             )
-    except Exception as e:  # a method's message about inputs.<field> is reworded with the flag
+    except Exception as e:
         text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         worded = flag_wording(text)
         if worded != text:
             raise InitInputError(" ".join(worded.split())) from e
         raise
-    t0 = time.perf_counter()
-    notes.note(f"saving to {out}")
-    out.mkdir(parents=True, exist_ok=True)
-    init.model.save_pretrained(out)
-    init.tokenizer.save_pretrained(out)
-    t_save = time.perf_counter() - t0
-    categories = categorize(init.result.mapping, init.source_tokenizer, init.tokenizer)
-    timings = {"checks_s": t_checks, **init.timings, "save_s": t_save, "total_s": time.perf_counter() - t_start}
 
-    info = init_summary(init)
+
+def _init_info(args: argparse.Namespace, cfg: Any, init: Any, paths: dict, method_paths: dict, input_info: dict,
+               new_head: dict | None, notes: Notes, categories: dict, timings: dict, started: str) -> dict:
+    """The content of ``init_info.json``."""
+    from harness import records
+    from harness.initialize import init_summary, provenance_string
     from harness.protocols import PROVENANCE_NAMES
 
+    info = init_summary(init)
     info.update({
         "init_info_version": INIT_INFO_VERSION,
         "tokxfer_version": records.package_version(),
@@ -620,13 +659,7 @@ def run(args: argparse.Namespace) -> int:
         "started_at": started,
         "finished_at": records.now_iso(),
     })
-    from harness.records import _json_default  # noqa: PLC2701 - the records' own JSON encoding
-
-    (out / "init_info.json").write_text(json.dumps(info, indent=2, default=_json_default) + "\n")
-    from rich.console import Console
-
-    _print_summary(Console(soft_wrap=True), init, categories, timings, out.resolve(), info["counts"], notes.warnings, new_head)
-    return 0
+    return info
 
 
 def _bar_factory(quiet: bool) -> Callable[[str, int | None], Any]:

@@ -556,119 +556,21 @@ def _pretrain_into(
         list(train_files), config.tokenizer_algorithm, config.vocab_size, cache_dir=cache_dir, progress=False
     )
     t_tok = time.perf_counter()
-
-    block_langs: list[str] | None = None
-    if config.encoding is None:
-        block_len = config.max_len
-        train = _blocks(_token_stream(tok, train_files), block_len, "training")
-    else:
-        if not language_files:
-            raise ValueError("PretrainConfig.encoding needs the training text of each language")
-        block_len = config.max_len - 1  # room for attached's language token, the same blocks for every encoding
-        train, block_langs = _language_blocks(tok, language_files, block_len)
-    dev_stream = _token_stream(tok, dev_files) if dev_files else None
-    # A dev text shorter than one block gives no dev loss rather than an error.
-    dev = None
-    if dev_stream is not None and dev_stream.numel() >= block_len:
-        dev = _blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
+    train, block_langs, dev = _pretraining_blocks(tok, config, train_files, dev_files, language_files)
     t_data = time.perf_counter()
-
-    special_ids = torch.tensor(sorted(set(tok.all_special_ids)), dtype=torch.long)
-    regular_ids = torch.tensor(sorted(set(range(len(tok))) - set(tok.all_special_ids)), dtype=torch.long)
-    mask_kwargs: dict[str, Any] = dict(
-        special_ids=special_ids,
-        regular_ids=regular_ids,
-        mask_id=int(tok.mask_token_id) if tok.mask_token_id is not None else -1,
-        probability=config.mlm_probability,
-    )
     if config.kind == "mlm" and tok.mask_token_id is None:
         raise ValueError("an MLM source needs a tokenizer with a mask token")
 
     with seeding.seeded_globals(config.seed, "pretrain", "init"):
         model = _build_model(config, tok, config.dropout)
     n_params = sum(p.numel() for p in model.parameters())
-    wrapped = None  # the language-encoded model (encodings other than none)
-    loss_fn = None
-    if language_files:
-        wrapped = _encode_model(model, config, list(language_files))
-        if wrapped is not None:
-            dev_langs = [next(iter(language_files))]  # dev_files: the source language
-
-            def loss_fn(m: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-                return _encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
-
-    trained = wrapped if wrapped is not None else model
-    trained.train()
-
-    optimizer = torch.optim.AdamW(_param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
-    warmup = max(1, round(config.warmup_ratio * config.steps)) if config.warmup_ratio > 0 else 0
-
-    def lr_factor(step: int) -> float:  # step = number of optimizer steps already taken
-        if step < warmup:
-            return (step + 1) / warmup
-        return max(0.0, (config.steps - step) / max(1, config.steps - warmup))
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
-    data_gen = seeding.torch_generator(config.seed, "pretrain", "data")
-    mask_gen = seeding.torch_generator(config.seed, "pretrain", "mask")
-    batches = _batch_indices(train.shape[0], config.batch_size, data_gen)
-    log_every = max(1, config.steps // 50)
-    eval_at = {round(config.steps * (i + 1) / config.eval_points) for i in range(config.eval_points)}
-    curve: list[list[float]] = []
-    dev_curve: list[list[float]] = []
-    window: list[float] = []
-    ema: float | None = None
-
+    wrapped = _encode_model(model, config, list(language_files)) if language_files else None
     t_train = time.perf_counter()
-    with (
-        seeding.seeded_globals(config.seed, "pretrain", "dropout"),
-        _Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
-    ):
-        for step in range(1, config.steps + 1):
-            idx = next(batches)
-            ids = train[idx]
-            if config.kind == "mlm":
-                inputs, labels = _mask_tokens(ids, generator=mask_gen, **mask_kwargs)
-            else:
-                inputs, labels = ids, ids
-            if wrapped is None:
-                loss = _loss(model, config.kind, inputs, labels)
-            else:
-                assert block_langs is not None
-                loss = _encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
-            value = loss.detach().item()
-            if not math.isfinite(value):
-                raise FloatingPointError(f"pretraining loss became {value} at step {step}; lower PretrainConfig.lr")
-            window.append(value)
-            ema = value if ema is None else 0.98 * ema + 0.02 * value
-            bar.update(ema)
-            if step % log_every == 0 or step == config.steps:
-                curve.append([step, round(sum(window) / len(window), 4)])
-                window = []
-            if dev is not None and step in eval_at:
-                dev_curve.append([step, round(_dev_loss(trained, config, dev, mask_kwargs, loss_fn), 4)])
+    curve, dev_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
+                                     dev_langs=[next(iter(language_files))] if wrapped is not None else [])
     t_end = time.perf_counter()
 
-    _set_dropout(model, config.saved_dropout)
-    tok.model_max_length = config.max_len  # only now: the stream above encodes whole lines
-    hf_logging = transformers.utils.logging
-    bars_were_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()  # no "Writing model shards" bar for a 20 MB file
-    try:
-        if wrapped is None:
-            model.save_pretrained(out)
-        else:  # the model plus language_encoding.json/.safetensors (masked LMs: tables moved off the loss module)
-            saved = wrapped.rewrap(model, finetuning=False) if config.kind == "mlm" else wrapped
-            saved.save_pretrained(out)
-    finally:
-        if bars_were_on:
-            hf_logging.enable_progress_bar()
-    tok.save_pretrained(out)
+    _save_source(out, model, wrapped, tok, config)
     info = {
         "schema_version": 1,
         "code_version": CODE_VERSION,
@@ -701,6 +603,132 @@ def _pretrain_into(
         info["language_blocks"] = counts
         info["encoding"] = wrapped.encoding_info() if wrapped is not None else {"name": "none", "parameters_added": 0}
     (out / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
+
+
+def _pretraining_blocks(
+    tok: Any,
+    config: PretrainConfig,
+    train_files: Sequence[Path],
+    dev_files: Sequence[Path],
+    language_files: dict[str, list[Path]] | None,
+) -> tuple[torch.Tensor, list[str] | None, torch.Tensor | None]:
+    """``(train blocks, language of each block or None, dev blocks or None)``."""
+    block_langs: list[str] | None = None
+    if config.encoding is None:
+        block_len = config.max_len
+        train = _blocks(_token_stream(tok, train_files), block_len, "training")
+    else:
+        if not language_files:
+            raise ValueError("PretrainConfig.encoding needs the training text of each language")
+        block_len = config.max_len - 1  # room for attached's language token, the same blocks for every encoding
+        train, block_langs = _language_blocks(tok, language_files, block_len)
+    dev_stream = _token_stream(tok, dev_files) if dev_files else None
+    # A dev text shorter than one block gives no dev loss rather than an error.
+    dev = None
+    if dev_stream is not None and dev_stream.numel() >= block_len:
+        dev = _blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
+    return train, block_langs, dev
+
+
+def _train_source(
+    model: Any,
+    wrapped: Any,
+    config: PretrainConfig,
+    tok: Any,
+    train: torch.Tensor,
+    block_langs: list[str] | None,
+    dev: torch.Tensor | None,
+    progress: bool,
+    dev_langs: list[str],
+) -> tuple[list[list[float]], list[list[float]]]:
+    """The pretraining loop (``wrapped``: the language-encoded model, or None); returns the loss
+    curve and the dev curve as ``[step, loss]`` rows."""
+    special_ids = torch.tensor(sorted(set(tok.all_special_ids)), dtype=torch.long)
+    regular_ids = torch.tensor(sorted(set(range(len(tok))) - set(tok.all_special_ids)), dtype=torch.long)
+    mask_kwargs: dict[str, Any] = dict(
+        special_ids=special_ids,
+        regular_ids=regular_ids,
+        mask_id=int(tok.mask_token_id) if tok.mask_token_id is not None else -1,
+        probability=config.mlm_probability,
+    )
+    loss_fn = None
+    if wrapped is not None:
+
+        def loss_fn(m: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+            return _encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
+
+    trained = wrapped if wrapped is not None else model
+    trained.train()
+    optimizer = torch.optim.AdamW(_param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
+    warmup = max(1, round(config.warmup_ratio * config.steps)) if config.warmup_ratio > 0 else 0
+
+    def lr_factor(step: int) -> float:  # step = number of optimizer steps already taken
+        if step < warmup:
+            return (step + 1) / warmup
+        return max(0.0, (config.steps - step) / max(1, config.steps - warmup))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
+    data_gen = seeding.torch_generator(config.seed, "pretrain", "data")
+    mask_gen = seeding.torch_generator(config.seed, "pretrain", "mask")
+    batches = _batch_indices(train.shape[0], config.batch_size, data_gen)
+    log_every = max(1, config.steps // 50)
+    eval_at = {round(config.steps * (i + 1) / config.eval_points) for i in range(config.eval_points)}
+    curve: list[list[float]] = []
+    dev_curve: list[list[float]] = []
+    window: list[float] = []
+    ema: float | None = None
+    with (
+        seeding.seeded_globals(config.seed, "pretrain", "dropout"),
+        _Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
+    ):
+        for step in range(1, config.steps + 1):
+            idx = next(batches)
+            ids = train[idx]
+            if config.kind == "mlm":
+                inputs, labels = _mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+            else:
+                inputs, labels = ids, ids
+            if wrapped is None:
+                loss = _loss(model, config.kind, inputs, labels)
+            else:
+                assert block_langs is not None
+                loss = _encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            value = loss.detach().item()
+            if not math.isfinite(value):
+                raise FloatingPointError(f"pretraining loss became {value} at step {step}; lower PretrainConfig.lr")
+            window.append(value)
+            ema = value if ema is None else 0.98 * ema + 0.02 * value
+            bar.update(ema)
+            if step % log_every == 0 or step == config.steps:
+                curve.append([step, round(sum(window) / len(window), 4)])
+                window = []
+            if dev is not None and step in eval_at:
+                dev_curve.append([step, round(_dev_loss(trained, config, dev, mask_kwargs, loss_fn), 4)])
+    return curve, dev_curve
+
+
+def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: PretrainConfig) -> None:
+    """Save the model (with its language encoding, if any) and the tokenizer into ``out``."""
+    _set_dropout(model, config.saved_dropout)
+    tok.model_max_length = config.max_len  # only now: the stream above encodes whole lines
+    hf_logging = transformers.utils.logging
+    bars_were_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # no "Writing model shards" bar for a 20 MB file
+    try:
+        if wrapped is None:
+            model.save_pretrained(out)
+        else:  # the model plus language_encoding.json/.safetensors (masked LMs: tables moved off the loss module)
+            saved = wrapped.rewrap(model, finetuning=False) if config.kind == "mlm" else wrapped
+            saved.save_pretrained(out)
+    finally:
+        if bars_were_on:
+            hf_logging.enable_progress_bar()
+    tok.save_pretrained(out)
 
 
 def _config_key(config: PretrainConfig) -> dict[str, Any]:
