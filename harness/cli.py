@@ -288,6 +288,7 @@ def cmd_quickstart(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Long but flat: one declarative argparse block per subcommand, read top to bottom like `tokxfer --help`.
     p = _Parser(prog="tokxfer", description=__doc__)
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     p.add_argument("--debug", action="store_true", help="print the traceback of an error (anywhere on the line)")

@@ -364,6 +364,80 @@ _COLUMN_KEYS = {"task", "id", "languages", "language", "metrics", "metric", "ave
 _ROW_KEYS = {"method", "display"}
 
 
+def _parse_columns(cols_raw: Any, metrics: dict[str, MetricSpec], fmt: dict, origin: str) -> list[Column]:
+    """The spec's ``columns`` (one :class:`Column` per task x language x metric, plus averages);
+    metrics named only here are added to ``metrics`` with the defaults."""
+    if not isinstance(cols_raw, list) or not cols_raw:
+        raise SpecError(f"{origin}: columns must be a non-empty list")
+    columns: list[Column] = []
+    for i, c in enumerate(cols_raw):
+        ctx = f"columns[{i}]"
+        c = _check_keys(c, _COLUMN_KEYS, origin, ctx, required={"task"})
+        langs = _str_list(c.get("languages", c.get("language")), origin, f"{ctx}.languages")
+        names = _str_list(c.get("metrics", c.get("metric")), origin, f"{ctx}.metrics")
+        average = c.get("average", False)
+        task_id = c.get("id")
+        if task_id is not None and (not isinstance(task_id, str) or not task_id):
+            raise SpecError(f"{origin}: {ctx}.id must be a task id (a non-empty string), got {task_id!r}")
+        if not isinstance(average, bool):
+            raise SpecError(f"{origin}: {ctx}.average must be true or false")
+        if AVERAGE in langs:
+            raise SpecError(f"{origin}: {ctx}.languages may not contain {AVERAGE!r} (use average: true)")
+        for mname in names:
+            if mname not in metrics:
+                metrics[mname] = _metric(mname, {}, fmt, origin)
+            m = metrics[mname]
+            for lang in langs:
+                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id))
+            if average:
+                if len(langs) < 2:
+                    raise SpecError(f"{origin}: {ctx}.average needs at least two languages")
+                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id))
+    keys = [col.key for col in columns]
+    dup = sorted({k for k in keys if keys.count(k) > 1})
+    if dup:
+        raise SpecError(f"{origin}: duplicate columns {dup}")
+    return columns
+
+
+def _parse_rows(rows_raw: Any, origin: str) -> tuple[RowSpec, ...] | None:
+    """The spec's ``rows``: None for ``all``, else the listed rows in order."""
+    rows: tuple[RowSpec, ...] | None
+    if rows_raw == "all" or rows_raw is None:
+        rows = None
+    elif isinstance(rows_raw, list) and rows_raw:
+        parsed = []
+        for i, r in enumerate(rows_raw):
+            if isinstance(r, str):
+                parsed.append(RowSpec(method=r))
+                continue
+            r = _check_keys(r, _ROW_KEYS, origin, f"rows[{i}]", required={"method"})
+            parsed.append(RowSpec(method=str(r["method"]), display=str(r.get("display", ""))))
+        rows = tuple(parsed)
+        methods = [r.method for r in rows]
+        if len(set(methods)) != len(methods):
+            raise SpecError(f"{origin}: rows list a method twice")
+    else:
+        raise SpecError(f"{origin}: rows must be 'all' or a non-empty list of methods")
+    return rows
+
+
+def _parse_paper_numbers(paper_raw: Any, known: set[str], origin: str, base_dir: Path | None) -> tuple:
+    """The spec's ``paper_numbers`` files, loaded; each value must name one of the ``known`` column keys."""
+    if isinstance(paper_raw, str):
+        paper_raw = [paper_raw]
+    if not isinstance(paper_raw, list):
+        raise SpecError(f"{origin}: paper_numbers must be a list of file paths")
+    base = base_dir or Path.cwd()
+    paper = tuple(load_paper_numbers(p if Path(p).is_absolute() else base / p) for p in paper_raw)
+    for pn in paper:
+        for _, _, vals in pn.rows:
+            for key, _ in vals:
+                if key not in known:
+                    raise SpecError(f"{pn.path}: value for column {key!r}, which spec {origin} does not have")
+    return paper
+
+
 def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) -> LeaderboardSpec:
     """Validate a spec given as plain data (the parsed YAML).
 
@@ -406,56 +480,8 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         raise SpecError(f"{origin}: metrics must be a mapping name -> {{direction, source, decimals, scale, display}}")
     metrics = {str(k): _metric(str(k), v, fmt, origin) for k, v in metrics_raw.items()}
 
-    cols_raw = raw["columns"]
-    if not isinstance(cols_raw, list) or not cols_raw:
-        raise SpecError(f"{origin}: columns must be a non-empty list")
-    columns: list[Column] = []
-    for i, c in enumerate(cols_raw):
-        ctx = f"columns[{i}]"
-        c = _check_keys(c, _COLUMN_KEYS, origin, ctx, required={"task"})
-        langs = _str_list(c.get("languages", c.get("language")), origin, f"{ctx}.languages")
-        names = _str_list(c.get("metrics", c.get("metric")), origin, f"{ctx}.metrics")
-        average = c.get("average", False)
-        task_id = c.get("id")
-        if task_id is not None and (not isinstance(task_id, str) or not task_id):
-            raise SpecError(f"{origin}: {ctx}.id must be a task id (a non-empty string), got {task_id!r}")
-        if not isinstance(average, bool):
-            raise SpecError(f"{origin}: {ctx}.average must be true or false")
-        if AVERAGE in langs:
-            raise SpecError(f"{origin}: {ctx}.languages may not contain {AVERAGE!r} (use average: true)")
-        for mname in names:
-            if mname not in metrics:
-                metrics[mname] = _metric(mname, {}, fmt, origin)
-            m = metrics[mname]
-            for lang in langs:
-                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id))
-            if average:
-                if len(langs) < 2:
-                    raise SpecError(f"{origin}: {ctx}.average needs at least two languages")
-                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id))
-    keys = [col.key for col in columns]
-    dup = sorted({k for k in keys if keys.count(k) > 1})
-    if dup:
-        raise SpecError(f"{origin}: duplicate columns {dup}")
-
-    rows: tuple[RowSpec, ...] | None
-    rows_raw = raw.get("rows", "all")
-    if rows_raw == "all" or rows_raw is None:
-        rows = None
-    elif isinstance(rows_raw, list) and rows_raw:
-        parsed = []
-        for i, r in enumerate(rows_raw):
-            if isinstance(r, str):
-                parsed.append(RowSpec(method=r))
-                continue
-            r = _check_keys(r, _ROW_KEYS, origin, f"rows[{i}]", required={"method"})
-            parsed.append(RowSpec(method=str(r["method"]), display=str(r.get("display", ""))))
-        rows = tuple(parsed)
-        methods = [r.method for r in rows]
-        if len(set(methods)) != len(methods):
-            raise SpecError(f"{origin}: rows list a method twice")
-    else:
-        raise SpecError(f"{origin}: rows must be 'all' or a non-empty list of methods")
+    columns = _parse_columns(raw["columns"], metrics, fmt, origin)
+    rows = _parse_rows(raw.get("rows", "all"), origin)
 
     display = raw.get("display_names") or {}
     if not isinstance(display, Mapping):
@@ -478,19 +504,7 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         if isinstance(v, (dict, list)):
             raise SpecError(f"{origin}: where.{k} must be a scalar value")
 
-    paper_raw = raw.get("paper_numbers") or []
-    if isinstance(paper_raw, str):
-        paper_raw = [paper_raw]
-    if not isinstance(paper_raw, list):
-        raise SpecError(f"{origin}: paper_numbers must be a list of file paths")
-    base = base_dir or Path.cwd()
-    paper = tuple(load_paper_numbers(p if Path(p).is_absolute() else base / p) for p in paper_raw)
-    known = {c.key for c in columns}
-    for pn in paper:
-        for _, _, vals in pn.rows:
-            for key, _ in vals:
-                if key not in known:
-                    raise SpecError(f"{pn.path}: value for column {key!r}, which spec {origin} does not have")
+    paper = _parse_paper_numbers(raw.get("paper_numbers") or [], {c.key for c in columns}, origin, base_dir)
 
     return LeaderboardSpec(
         name=name,

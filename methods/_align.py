@@ -332,37 +332,14 @@ def _unique_inverse(codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
-def _fast_align_viterbi(
-    e_sents: list[np.ndarray],
-    f_sents: list[np.ndarray],
-    n_e: int,
-    n_f: int,
-    *,
-    iterations: int,
-    p0: float,
-    tension: float,
-    optimize_tension: bool,
-    alpha: float,
-    ibm1_warmup: int = 0,
-) -> tuple[list[list[Link]], dict]:
-    """One direction of fast_align: each f word is aligned to one e word or to NULL.
-
-    Sentence pairs are grouped into blocks of one shape ``(m, n)`` (f length, e length), so a block
-    is a dense ``S x m x n`` array: the alignment prior of a shape is one ``m x n`` matrix, the
-    translation probabilities are gathered with a precomputed int32 index into the table of
-    co-occurring ``(e, f)`` pairs, and the expected counts of a chunk of blocks are summed with one
-    ``bincount``. Memory: 4 bytes per co-occurring (f word, e word) cell of the corpus for the
-    index, plus one chunk of float64 posteriors. No randomness; the order of every sum is fixed.
-
-    Returns:
-        Per sentence, links ``(e_position, f_position)``; and facts (final tension, pairs in the
-        table, log-likelihood and posterior NULL rate of the last EM iteration).
-    """
-    from scipy.special import digamma
-
+def _em_layout(
+    e_sents: list[np.ndarray], f_sents: list[np.ndarray], n_f: int
+) -> tuple[list[tuple[int, int, np.ndarray]], list[_Chunk], np.ndarray]:
+    """The data layout of :func:`_fast_align_viterbi`: blocks of sentence pairs of one shape
+    ``(m, n)``, chunks of blocks with each cell's row in the sorted global table of distinct
+    ``(e, f)`` codes, and that table."""
     e_flat, e_off, e_len = _flat(e_sents)
     f_flat, f_off, f_len = _flat(f_sents)
-    n_sent = len(e_sents)
     usable = np.flatnonzero((e_len > 0) & (f_len > 0))
     order = usable[np.lexsort((usable, e_len[usable], f_len[usable]))]  # by (m, n), then sentence index
     # blocks: (m, n, sentence ids) with at most _BLOCK_ENTRIES cells (at least one sentence)
@@ -408,6 +385,41 @@ def _fast_align_viterbi(
     )  # (np.unique hashes: slower)
     for c in chunks:  # chunk table → global table (distinct within a chunk, so `+=` through it is safe)
         c.table = np.searchsorted(table, c.table)
+    return blocks, chunks, table
+
+
+def _fast_align_viterbi(
+    e_sents: list[np.ndarray],
+    f_sents: list[np.ndarray],
+    n_e: int,
+    n_f: int,
+    *,
+    iterations: int,
+    p0: float,
+    tension: float,
+    optimize_tension: bool,
+    alpha: float,
+    ibm1_warmup: int = 0,
+) -> tuple[list[list[Link]], dict]:
+    """One direction of fast_align: each f word is aligned to one e word or to NULL.
+
+    Sentence pairs are grouped into blocks of one shape ``(m, n)`` (f length, e length), so a block
+    is a dense ``S x m x n`` array: the alignment prior of a shape is one ``m x n`` matrix, the
+    translation probabilities are gathered with a precomputed int32 index into the table of
+    co-occurring ``(e, f)`` pairs, and the expected counts of a chunk of blocks are summed with one
+    ``bincount``. Memory: 4 bytes per co-occurring (f word, e word) cell of the corpus for the
+    index, plus one chunk of float64 posteriors. No randomness; the order of every sum is fixed.
+
+    Returns:
+        Per sentence, links ``(e_position, f_position)``; and facts (final tension, pairs in the
+        table, log-likelihood and posterior NULL rate of the last EM iteration).
+    """
+    # The EM loop is one piece on purpose: its E step, the tension M step and the t update share the
+    # counts of one iteration; the data layout and the links are built by the helpers around it.
+    from scipy.special import digamma
+
+    n_sent = len(e_sents)
+    blocks, chunks, table = _em_layout(e_sents, f_sents, n_f)
     pair_e = table // n_f
     shapes = sorted({(m, n) for m, n, _ in blocks})
     features = {s: _diagonal_feature(*s) for s in shapes}
@@ -485,6 +497,11 @@ def _fast_align_viterbi(
             t = counts / np.where(tot > 0, tot, 1.0)[pair_e]
             t_null = null_counts / (float(null_counts.sum()) or 1.0)
     facts.update({"tension": round(lam, 6), "table_pairs": int(len(table)), "sentence_pairs": n_sent})
+    return _links_per_sentence(n_sent, links_s, links_e, links_f), facts
+
+
+def _links_per_sentence(n_sent: int, links_s: list, links_e: list, links_f: list) -> list[list[Link]]:
+    """Each sentence's links ``(e_position, f_position)`` in f order, from the blocks' link arrays."""
     out: list[list[Link]] = [[] for _ in range(n_sent)]
     if links_s:
         s_all, e_all, f_all = (np.concatenate(x) for x in (links_s, links_e, links_f))
@@ -494,7 +511,7 @@ def _fast_align_viterbi(
         pairs = list(zip(e_all.tolist(), f_all.tolist()))
         for k in np.flatnonzero(np.diff(bounds)).tolist():
             out[k] = pairs[bounds[k] : bounds[k + 1]]
-    return out, facts
+    return out
 
 
 def fast_align_directional(

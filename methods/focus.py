@@ -365,6 +365,39 @@ def focus_mapping(
 # ----------------------------------------------------------------------------------------------
 
 
+def _fallback_report(cfg: FocusConfig, st: dict, n_pairs: int) -> tuple[list[dict], float]:
+    """The groups of random rows of a FOCUS mapping, each with its reason (warnings logged), and the
+    share of additional tokens that have an auxiliary vector."""
+    fallbacks: list[dict] = []
+    if st["fallback_no_aux"]:
+        fallbacks.append({
+            "reason": f"no auxiliary vector (seen fewer than aux_min_count={cfg.aux_min_count} times)"
+            if cfg.aux == "token-fasttext" else "no auxiliary vector (no known fastText n-gram)",
+            "count": st["fallback_no_aux"], "fallback": "random N(mean, std) of the source rows",
+        })
+    if st["anchors"] == 0:
+        why = "empty overlap" if n_pairs == 0 else "no overlap token has an auxiliary vector"
+        msg = (
+            f"FOCUS: {why} ({n_pairs} overlap pairs, overlap={cfg.overlap!r}); no anchors to combine, "
+            f"so all {st['additional']} additional tokens get random N(mean, std) rows"
+        )
+        logger.warning(msg)
+        fallbacks.append({"reason": why, "count": st["fallback_no_anchor"], "fallback": "all-random rows (N(mean, std))", "message": msg})
+    coverage = st["additional_with_aux"] / st["additional"] if st["additional"] else 1.0
+    if coverage < cfg.min_aux_coverage:
+        msg = (
+            f"FOCUS: only {st['additional_with_aux']} of {st['additional']} additional tokens ({coverage:.1%}) have an "
+            f"auxiliary vector; the corpus is likely too small for aux_min_count={cfg.aux_min_count}"
+        )
+        logger.warning(msg)
+        fallbacks.append({
+            "reason": "low auxiliary coverage (corpus too small for minCount?)", "count": st["fallback_no_aux"],
+            "with_vector": st["additional_with_aux"], "additional": st["additional"], "coverage": round(coverage, 4),
+            "fallback": "random N(mean, std) of the source rows", "message": msg,
+        })
+    return fallbacks, coverage
+
+
 @register_method(
     "focus",
     config=FocusConfig,
@@ -449,33 +482,7 @@ class Focus:
         t_core = time.perf_counter() - t0
         st = core.stats
 
-        fallbacks: list[dict] = []
-        if st["fallback_no_aux"]:
-            fallbacks.append({
-                "reason": f"no auxiliary vector (seen fewer than aux_min_count={cfg.aux_min_count} times)"
-                if cfg.aux == "token-fasttext" else "no auxiliary vector (no known fastText n-gram)",
-                "count": st["fallback_no_aux"], "fallback": "random N(mean, std) of the source rows",
-            })
-        if st["anchors"] == 0:
-            why = "empty overlap" if len(pairs) == 0 else "no overlap token has an auxiliary vector"
-            msg = (
-                f"FOCUS: {why} ({len(pairs)} overlap pairs, overlap={cfg.overlap!r}); no anchors to combine, "
-                f"so all {st['additional']} additional tokens get random N(mean, std) rows"
-            )
-            logger.warning(msg)
-            fallbacks.append({"reason": why, "count": st["fallback_no_anchor"], "fallback": "all-random rows (N(mean, std))", "message": msg})
-        coverage = st["additional_with_aux"] / st["additional"] if st["additional"] else 1.0
-        if coverage < cfg.min_aux_coverage:
-            msg = (
-                f"FOCUS: only {st['additional_with_aux']} of {st['additional']} additional tokens ({coverage:.1%}) have an "
-                f"auxiliary vector; the corpus is likely too small for aux_min_count={cfg.aux_min_count}"
-            )
-            logger.warning(msg)
-            fallbacks.append({
-                "reason": "low auxiliary coverage (corpus too small for minCount?)", "count": st["fallback_no_aux"],
-                "with_vector": st["additional_with_aux"], "additional": st["additional"], "coverage": round(coverage, 4),
-                "fallback": "random N(mean, std) of the source rows", "message": msg,
-            })
+        fallbacks, coverage = _fallback_report(cfg, st, len(pairs))
         aux_info["coverage_additional"] = round(coverage, 4)
 
         info = {

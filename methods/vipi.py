@@ -445,6 +445,8 @@ def vipi_mapping(
         >>> m.counts()
         {'special': 1, 'copied': 1, 'combined': 1, 'fallback': 0}
     """
+    # Long on purpose: the paper's steps (exact copy, partition, combination, variants) in their order,
+    # sharing the piece index.
     t0 = time.perf_counter()
     n_target = len(target)
     provenance = np.full(n_target, FALLBACK, dtype=np.int8)

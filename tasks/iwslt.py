@@ -581,33 +581,11 @@ class IwsltBleu:
         device = resolve_device(ctx.device)
         show = ctx.progress
         key = "+".join(langs)
-        pairs: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
-        targets = set()
-        for lang in langs:
-            data, data_info, target = self._load(ctx, lang)
-            targets.add(target)
-            pairs[lang] = {
-                s: ([ex[lang] for ex in data[s]["translation"]], [ex[target] for ex in data[s]["translation"]])
-                for s in data
-            }
-            out.info["data"][lang] = {**data_info, "target_language": target}
-        if len(targets) != 1:
-            raise DataError(f"iwslt-bleu: the languages {langs} translate into different targets {sorted(targets)}")
-        target = targets.pop()
+        pairs, target = self._pairs(ctx, langs, out)
         self._moses_language = target if target in LANGUAGES and not LANGUAGES[target].world else "en"
         train_targets = [t for lang in langs for t in pairs[lang]["train"][1]]
         tgt_tok, tok_info = self.target_tokenizer(ctx, train_targets, key)
-        encoded = ctx.model if getattr(ctx.model, "is_language_encoded", False) else None
-        source = encoded.model if encoded is not None else ctx.model
-        model, model_info = build_translation_model(ctx.tokenizer, tgt_tok, cfg, seed=ctx.seed, source_model=source)
-        model.to(device)
-        if encoded is not None:
-            model = encoded.to_seq2seq(
-                model, [target], decoder_start_token_id=model.config.decoder_start_token_id,
-                generator=torch_generator(ctx.seed, "task", "iwslt", "encoding"),
-            )
-            enc = model.encoding_info()
-            model_info["encoding"] = {k: enc[k] for k in ("name", "sides", "parameters_added")}
+        model, model_info = self._model(ctx, tgt_tok, target, device)
         # the source side leaves room for an attached language token
         scfg = dataclasses.replace(cfg, max_source_length=cfg.max_source_length - added_tokens(model))
         feats = {lang: {s: encode_pairs(ctx.tokenizer, tgt_tok, *pairs[lang][s], scfg) for s in pairs[lang]}
@@ -661,6 +639,51 @@ class IwsltBleu:
             description=f"iwslt {key}",
             loss_fn=label_smoothed_loss(cfg.label_smoothing),
         )
+        self._record(out, result, langs, feats, pairs)
+        out.curves[f"{key}/train_loss"] = result.loss_curve
+        out.info["finetune"][key] = finetune_info(result)
+        out.info["model"][key] = model_info
+        out.info["target_tokenizer"][key] = tok_info
+        if multilingual:
+            out.info["multilingual"] = {"languages": langs, "target_language": target, "train_pairs": len(train)}
+
+    def _pairs(self, ctx: TaskContext, langs: list[str], out: TaskResult) -> tuple[dict, str]:
+        """``({lang: {split: (sources, references)}}, target language)``; every language must
+        translate into the same target. Records each language's data facts in ``out``."""
+        pairs: dict[str, dict[str, tuple[list[str], list[str]]]] = {}
+        targets = set()
+        for lang in langs:
+            data, data_info, target = self._load(ctx, lang)
+            targets.add(target)
+            pairs[lang] = {
+                s: ([ex[lang] for ex in data[s]["translation"]], [ex[target] for ex in data[s]["translation"]])
+                for s in data
+            }
+            out.info["data"][lang] = {**data_info, "target_language": target}
+        if len(targets) != 1:
+            raise DataError(f"iwslt-bleu: the languages {langs} translate into different targets {sorted(targets)}")
+        return pairs, targets.pop()
+
+    def _model(self, ctx: TaskContext, tgt_tok: Any, target: str, device: str) -> tuple[Any, dict]:
+        """The encoder-decoder (the initialized MLM's embeddings copied into its encoder), on
+        ``device``, carrying the trial's language encoding when the MLM has one."""
+        encoded = ctx.model if getattr(ctx.model, "is_language_encoded", False) else None
+        source = encoded.model if encoded is not None else ctx.model
+        model, model_info = build_translation_model(ctx.tokenizer, tgt_tok, self.config, seed=ctx.seed,
+                                                    source_model=source)  # fmt: skip
+        model.to(device)
+        if encoded is not None:
+            model = encoded.to_seq2seq(
+                model, [target], decoder_start_token_id=model.config.decoder_start_token_id,
+                generator=torch_generator(ctx.seed, "task", "iwslt", "encoding"),
+            )
+            enc = model.encoding_info()
+            model_info["encoding"] = {k: enc[k] for k in ("name", "sides", "parameters_added")}
+        return model, model_info
+
+    @staticmethod
+    def _record(out: TaskResult, result: Any, langs: list[str], feats: dict, pairs: dict) -> None:
+        """Per-language BLEU (and tokenized BLEU), counts, signatures and sample translations."""
         for lang in langs:
             test = result.test[lang]
             out.metrics[lang] = {"bleu": test["bleu"]}
@@ -673,9 +696,3 @@ class IwsltBleu:
                 {"source": s, "reference": r, "hypothesis": h}
                 for s, r, h in list(zip(pairs[lang]["test"][0], pairs[lang]["test"][1], test["hypotheses"]))[:5]
             ]
-        out.curves[f"{key}/train_loss"] = result.loss_curve
-        out.info["finetune"][key] = finetune_info(result)
-        out.info["model"][key] = model_info
-        out.info["target_tokenizer"][key] = tok_info
-        if multilingual:
-            out.info["multilingual"] = {"languages": langs, "target_language": target, "train_pairs": len(train)}

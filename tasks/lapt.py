@@ -593,6 +593,8 @@ class Lapt:
     # -- training
 
     def _train(self, ctx: TaskContext, directives: dict, paths: list[Path]) -> tuple[Any, TaskResult]:
+        # Long on purpose: the blocks, the phase schedule (TransInner's embeddings-only phase) and the loop
+        # share the resolved hyper-parameters; the phases read in order here.
         cfg = self.config
         t0 = time.perf_counter()
         model = ctx.model

@@ -637,6 +637,8 @@ def finetune(
         >>> r.steps, r.best_epoch, r.test
         (4, 2, {'done': 1.0})
     """
+    # Long on purpose: the one training loop every task uses (DDP batch split, schedule, selection) reads top
+    # to bottom.
     if not train_data:
         raise ValueError("finetune: no training data")
     if dev_eval_fn is not None and select_metric is None:

@@ -203,6 +203,8 @@ def lm_eval_perplexity(
         >>> scores["token_perplexity"] >= 1.0                                   # doctest: +SKIP
         True
     """
+    # One piece: lm-eval runs on a task directory written to a temporary folder that must outlive its
+    # evaluation, under the seeded globals; our sums are checked against lm-eval's aggregate right after.
     import lm_eval
     from lm_eval import simple_evaluate
     from lm_eval.models.huggingface import HFLM

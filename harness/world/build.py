@@ -230,6 +230,8 @@ def generate(config: WorldConfig, seed: int, out: Path) -> dict:
 
     This is the uncached core of :func:`build_world`.
     """
+    # One sequence on purpose: the order of the RNG draws below defines the world (GENERATOR_VERSION); a split
+    # would hide that order.
     lex = build_lexicon(config, seed)
     langs = build_languages(config, lex, seed)
     src = langs["src"]

@@ -287,6 +287,8 @@ def build_lexicon(config: WorldConfig, seed: int) -> Lexicon:
     Returns:
         The :class:`Lexicon`.
     """
+    # One sequence on purpose: the order of the RNG draws below defines the world (GENERATOR_VERSION); a split
+    # would hide that order.
     rng = stream(seed, "lexicon")
     inv = PHONOLOGY["src"]
     taken: set[str] = set()
