@@ -11,10 +11,18 @@ source token), which is where methods differ.
 from __future__ import annotations
 
 import csv
+import hashlib
+from collections import OrderedDict
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
+
+_PAIRS_MEMO: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+MEMO_ENTRIES = 8
+"""Gold pair sets kept per process: every trial of a grid with the same tokenizers and target
+language scores against the same pairs (a quickstart grid has two)."""
 
 
 def gold_token_pairs(word_map: Path, source_tok, target_tok) -> np.ndarray:
@@ -91,11 +99,37 @@ def world_diagnostics(world, language: str, source_tok, target_tok, source_emb: 
     """Gold diagnostics for a world target language (empty dict for the source language)."""
     if world is None or language == world.source_language or language not in world.languages:
         return {}
-    from harness.vocab import canonical_vocab
-
-    pairs = gold_token_pairs(world.word_map(language), source_tok, target_tok)
+    pairs, copied = _gold_pairs(Path(world.word_map(language)), source_tok, target_tok)
     if len(pairs) == 0:
         return {"gold_pairs": 0}
+    return gold_alignment(new_emb, source_emb, pairs, copied=copied)
+
+
+def _tokenizer_key(tok: Any) -> str | None:
+    """A sha256 of the tokenizer's serialized backend and class (None: no backend, not memoized)."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    return hashlib.sha256(f"{type(tok).__name__}\n{len(tok)}\n{backend.to_str()}".encode()).hexdigest()
+
+
+def _gold_pairs(word_map: Path, source_tok: Any, target_tok: Any) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`gold_token_pairs` and the mask of pairs spelled alike, memoized per process by the
+    word map's path, size and mtime and both tokenizers' serialized state (the same arrays as
+    computing them again; only the trials' own embeddings are scored per trial)."""
+    from harness.vocab import canonical_vocab
+
+    keys = (_tokenizer_key(source_tok), _tokenizer_key(target_tok))
+    stat = word_map.stat()
+    key = (str(word_map.resolve()), stat.st_size, stat.st_mtime_ns, *keys) if None not in keys else None
+    if key is not None and key in _PAIRS_MEMO:
+        _PAIRS_MEMO.move_to_end(key)
+        return _PAIRS_MEMO[key]
+    pairs = gold_token_pairs(word_map, source_tok, target_tok)
     tv, sv = canonical_vocab(target_tok), canonical_vocab(source_tok)
     copied = np.array([tv[t] == sv[s] for t, s in pairs], dtype=bool)
-    return gold_alignment(new_emb, source_emb, pairs, copied=copied)
+    if key is not None:
+        _PAIRS_MEMO[key] = (pairs, copied)
+        while len(_PAIRS_MEMO) > MEMO_ENTRIES:
+            _PAIRS_MEMO.popitem(last=False)
+    return pairs, copied

@@ -114,3 +114,30 @@ def test_unreachable_tracker_never_loses_records(tmp_path, tiny_source, tiny_pre
     assert summary.failed == 0
     assert summary.tracking_errors and "tokxfer sync" in summary.tracking_errors[0]
     assert len(list(records.iter_records(runs_dir / "exp"))) == 1
+
+
+def test_gold_diagnostics_memoize_the_pairs_not_the_scores(tiny_world, tiny_source, monkeypatch):
+    """The gold pairs of a tokenizer pair are computed once per process; each trial's own rows are
+    scored every time, and the result equals a computation from scratch."""
+    from transformers import AutoTokenizer
+
+    from harness import diagnostics
+    from harness.world import World
+
+    world = World(tiny_world)
+    lang = next(lg for lg in world.languages if lg != world.source_language)
+    src = AutoTokenizer.from_pretrained(tiny_source)
+    tgt = AutoTokenizer.from_pretrained(tiny_source)  # another object, same state: a memo hit
+    g = torch.Generator().manual_seed(0)
+    source_emb = torch.randn(len(src), 16, generator=g)
+    new_a, new_b = torch.randn(len(tgt), 16, generator=g), source_emb.clone()
+    diagnostics._PAIRS_MEMO.clear()
+    calls = []
+    real = diagnostics.gold_token_pairs
+    monkeypatch.setattr(diagnostics, "gold_token_pairs", lambda *a: calls.append(1) or real(*a))
+    first = diagnostics.world_diagnostics(world, lang, src, tgt, source_emb, new_a)
+    second = diagnostics.world_diagnostics(world, lang, src, AutoTokenizer.from_pretrained(tiny_source), source_emb, new_b)
+    assert len(calls) == 1 and first["gold_pairs"] == second["gold_pairs"] > 0
+    assert second["gold_top1"] == 1.0 and first["gold_top1"] < 1.0  # each trial's rows scored
+    diagnostics._PAIRS_MEMO.clear()
+    assert diagnostics.world_diagnostics(world, lang, src, tgt, source_emb, new_a) == first and len(calls) == 2
