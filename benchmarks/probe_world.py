@@ -1,6 +1,6 @@
 """Probe the world's task budgets: the NLI bag-of-words baselines, then a few task trials.
 
-Runs (1) the bag-of-words leak baselines of :mod:`harness.world.baselines` on the world's NLI
+Runs (1) the bag-of-words leak baselines and the edit-lookup reference of :mod:`harness.world.baselines` on the world's NLI
 files and (2) ``python -m harness.cli run <config> methods=[...] seeds=[1]`` for each task
 experiment, then prints every record's metrics with the trial's wall time. Timings on a shared
 machine are upper bounds only.
@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 from harness.world import World, build_world
-from harness.world.baselines import bow_baselines
+from harness.world.baselines import bow_baselines, edit_lookup
 
 
 def _jsonl(path: Path) -> list[dict]:
@@ -32,11 +32,13 @@ def _jsonl(path: Path) -> list[dict]:
 
 
 def nli_baselines(world: World, langs: list[str], max_train: int | None) -> dict:
-    """Bag-of-words accuracies per language (train capped at ``max_train`` examples)."""
+    """Bag-of-words accuracies and the edit-lookup reference per language (train capped at ``max_train`` examples)."""
     out = {}
     for lang in langs:
         train, dev, test = (_jsonl(world.task_file(lang, "xnli", s)) for s in ("train", "dev", "test"))
-        out[lang] = bow_baselines(train[:max_train] if max_train else train, dev, test)
+        train = train[:max_train] if max_train else train
+        out[lang] = bow_baselines(train, dev, test)
+        out[lang]["edit-lookup"] = edit_lookup(train, test)
     return out
 
 

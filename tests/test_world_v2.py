@@ -180,6 +180,21 @@ def test_bag_of_words_baselines_stay_far_below_the_learnable_level(lex):
     assert res["hypothesis-minus-premise"]["train"] > 0.5  # the model can fit: the bound is not vacuous
 
 
+def test_edit_lookup_is_the_memorization_reference(lex):
+    """The label is a function of the edit (few ambiguous edits), and a lookup of seen edits is
+    right almost always: what a model cannot memorize from the task data is the unseen edits."""
+    from harness.world.baselines import edit_lookup
+
+    L = build_languages(world_config("tiny"), lex, 0)["src"]
+    train = [xnli_record(e, lex, L) for e in NliGenerator(lex, stream(0, "lookup", "train")).examples(900)]
+    test = [xnli_record(e, lex, L) for e in NliGenerator(lex, stream(0, "lookup", "test")).examples(300)]
+    r = edit_lookup(train, test)
+    assert r["ambiguous_train_edits"] < 0.05 * r["distinct_train_edits"], r
+    assert 0.0 < r["coverage"] < 1.0 and r["seen_accuracy"] > 0.85, r
+    assert r["accuracy"] == pytest.approx(r["coverage"] * r["seen_accuracy"] + (1 - r["coverage"]) / 3, abs=1e-3)
+    assert edit_lookup(train, train)["coverage"] == 1.0
+
+
 def test_world_v2_files_are_byte_identical_for_the_same_seed(world, tmp_path):
     other = build_world("tiny", seed=0, root=tmp_path)
 

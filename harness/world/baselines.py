@@ -12,6 +12,12 @@ with the regularization chosen on dev, and scored on test:
 
 On a leak-free set all three stay near chance (1/3); a fine-tuned model must beat them by far.
 
+:func:`edit_lookup` is not a leak test but the memorization reference of a set built by controlled
+edits: it reads each pair's edit (the words that differ, with their positions' order) and answers
+the label the training pairs with the same edit carry most often, chance for an edit never seen. It
+says how much of the test set a model can get right by remembering edits from the task data alone;
+what lies above it needs the relations themselves (from pretraining, for the world's NLI).
+
 Example:
     >>> train = [{"premise": "a b", "hypothesis": "a c", "label": i % 3} for i in range(30)]
     >>> r = bow_baselines(train, train[:9], train[:9])
@@ -21,14 +27,16 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 
 import numpy as np
 import scipy.optimize
 import scipy.sparse as sp
 
-__all__ = ["FEATURES", "L2_GRID", "bow_baselines", "bow_features", "fit_logistic"]
+__all__ = ["FEATURES", "L2_GRID", "bow_baselines", "bow_features", "edit_lookup", "fit_logistic", "pair_edit"]
 
 FEATURES = ("hypothesis-minus-premise", "hypothesis-only", "premise-and-hypothesis")
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -135,3 +143,55 @@ def bow_baselines(
             "l2": l2,
         }
     return out
+
+
+def pair_edit(record: dict) -> tuple[tuple[str, str, str], ...]:
+    """The edit that turns the premise into the hypothesis: ``(operation, premise words,
+    hypothesis words)`` for every differing span of whitespace tokens, in order.
+
+    Example:
+        >>> pair_edit({"premise": "the cat is big .", "hypothesis": "the cat is not small ."})
+        (('replace', 'big', 'not small'),)
+    """
+    p, h = record["premise"].split(), record["hypothesis"].split()
+    ops = difflib.SequenceMatcher(a=p, b=h, autojunk=False).get_opcodes()
+    return tuple((op, " ".join(p[a1:a2]), " ".join(h[b1:b2])) for op, a1, a2, b1, b2 in ops if op != "equal")
+
+
+def edit_lookup(train: Sequence[dict], test: Sequence[dict], n_classes: int = 3) -> dict[str, float]:
+    """The memorization reference: each test pair gets the majority training label of its edit
+    (:func:`pair_edit`; ties to the lowest label), or chance (1/``n_classes`` expected) when the
+    edit was never seen in training.
+
+    Returns:
+        ``{"coverage", "seen_accuracy", "accuracy", "distinct_train_edits", "ambiguous_train_edits"}``:
+        the share of test pairs whose edit occurs in train, the accuracy on those, the expected
+        accuracy over all test pairs, and how many training edits there are and carry more than one
+        label.
+
+    Example:
+        >>> tr = [{"premise": "a b", "hypothesis": "a c", "label": 0}, {"premise": "a b", "hypothesis": "a d", "label": 2}]
+        >>> te = [{"premise": "x b", "hypothesis": "x c", "label": 0}, {"premise": "a b", "hypothesis": "a e", "label": 1}]
+        >>> r = edit_lookup(tr, te)
+        >>> r["coverage"], r["seen_accuracy"], round(r["accuracy"], 4)
+        (0.5, 1.0, 0.6667)
+    """
+    labels: defaultdict[tuple, Counter] = defaultdict(Counter)
+    for r in train:
+        labels[pair_edit(r)][int(r["label"])] += 1
+    seen = correct = 0
+    for r in test:
+        c = labels.get(pair_edit(r))
+        if c is None:
+            continue
+        seen += 1
+        top = max(c.values())
+        correct += min(k for k, v in c.items() if v == top) == int(r["label"])
+    n = len(test)
+    return {
+        "coverage": round(seen / n, 4) if n else 0.0,
+        "seen_accuracy": round(correct / seen, 4) if seen else 0.0,
+        "accuracy": round((correct + (n - seen) / n_classes) / n, 4) if n else 0.0,
+        "distinct_train_edits": len(labels),
+        "ambiguous_train_edits": sum(1 for c in labels.values() if len(c) > 1),
+    }
