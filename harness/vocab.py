@@ -290,8 +290,33 @@ def _added_canon(content: str) -> Canon:
     return Canon(content.encode("utf-8"), False)
 
 
+_DETAIL_MEMO: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+"""Per tokenizer object: ``(size key, result)`` of :func:`_canonical_detail`. One initialization asks
+for a vocabulary's canonical forms several times (overlap, the method, diagnostics); a tokenizer that
+gains tokens gets a new size key and is canonicalized again."""
+
+
 def _canonical_detail(tok: Any) -> tuple[list[Canon | None], np.ndarray, FamilySpec]:
-    """Canonical vocab, a byte-fallback-piece mask, and the family spec."""
+    """Canonical vocab, a byte-fallback-piece mask, and the family spec (copies of the memoized ones)."""
+    try:
+        key = (len(tok), len(getattr(tok, "added_tokens_decoder", None) or {}))
+        hit = _DETAIL_MEMO.get(tok)
+    except TypeError:  # no length or not weak-referenceable: no memo (unsupported types fail below)
+        key, hit = None, None
+    if hit is not None and hit[0] == key:
+        out, is_byte, spec = hit[1]
+        return list(out), is_byte.copy(), spec
+    result = _canonical_detail_uncached(tok)
+    if key is not None:
+        try:
+            _DETAIL_MEMO[tok] = (key, result)
+        except TypeError:  # not weak-referenceable
+            pass
+    out, is_byte, spec = result
+    return list(out), is_byte.copy(), spec
+
+
+def _canonical_detail_uncached(tok: Any) -> tuple[list[Canon | None], np.ndarray, FamilySpec]:
     spec = family_spec(tok)
     vocab = tok.get_vocab()
     n = vocab_size(tok, vocab)

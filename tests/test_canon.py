@@ -182,6 +182,24 @@ def test_canonical_vocab_covers_every_id_and_nones_specials():
         assert {i for i, c in enumerate(cv) if c is None} == set(tok.all_special_ids)
 
 
+def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_tokens(monkeypatch):
+    import harness.vocab as hv
+
+    import copy
+
+    tok = copy.deepcopy(FAMILY_BUILDERS["sentencepiece"]())  # the fixture builders share their tokenizers
+    calls = []
+    real = hv._canonical_detail_uncached
+    monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
+    first = canonical_vocab(tok)
+    first[1] = "mutated by a caller"
+    again = canonical_vocab(tok)
+    assert len(calls) == 1 and again[1] != "mutated by a caller" and again == real(tok)[0]
+    tok.add_tokens(["zzqqxx"])
+    grown = canonical_vocab(tok)
+    assert len(calls) == 2 and len(grown) == len(again) + 1 and grown[-1].text == b"zzqqxx"
+
+
 @pytest.mark.parametrize(
     "text, reference, wide",
     [
