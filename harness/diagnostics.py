@@ -11,7 +11,6 @@ source token), which is where methods differ.
 from __future__ import annotations
 
 import csv
-import hashlib
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
@@ -105,21 +104,14 @@ def world_diagnostics(world, language: str, source_tok, target_tok, source_emb: 
     return gold_alignment(new_emb, source_emb, pairs, copied=copied)
 
 
-def _tokenizer_key(tok: Any) -> str | None:
-    """A sha256 of the tokenizer's serialized backend and class (None: no backend, not memoized)."""
-    backend = getattr(tok, "backend_tokenizer", None)
-    if backend is None:
-        return None
-    return hashlib.sha256(f"{type(tok).__name__}\n{len(tok)}\n{backend.to_str()}".encode()).hexdigest()
-
-
 def _gold_pairs(word_map: Path, source_tok: Any, target_tok: Any) -> tuple[np.ndarray, np.ndarray]:
     """:func:`gold_token_pairs` and the mask of pairs spelled alike, memoized per process by the
     word map's path, size and mtime and both tokenizers' serialized state (the same arrays as
     computing them again; only the trials' own embeddings are scored per trial)."""
+    from harness.tokenizers import tokenizer_state
     from harness.vocab import canonical_vocab
 
-    keys = (_tokenizer_key(source_tok), _tokenizer_key(target_tok))
+    keys = (tokenizer_state(source_tok), tokenizer_state(target_tok))
     stat = word_map.stat()
     key = (str(word_map.resolve()), stat.st_size, stat.st_mtime_ns, *keys) if None not in keys else None
     if key is not None and key in _PAIRS_MEMO:

@@ -37,7 +37,9 @@ Example:
 from __future__ import annotations
 
 import codecs
+import hashlib
 import io
+import json
 import os
 import socket
 import time
@@ -61,6 +63,7 @@ __all__ = [
     "WORDPIECE_SPECIALS",
     "load_tokenizer",
     "tokenizer_info",
+    "tokenizer_state",
     "train_tokenizer",
 ]
 
@@ -510,3 +513,26 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerFast:
             "save_pretrained, or download it on a machine with network access."
         )
     return AutoTokenizer.from_pretrained(name)
+
+
+def tokenizer_state(tokenizer: Any) -> str | None:
+    """A sha256 of everything in ``tokenizer`` that decides how it encodes text: the key of the
+    per-process memos of tokenizer-derived data (MLM evaluation sets, gold pairs).
+
+    The serialized backend (model, normalizer, pre-tokenizer, post-processor, added tokens) without
+    its truncation/padding state (which each encoding call sets), the class, the vocabulary size,
+    the special ids and the truncation side. ``None`` for tokenizers without a ``tokenizers``
+    backend: what is derived from them is not memoized.
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:
+        return None
+    state = json.loads(backend.to_str())
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    facts = {
+        "backend": state, "class": type(tokenizer).__name__, "n": len(tokenizer),
+        "special_ids": sorted(tokenizer.all_special_ids), "mask": tokenizer.mask_token_id,
+        "pad": tokenizer.pad_token_id, "truncation_side": getattr(tokenizer, "truncation_side", None),
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()

@@ -31,6 +31,7 @@ from harness.cache import file_hash
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import derive
+from harness.tokenizers import tokenizer_state
 from tasks.data import added_tokens, batch_preparer
 from tasks.loop import HeadAtPositions, length_batches, progress
 
@@ -275,28 +276,6 @@ _EXAMPLES_MEMO: OrderedDict[str, tuple[tuple[tuple[tuple[int, ...], tuple[int, .
 MEMO_ENTRIES = 8
 """Evaluation sets kept per process (a quickstart grid has four: two target tokenizers and the
 source tokenizer, on two languages); the least recently used is dropped beyond that."""
-
-
-def tokenizer_state(tokenizer: Any) -> str | None:
-    """A sha256 of everything in ``tokenizer`` that decides how :func:`build_masked_examples` encodes text.
-
-    The serialized backend (model, normalizer, pre-tokenizer, post-processor, added tokens) without
-    its truncation/padding state (which each encoding call sets), the class, the vocabulary size,
-    the special ids and the truncation side. ``None`` for tokenizers without a ``tokenizers``
-    backend: their evaluation sets are not memoized.
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    if backend is None:
-        return None
-    state = json.loads(backend.to_str())
-    state.pop("truncation", None)
-    state.pop("padding", None)
-    facts = {
-        "backend": state, "class": type(tokenizer).__name__, "n": len(tokenizer),
-        "special_ids": sorted(tokenizer.all_special_ids), "mask": tokenizer.mask_token_id,
-        "pad": tokenizer.pad_token_id, "truncation_side": getattr(tokenizer, "truncation_side", None),
-    }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def evaluation_examples(
