@@ -294,8 +294,8 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
     kwargs = {}
     hints = _type_hints(config_cls)
     for k, v in values.items():
-        base = field_default(fields[k])
-        if isinstance(v, dict) and dataclasses.is_dataclass(base) and not isinstance(base, type):
+        base = field_default(fields[k]) if isinstance(v, dict) else None
+        if dataclasses.is_dataclass(base) and not isinstance(base, type):
             # a nested block overrides its field's default key by key (a task's own training
             # defaults stay in force for the keys the block does not name)
             v = {**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}, **v}
