@@ -398,7 +398,7 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
             out = work / f"tokxfer-{v}"
             cfg = _variant_config(v, Path(paths["aux_model"]))
             cmd = [sys.executable, "-m", "harness.cli", "init", "--method", "focus", "--source", paths["source_model"],
-                   "--target-tokenizer", paths["target_tokenizer"], "--seed", "1", "--out", str(out),
+                   "--target-tokenizer", paths["target_tokenizer"], "--seed", "1", "--out", str(out), "--overwrite",
                    "--config", *[f"{k}={json.dumps(val)}" for k, val in cfg.items()]]
             wall[f"tokxfer-{v}"] = run_worker(cmd, env, f"tokxfer init ({v})")
             tk_rows, tk_prov, info = _tokxfer_rows(out)
