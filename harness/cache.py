@@ -31,12 +31,13 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
 __all__ = ["cache_root", "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
-           "list_entries", "remove_entries", "parse_age"]
+           "list_entries", "remove_entries", "parse_age", "ProcessMemo"]
 
 KEY_FILE = "tokxfer_cache_key.json"
 """Name of the file, inside every cache entry, that records the (canonicalized) key it was built from."""
@@ -48,6 +49,38 @@ _HASH_DIR_CHARS = 20  # 80 bits of the sha256 in directory names: short, and col
 # (resolved path, size, mtime_ns, inode) -> sha256 hex; a file is hashed once per process
 # unless it changes. Keyed on metadata, so an edited file is rehashed.
 _FILE_HASH_MEMO: dict[tuple[str, int, int, int], str] = {}
+
+
+class ProcessMemo:
+    """A bounded in-process memo: values computed once per key, the least recently used dropped
+    beyond ``entries``; a ``None`` key is never memoized (the value is computed every time).
+
+    Example:
+        >>> memo = ProcessMemo(1)
+        >>> memo.get("a", lambda: 1), memo.get("a", lambda: 2), memo.get("b", lambda: 3), memo.get("a", lambda: 4)
+        (1, 1, 3, 4)
+    """
+
+    def __init__(self, entries: int) -> None:
+        self.entries = entries
+        self._values: OrderedDict[Hashable, Any] = OrderedDict()
+
+    def get(self, key: Hashable | None, compute: Callable[[], Any]) -> Any:
+        if key is None:
+            return compute()
+        if key in self._values:
+            self._values.move_to_end(key)
+            return self._values[key]
+        value = self._values[key] = compute()
+        while len(self._values) > self.entries:
+            self._values.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._values.clear()
+
+    def __len__(self) -> int:
+        return len(self._values)
 
 
 def cache_root() -> Path:

@@ -11,15 +11,15 @@ source token), which is where methods differ.
 from __future__ import annotations
 
 import csv
-from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-_PAIRS_MEMO: OrderedDict[tuple, tuple[np.ndarray, np.ndarray]] = OrderedDict()
-MEMO_ENTRIES = 8
+from harness.cache import ProcessMemo
+
+_PAIRS_MEMO = ProcessMemo(8)
 """Gold pair sets kept per process: every trial of a grid with the same tokenizers and target
 language scores against the same pairs (a quickstart grid has two)."""
 
@@ -114,14 +114,10 @@ def _gold_pairs(word_map: Path, source_tok: Any, target_tok: Any) -> tuple[np.nd
     keys = (tokenizer_state(source_tok), tokenizer_state(target_tok))
     stat = word_map.stat()
     key = (str(word_map.resolve()), stat.st_size, stat.st_mtime_ns, *keys) if None not in keys else None
-    if key is not None and key in _PAIRS_MEMO:
-        _PAIRS_MEMO.move_to_end(key)
-        return _PAIRS_MEMO[key]
-    pairs = gold_token_pairs(word_map, source_tok, target_tok)
-    tv, sv = canonical_vocab(target_tok), canonical_vocab(source_tok)
-    copied = np.array([tv[t] == sv[s] for t, s in pairs], dtype=bool)
-    if key is not None:
-        _PAIRS_MEMO[key] = (pairs, copied)
-        while len(_PAIRS_MEMO) > MEMO_ENTRIES:
-            _PAIRS_MEMO.popitem(last=False)
-    return pairs, copied
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        pairs = gold_token_pairs(word_map, source_tok, target_tok)
+        tv, sv = canonical_vocab(target_tok), canonical_vocab(source_tok)
+        return pairs, np.array([tv[t] == sv[s] for t, s in pairs], dtype=bool)
+
+    return _PAIRS_MEMO.get(key, compute)

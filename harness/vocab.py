@@ -38,7 +38,7 @@ import re
 import string
 import unicodedata
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -148,7 +148,21 @@ def _components(node: Any) -> list[dict]:
     return [node]
 
 
-_SPEC_CACHE: weakref.WeakKeyDictionary[Any, tuple[int, int, FamilySpec]] = weakref.WeakKeyDictionary()
+_SPEC_CACHE: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], FamilySpec]] = weakref.WeakKeyDictionary()
+
+
+def _per_tokenizer(memo: weakref.WeakKeyDictionary, tok: Any, key: Any, compute: Callable[[], Any]) -> Any:
+    """``compute()``, memoized per tokenizer object while ``key`` stays the same (computed every time
+    for objects that cannot be weakly referenced)."""
+    try:
+        hit = memo.get(tok)
+    except TypeError:
+        return compute()
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    value = compute()
+    memo[tok] = (key, value)
+    return value
 
 
 def family_spec(tok: Any) -> FamilySpec:
@@ -162,19 +176,8 @@ def family_spec(tok: Any) -> FamilySpec:
             :data:`FAMILIES`, naming the type found and what is supported.
     """
     backend = _backend(tok)
-    key = (id(backend), len(tok))
-    try:
-        hit = _SPEC_CACHE.get(tok)
-    except TypeError:  # not weak-referenceable
-        hit = None
-    if hit is not None and hit[:2] == key:
-        return hit[2]
-    spec = _family_spec_from_json(json.loads(backend.to_str()), type(tok).__name__)
-    try:
-        _SPEC_CACHE[tok] = (*key, spec)
-    except TypeError:
-        pass
-    return spec
+    return _per_tokenizer(_SPEC_CACHE, tok, (id(backend), len(tok)),
+                          lambda: _family_spec_from_json(json.loads(backend.to_str()), type(tok).__name__))
 
 
 def _family_spec_from_json(cfg: dict, type_name: str) -> FamilySpec:
@@ -300,19 +303,9 @@ def _canonical_detail(tok: Any) -> tuple[list[Canon | None], np.ndarray, FamilyS
     """Canonical vocab, a byte-fallback-piece mask, and the family spec (copies of the memoized ones)."""
     try:
         key = (len(tok), len(getattr(tok, "added_tokens_decoder", None) or {}))
-        hit = _DETAIL_MEMO.get(tok)
-    except TypeError:  # no length or not weak-referenceable: no memo (unsupported types fail below)
-        key, hit = None, None
-    if hit is not None and hit[0] == key:
-        out, is_byte, spec = hit[1]
-        return list(out), is_byte.copy(), spec
-    result = _canonical_detail_uncached(tok)
-    if key is not None:
-        try:
-            _DETAIL_MEMO[tok] = (key, result)
-        except TypeError:  # not weak-referenceable
-            pass
-    out, is_byte, spec = result
+    except TypeError:  # no length: an unsupported type, which the computation rejects by name
+        return _canonical_detail_uncached(tok)
+    out, is_byte, spec = _per_tokenizer(_DETAIL_MEMO, tok, key, lambda: _canonical_detail_uncached(tok))
     return list(out), is_byte.copy(), spec
 
 

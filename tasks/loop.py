@@ -203,7 +203,6 @@ class TrainConfig:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
 
 
-
 FINETUNE_KEYS = (
     "learning_rate", "batch_size", "epochs", "warmup_ratio", "weight_decay", "max_grad_norm",
     "eval_batch_size", "mixed_precision", "log_every",

@@ -19,7 +19,6 @@ import dataclasses
 import hashlib
 import json
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,7 @@ from typing import Any
 
 import torch
 
-from harness.cache import file_hash
+from harness.cache import ProcessMemo, file_hash
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import derive
@@ -272,10 +271,10 @@ def masked_lm_scores(
 
 # Evaluation sets of this process, keyed by what determines them (see :func:`evaluation_examples`):
 # every trial of a grid that shares a tokenizer and a language scores the same masked examples.
-_EXAMPLES_MEMO: OrderedDict[str, tuple[tuple[tuple[tuple[int, ...], tuple[int, ...]], ...], int]] = OrderedDict()
 MEMO_ENTRIES = 8
 """Evaluation sets kept per process (a quickstart grid has four: two target tokenizers and the
 source tokenizer, on two languages); the least recently used is dropped beyond that."""
+_EXAMPLES_MEMO = ProcessMemo(MEMO_ENTRIES)
 
 
 def evaluation_examples(
@@ -299,16 +298,13 @@ def evaluation_examples(
     if state is not None:
         fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k != "batch_size"}
         key = hashlib.sha256(json.dumps([file_hash(path), state, fields], sort_keys=True).encode()).hexdigest()
-        if key in _EXAMPLES_MEMO:
-            _EXAMPLES_MEMO.move_to_end(key)
-            return _EXAMPLES_MEMO[key]
-    texts = read_lines(path, cfg.max_eval_examples)
-    examples = tuple((tuple(ids), tuple(labels)) for ids, labels in build_masked_examples(tokenizer, texts, cfg))
-    if key is not None:
-        _EXAMPLES_MEMO[key] = (examples, len(texts))
-        while len(_EXAMPLES_MEMO) > MEMO_ENTRIES:
-            _EXAMPLES_MEMO.popitem(last=False)
-    return examples, len(texts)
+
+    def build() -> tuple[tuple[tuple[tuple[int, ...], tuple[int, ...]], ...], int]:
+        texts = read_lines(path, cfg.max_eval_examples)
+        examples = tuple((tuple(ids), tuple(labels)) for ids, labels in build_masked_examples(tokenizer, texts, cfg))
+        return examples, len(texts)
+
+    return _EXAMPLES_MEMO.get(key, build)
 
 
 @register_task(

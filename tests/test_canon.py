@@ -183,9 +183,9 @@ def test_canonical_vocab_covers_every_id_and_nones_specials():
 
 
 def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_tokens(monkeypatch):
-    import harness.vocab as hv
-
     import copy
+
+    import harness.vocab as hv
 
     tok = copy.deepcopy(FAMILY_BUILDERS["sentencepiece"]())  # the fixture builders share their tokenizers
     calls = []
