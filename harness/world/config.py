@@ -21,7 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 
-GENERATOR_VERSION = "2.0"
+GENERATOR_VERSION = "2.1"
 """Version of the generator's output. Bump it whenever the same config and seed would produce
 different files, so cached worlds built by an older generator are never reused."""
 
