@@ -24,31 +24,54 @@ from typing import Any
 import torch
 
 from harness import records, registry, resources, sanity, seeding
+from harness.cache import content_hash, file_hash
 from harness.config import TrialSpec, component_config
 from harness.initialize import InitRequest, init_summary, initialize, write_init_info
 from harness.protocols import TaskContext
 from harness.records import TrialRecord
+from harness.tokenizers import tokenizer_state
 from harness.trial import run_stages, run_task, wrap_encoding
 
 log = logging.getLogger("tokxfer")
 
-__all__ = ["device", "init_cache_key", "run_trial", "trial_record", "failed_record", "execute"]
+__all__ = ["device", "init_cache_key", "init_inputs", "run_trial", "trial_record", "failed_record", "execute"]
 
 
 def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def init_cache_key(spec: TrialSpec, source_path: str, model_kind: str) -> dict:
+def init_cache_key(spec: TrialSpec, source_path: str, model_kind: str, inputs: dict | None = None) -> dict:
     """Everything the method's output depends on: the key of the init cache (and, extended, of
     the stages' caches, see :func:`harness.trial.stage_cache_key`), the method's code included
-    (:func:`harness.registry.code_hash`)."""
-    return {
+    (:func:`harness.registry.code_hash`).
+
+    ``inputs`` (:func:`init_inputs`) adds the content of what the method reads besides the source
+    model (itself a content-keyed cache path): the target tokenizer and the corpora/dictionary
+    files. Without it a world rebuilt by another generator version, or a corpus edited in place,
+    would be served the initialization made from the old files (the spec names them only by
+    language and path).
+    """
+    key = {
         "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": dataclasses.asdict(spec.target),
         "world": dataclasses.asdict(spec.world) if spec.world else None, "method": spec.method.as_dict(),
         "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.seed, "kind": model_kind,
         "version": records.package_version(), "method_code": registry.code_hash("method", spec.method.name),
     }
+    if inputs is not None:
+        key["inputs"] = inputs
+    return key
+
+
+def init_inputs(target_tokenizer: Any, transfer: Any) -> dict:
+    """The content part of :func:`init_cache_key`: the target tokenizer's state
+    (:func:`harness.tokenizers.tokenizer_state`; its vocabulary for a tokenizer without a
+    ``tokenizers`` backend) and the sha256 of every resource file a transfer may read."""
+    state = tokenizer_state(target_tokenizer)
+    if state is None:
+        state = content_hash(sorted(target_tokenizer.get_vocab().items()))
+    files = {name: file_hash(Path(path)) for name, path in transfer.as_dict().items() if path is not None}
+    return {"target_tokenizer": state, "files": files}
 
 
 def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | None = None) -> TrialRecord:
@@ -70,7 +93,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     transfer = resources.transfer_resources(spec.target, world)
     t_resources = time.perf_counter() - t0
 
-    init_key = init_cache_key(spec, src_path, kind)
+    init_key = init_cache_key(spec, src_path, kind, init_inputs(tgt_tok, transfer))
     init = initialize(InitRequest(
         source_model=src_path, target_tokenizer=tgt_tok, method=spec.method.name,
         method_config=component_config("method", spec.method), seed=spec.seed, model_kind=kind, resources=transfer,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,3 +118,27 @@ def test_the_method_code_is_part_of_the_init_cache_key(tmp_path):
     assert registry.code_hash("method", "code-hash-test-0") == hashes[0]  # stable (memoized)
     # a built-in method hashes its whole package: its shared private helpers change its output too
     assert registry.code_hash("method", "focus") == registry.code_hash("method", "wechsel")
+
+
+def test_the_init_cache_key_covers_the_content_of_the_files_the_method_reads(tmp_path):
+    """A corpus edited in place (or a world rebuilt by another generator version under the same
+    spec) gives another key; the same content under another path name gives the same files part."""
+    from harness.config import load_experiment
+    from harness.runner import init_cache_key, init_inputs
+    from tests._tokfixtures import unigram
+
+    tok = unigram()
+    corpus, dic = tmp_path / "t.txt", tmp_path / "d.tsv"
+    corpus.write_text("a b c\n", encoding="utf-8")
+    dic.write_text("a\tb\n", encoding="utf-8")
+    res = TransferResources(target_corpus=corpus, dictionary=dic)
+    first = init_inputs(tok, res)
+    assert set(first["files"]) == {"target_corpus", "dictionary"}
+    assert init_inputs(tok, res) == first
+    corpus.write_text("a b d\n", encoding="utf-8")
+    second = init_inputs(tok, res)
+    assert second["files"]["target_corpus"] != first["files"]["target_corpus"]
+    assert second["files"]["dictionary"] == first["files"]["dictionary"]
+    spec = load_experiment(Path(__file__).parents[1] / "harness" / "configs" / "quickstart-tiny.yaml").trials()[0]
+    assert init_cache_key(spec, "/src", "mlm", first) != init_cache_key(spec, "/src", "mlm", second)
+    assert init_cache_key(spec, "/src", "mlm", first)["inputs"] == first

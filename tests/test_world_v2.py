@@ -14,7 +14,7 @@ from harness.world.grammar import SentenceSampler
 from harness.world.languages import build_languages
 from harness.world.lexicon import build_lexicon
 from harness.world.rng import stream
-from harness.world.tasks_data import NLI_EDITS, NliGenerator, xnli_record
+from harness.world.tasks_data import NLI_EDITS, NLI_POOL_SIZE, QA_FACTS, NliGenerator, QaGenerator, _top, xnli_record
 
 E, N, C = 0, 1, 2
 
@@ -168,7 +168,8 @@ def test_nli_is_balanced_and_premise_negation_is_label_independent(lex):
 def test_bag_of_words_baselines_stay_far_below_the_learnable_level(lex):
     """Hypothesis-minus-premise and hypothesis-only bags of words must not predict the label well.
 
-    Chance is 1/3; on the small world (12k train) they reach ~0.48 and ~0.44 (see the probe);
+    Chance is 1/3; on the small world 2.1 (12k train) they reach 0.52 and 0.52 (world 2.0, whose NLI
+    drew from the whole lexicon: 0.48 and 0.43; ``benchmarks/probe_world.py``);
     the bound here (tiny world, 900 examples) leaves room for sampling noise only."""
     L = build_languages(world_config("tiny"), lex, 0)["src"]
     recs = {}
@@ -178,6 +179,40 @@ def test_bag_of_words_baselines_stay_far_below_the_learnable_level(lex):
     assert res["hypothesis-minus-premise"]["test"] < 0.55, res
     assert res["hypothesis-only"]["test"] < 0.52, res
     assert res["hypothesis-minus-premise"]["train"] > 0.5  # the model can fit: the bound is not vacuous
+
+
+def test_nli_content_words_come_from_the_bounded_inventory(lex):
+    """World 2.1: premise verbs and objects are among the NLI_POOL_SIZE-bounded pools (the most
+    frequent lemmas); ``pool_size=None`` is world 2.0's whole lexicon."""
+    g = NliGenerator(lex, stream(0, "pool"))
+    assert len(g.verbs.ids) == min(4 * NLI_POOL_SIZE, len(lex.transitive_verb.ids))
+    weight = {i: b - a for i, a, b in zip(lex.transitive_verb.ids, [0.0, *lex.transitive_verb.cum[:-1]], lex.transitive_verb.cum)}
+    assert min(weight[i] for i in g.verbs.ids) >= max(weight[i] for i in set(weight) - set(g.verbs.ids))
+    verbs, objects = set(), set()
+    for p, _, _ in g.examples(600):
+        f = p.facts[0]
+        if f.verb != g.cop:
+            verbs.add(f.verb)
+            objects.add(f.obj.lemma)
+            assert f.obj.lemma in g.noun_in[lex.lemmas[f.obj.lemma].category].ids
+    assert verbs <= set(g.verbs.ids) and len(verbs) > NLI_POOL_SIZE
+    whole = NliGenerator(lex, stream(0, "pool"), pool_size=None)
+    assert whole.verbs is lex.transitive_verb and whole.noun_in is lex.noun_in
+
+
+def test_top_keeps_the_heaviest_ids_with_their_weights(lex):
+    s = lex.any_noun
+    t = _top(s, 5)
+    w = dict(zip(s.ids, (b - a for a, b in zip([0.0, *s.cum[:-1]], s.cum))))
+    assert len(t.ids) == 5 and sorted(w, key=lambda i: -w[i])[:5] == sorted(t.ids, key=lambda i: -w[i])
+    assert t.cum[-1] == pytest.approx(sum(w[i] for i in t.ids))
+    assert _top(s, 10**6).ids == s.ids
+
+
+def test_qa_contexts_hold_two_or_three_facts(lex):
+    g = QaGenerator(lex, stream(0, "qa-facts"))
+    counts = Counter(len(g.example().context) for _ in range(200))
+    assert set(counts) == set(range(QA_FACTS[0], QA_FACTS[1] + 1)) == {2, 3}, counts
 
 
 def test_edit_lookup_is_the_memorization_reference(lex):
