@@ -128,10 +128,21 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
             "resources_s": t_resources, **{f"init_{k}": v for k, v in init.timings.items()},
             "stages_s": stages.seconds, "task_s": t_task, "total_s": time.perf_counter() - t_start,
         },
-        revisions={"source_model": str(src_path), "world": dataclasses.asdict(spec.world) if spec.world else None},
+        revisions={"source_model": str(src_path), "world": _world_revision(spec, world)},
     )
     sanity.log_flags(record.to_json())
     return record
+
+
+def _world_revision(spec: TrialSpec, world: Any) -> dict | None:
+    """The world a record was made on: its spec plus the generator version and config fingerprint
+    that built it (a size and seed name different worlds under different generator versions)."""
+    if spec.world is None:
+        return None
+    out = dataclasses.asdict(spec.world)
+    if world is not None:
+        out.update(generator_version=world.manifest["generator_version"], fingerprint=world.manifest["fingerprint"])
+    return out
 
 
 def trial_record(spec: TrialSpec, status: str, *, started: str, **sections: Any) -> TrialRecord:

@@ -45,6 +45,10 @@ def test_trial_record_is_complete_and_deterministic(tmp_path, tiny_source, tiny_
     # the seeds section names the seeds the runner handed out: the method's generator, nothing else
     assert rec["seeds"] == {"init": seeding.derive(spec.seed, "init", "overlap")}
     assert "gold_top1" in rec["init"]["diagnostics"]
+    from harness.world import GENERATOR_VERSION
+
+    world = rec["revisions"]["world"]
+    assert world["generator_version"] == GENERATOR_VERSION and len(world["fingerprint"]) == 12
     on_disk = records.load_record(runs_dir / "exp" / "records" / f"{spec.trial_id}.json")
     assert on_disk["metrics"] == rec["metrics"]
     assert (runs_dir / "exp" / "artifacts" / spec.trial_id / "init_info.json").is_file()
