@@ -14,7 +14,7 @@ from harness.world.grammar import SentenceSampler
 from harness.world.languages import build_languages
 from harness.world.lexicon import build_lexicon
 from harness.world.rng import stream
-from harness.world.tasks_data import NLI_EDITS, NLI_POOL_SIZE, QA_FACTS, NliGenerator, QaGenerator, _top, xnli_record
+from harness.world.tasks_data import NLI_EDITS, NLI_POOL_SIZE, QA_FACTS, NliGenerator, QaGenerator, xnli_record
 
 E, N, C = 0, 1, 2
 
@@ -186,7 +186,7 @@ def test_nli_content_words_come_from_the_bounded_inventory(lex):
     frequent lemmas); ``pool_size=None`` is world 2.0's whole lexicon."""
     g = NliGenerator(lex, stream(0, "pool"))
     assert len(g.verbs.ids) == min(4 * NLI_POOL_SIZE, len(lex.transitive_verb.ids))
-    weight = {i: b - a for i, a, b in zip(lex.transitive_verb.ids, [0.0, *lex.transitive_verb.cum[:-1]], lex.transitive_verb.cum)}
+    weight = dict(zip(lex.transitive_verb.ids, lex.transitive_verb.weights()))
     assert min(weight[i] for i in g.verbs.ids) >= max(weight[i] for i in set(weight) - set(g.verbs.ids))
     verbs, objects = set(), set()
     for p, _, _ in g.examples(600):
@@ -202,11 +202,11 @@ def test_nli_content_words_come_from_the_bounded_inventory(lex):
 
 def test_top_keeps_the_heaviest_ids_with_their_weights(lex):
     s = lex.any_noun
-    t = _top(s, 5)
-    w = dict(zip(s.ids, (b - a for a, b in zip([0.0, *s.cum[:-1]], s.cum))))
+    t = s.top(5)
+    w = dict(zip(s.ids, s.weights()))
     assert len(t.ids) == 5 and sorted(w, key=lambda i: -w[i])[:5] == sorted(t.ids, key=lambda i: -w[i])
     assert t.cum[-1] == pytest.approx(sum(w[i] for i in t.ids))
-    assert _top(s, 10**6).ids == s.ids
+    assert s.top(10**6).ids == s.ids
 
 
 def test_qa_contexts_hold_two_or_three_facts(lex):

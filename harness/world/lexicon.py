@@ -155,6 +155,16 @@ class _Sampler:
     def __bool__(self) -> bool:
         return bool(self.ids)
 
+    def weights(self) -> list[float]:
+        """The weight of each id, in ``ids`` order."""
+        return [b - a for a, b in zip([0.0, *self.cum[:-1]], self.cum)]
+
+    def top(self, k: int) -> _Sampler:
+        """This sampler restricted to its ``k`` heaviest ids (ties to the earlier id), weights and order kept."""
+        w = self.weights()
+        keep = sorted(sorted(range(len(w)), key=lambda i: (-w[i], i))[:k])
+        return _Sampler([self.ids[i] for i in keep], [w[i] for i in keep])
+
 
 class Lexicon:
     """The source lexicon plus names, with samplers used by the grammar.

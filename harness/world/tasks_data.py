@@ -44,7 +44,7 @@ from dataclasses import dataclass, replace
 
 from .grammar import NP, Fact, Leaf, NounSpec, Sentence, SentenceSampler, SentenceSpec, build, build_np, leaves
 from .languages import Language
-from .lexicon import LOCATION_PREPS, Lexicon, _Sampler
+from .lexicon import LOCATION_PREPS, Lexicon
 from .realize import linearize, render, text_of, words
 
 NER_LABELS = ("O", "B-PER", "I-PER", "B-ORG", "I-ORG", "B-LOC", "I-LOC")
@@ -146,13 +146,6 @@ lets a small model learn the relations from the task data (world 2.1). Relation 
 (synonym, hypernym, hyponym, antonym) are whatever the lexicon relates to those words."""
 
 
-def _top(sampler: _Sampler, k: int) -> _Sampler:
-    """``sampler`` restricted to its ``k`` heaviest ids (their weights kept)."""
-    w = [b - a for a, b in zip([0.0, *sampler.cum[:-1]], sampler.cum)]
-    keep = sorted(sorted(range(len(w)), key=lambda i: (-w[i], i))[:k])
-    return _Sampler([sampler.ids[i] for i in keep], [w[i] for i in keep])
-
-
 class NliGenerator:
     """Premise/hypothesis pairs with exactly balanced labels, built by one controlled edit each.
 
@@ -173,10 +166,10 @@ class NliGenerator:
         self.s = SentenceSampler(lex, rng)
         self.cop = lex.role("cop")
         k = pool_size
-        self.animate = lex.noun_of_kind["animate"] if k is None else _top(lex.noun_of_kind["animate"], 4 * k)
-        self.verbs = lex.transitive_verb if k is None else _top(lex.transitive_verb, 4 * k)
-        self.noun_in = lex.noun_in if k is None else {c: _top(x, k) for c, x in lex.noun_in.items()}
-        self.adj_for = lex.adj_for if k is None else {c: _top(x, k) for c, x in lex.adj_for.items()}
+        self.animate = lex.noun_of_kind["animate"] if k is None else lex.noun_of_kind["animate"].top(4 * k)
+        self.verbs = lex.transitive_verb if k is None else lex.transitive_verb.top(4 * k)
+        self.noun_in = lex.noun_in if k is None else {c: x.top(k) for c, x in lex.noun_in.items()}
+        self.adj_for = lex.adj_for if k is None else {c: x.top(k) for c, x in lex.adj_for.items()}
         self._related_cache: dict[tuple, list[int]] = {}
         self.last_edit: str | None = None
         """Name of the edit that made the last hypothesis (for diagnostics)."""
