@@ -239,3 +239,27 @@ def test_world_v2_files_are_byte_identical_for_the_same_seed(world, tmp_path):
     a, b = files(world.path), files(other)
     assert a == b and any(k.startswith("agglu/xnli/") for k in a)
     assert world.manifest["generator_version"].startswith("2.")
+
+
+def test_growing_a_task_split_keeps_every_other_file(world, tmp_path):
+    """A task's splits draw from their own streams: more QA training questions append to the old ones and
+    leave the dev/test questions and every other file of the world as they were (so records made on the
+    smaller split stay valid for ``max_train_examples`` up to its size)."""
+    import dataclasses
+
+    cfg = world_config("tiny")
+    n_train, n_dev, n_test = cfg.examples_of("qa")
+    bigger = dataclasses.replace(cfg, task_sizes=(("qa", (2 * n_train, n_dev, n_test)),))
+    other = World(build_world(bigger, seed=0, root=tmp_path))
+    assert other.manifest["fingerprint"] != world.manifest["fingerprint"]
+
+    def files(path: Path) -> dict[str, bytes]:
+        return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
+
+    a, b = files(world.path), files(other.path)
+    changed = {k for k in a if a[k] != b[k]}
+    assert a.keys() == b.keys()
+    assert changed == {"world.json"} | {f"{lang}/qa/train.jsonl" for lang in world.languages}, sorted(changed)
+    for lang in world.languages:
+        old, new = a[f"{lang}/qa/train.jsonl"].splitlines(), b[f"{lang}/qa/train.jsonl"].splitlines()
+        assert len(old) == n_train and len(new) == 2 * n_train and new[:n_train] == old
