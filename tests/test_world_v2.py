@@ -3,6 +3,7 @@ lexical relations, exact label balance, and no bag-of-words label leak (tiny wor
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
@@ -17,6 +18,11 @@ from harness.world.rng import stream
 from harness.world.tasks_data import NLI_EDITS, NLI_POOL_SIZE, QA_FACTS, NliGenerator, QaGenerator, xnli_record
 
 E, N, C = 0, 1, 2
+
+
+def _files(path: Path) -> dict[str, bytes]:
+    """Every file under ``path`` (relative name -> bytes)."""
+    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
@@ -233,10 +239,7 @@ def test_edit_lookup_is_the_memorization_reference(lex):
 def test_world_v2_files_are_byte_identical_for_the_same_seed(world, tmp_path):
     other = build_world("tiny", seed=0, root=tmp_path)
 
-    def files(path: Path) -> dict[str, bytes]:
-        return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
-
-    a, b = files(world.path), files(other)
+    a, b = _files(world.path), _files(other)
     assert a == b and any(k.startswith("agglu/xnli/") for k in a)
     assert world.manifest["generator_version"].startswith("2.")
 
@@ -245,18 +248,13 @@ def test_growing_a_task_split_keeps_every_other_file(world, tmp_path):
     """A task's splits draw from their own streams: more QA training questions append to the old ones and
     leave the dev/test questions and every other file of the world as they were (so records made on the
     smaller split stay valid for ``max_train_examples`` up to its size)."""
-    import dataclasses
-
     cfg = world_config("tiny")
     n_train, n_dev, n_test = cfg.examples_of("qa")
     bigger = dataclasses.replace(cfg, task_sizes=(("qa", (2 * n_train, n_dev, n_test)),))
     other = World(build_world(bigger, seed=0, root=tmp_path))
     assert other.manifest["fingerprint"] != world.manifest["fingerprint"]
 
-    def files(path: Path) -> dict[str, bytes]:
-        return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
-
-    a, b = files(world.path), files(other.path)
+    a, b = _files(world.path), _files(other.path)
     changed = {k for k in a if a[k] != b[k]}
     assert a.keys() == b.keys()
     assert changed == {"world.json"} | {f"{lang}/qa/train.jsonl" for lang in world.languages}, sorted(changed)
