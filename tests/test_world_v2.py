@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -16,13 +15,9 @@ from harness.world.languages import build_languages
 from harness.world.lexicon import build_lexicon
 from harness.world.rng import stream
 from harness.world.tasks_data import NLI_EDITS, NLI_POOL_SIZE, QA_FACTS, NliGenerator, QaGenerator, xnli_record
+from tests.test_world import _files
 
 E, N, C = 0, 1, 2
-
-
-def _files(path: Path) -> dict[str, bytes]:
-    """Every file under ``path`` (relative name -> bytes)."""
-    return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture(scope="module")
