@@ -253,12 +253,17 @@ class TaskResult:
         counts: ``{language: {"train": n, "dev": n, "test": n}}`` examples used.
         curves: named series of ``(step, value)`` pairs (loss curves) for the record and MLflow.
         info: other JSON-serializable facts (metric signatures, seqeval mode …).
+        examples: ``{language: {metric: harness.examples.ExampleScores}}``, the per-example
+            statistics behind ``metrics`` (test sets only), stored beside the record so tables can
+            pair methods on the same examples and resample them. A task fills it by returning
+            :class:`harness.examples.Scores` from its evaluation, or directly.
     """
 
     metrics: dict
     counts: dict = field(default_factory=dict)
     curves: dict = field(default_factory=dict)
     info: dict = field(default_factory=dict)
+    examples: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -69,6 +69,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from harness.examples import Scores, attach
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import seeded_globals, torch_generator
@@ -386,7 +387,8 @@ def _pretokenizer(name: str, language: str) -> tuple[Any, str]:
     return BLEU(tokenize=name).tokenizer, f"sacrebleu-{name}"
 
 
-def tokenized_bleu(hypotheses: list[str], references: list[str], pretokenizer: str, language: str = "en") -> dict:
+def tokenized_bleu(hypotheses: list[str], references: list[str], pretokenizer: str, language: str = "en",
+                   *, examples: bool = False) -> dict:
     """BLEU on word-tokenized text, as the XLP paper reports it (Moses tokens scored as they are).
 
     Args:
@@ -394,6 +396,8 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], pretokenizer: s
         references: detokenized references.
         pretokenizer: one of :data:`TOKENIZED_BLEU`.
         language: language of the texts (Moses's per-language rules).
+        examples: also return the per-segment statistics (``"examples"``,
+            :func:`tasks.metrics.bleu_segment_statistics` of the tokenized texts).
 
     Returns:
         ``{"score", "signature"}``; the signature is sacreBLEU's (``tok:none``) prefixed with
@@ -405,8 +409,12 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], pretokenizer: s
         (48.89, 'pretok:sacrebleu-13a')
     """
     tok, what = _pretokenizer(pretokenizer, language)
-    score = metrics.bleu([tok(h) for h in hypotheses], [tok(r) for r in references], tokenize="none")
-    return {"score": score["score"], "signature": f"pretok:{what}|{score['signature']}"}
+    hyps, refs = [tok(h) for h in hypotheses], [tok(r) for r in references]
+    score = metrics.bleu(hyps, refs, tokenize="none")
+    out = {"score": score["score"], "signature": f"pretok:{what}|{score['signature']}"}
+    if examples:
+        out["examples"] = metrics.bleu_segment_statistics(hyps, refs, tokenize="none")
+    return out
 
 
 def _nll_rows(batch: dict, out: Any) -> list[tuple[float, int]]:
@@ -516,13 +524,18 @@ class IwsltBleu:
         device: str,
         show: bool,
         desc: str,
+        examples: bool = False,
     ) -> dict:
         hyps = self._decode(model, features, collate, tgt_tok, device, show, desc)
         score = metrics.bleu(hyps, refs, tokenize=self.config.bleu_tokenize)
-        out = {"bleu": score["score"], "signature": score["signature"], "hypotheses": hyps}
+        out = {"bleu": score["score"], "signature": score["signature"], "hypotheses": hyps, "examples": {}}
+        if examples:
+            out["examples"]["bleu"] = metrics.bleu_segment_statistics(hyps, refs, tokenize=self.config.bleu_tokenize)
         if self.config.tokenized_bleu is not None:
-            tok = tokenized_bleu(hyps, refs, self.config.tokenized_bleu, self._moses_language)
+            tok = tokenized_bleu(hyps, refs, self.config.tokenized_bleu, self._moses_language, examples=examples)
             out.update(bleu_tokenized=tok["score"], signature_tokenized=tok["signature"])
+            if examples:
+                out["examples"]["bleu_tokenized"] = tok["examples"]
         return out
 
     def _dev_loss(self, model: Any, features: list[dict], collate: Any, device: str, show: bool, desc: str) -> dict:
@@ -619,7 +632,7 @@ class IwsltBleu:
         def test_bleu(m: Any) -> dict:
             return {
                 lang: self._bleu(m, feats[lang]["test"], pairs[lang]["test"][1], collate, tgt_tok, device, show,
-                                 f"iwslt test {lang}")  # fmt: skip
+                                 f"iwslt test {lang}", examples=True)  # fmt: skip
                 for lang in langs
             }
 
@@ -686,10 +699,11 @@ class IwsltBleu:
         """Per-language BLEU (and tokenized BLEU), counts, signatures and sample translations."""
         for lang in langs:
             test = result.test[lang]
-            out.metrics[lang] = {"bleu": test["bleu"]}
+            values = {"bleu": test["bleu"]}
             if "bleu_tokenized" in test:
-                out.metrics[lang]["bleu_tokenized"] = test["bleu_tokenized"]
+                values["bleu_tokenized"] = test["bleu_tokenized"]
                 out.info["sacrebleu_signature_tokenized"] = test["signature_tokenized"]
+            out.metrics[lang] = attach(out.examples, lang, Scores(values, test["examples"]))
             out.counts[lang] = {s: len(feats[lang][s]) for s in feats[lang]}
             out.info["sacrebleu_signature"] = test["signature"]
             out.info["samples"][lang] = [

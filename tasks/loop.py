@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from harness.examples import attach
 from harness.seeding import seeded_globals, torch_generator
 
 T = TypeVar("T")
@@ -756,8 +757,9 @@ def check_max_length(model: Any, max_length: int, task: str) -> None:
 
 
 def record_language(out: Any, lang: str, result: FinetuneResult, *, metrics: dict, counts: dict, data_info: dict, head: dict) -> None:
-    """Put one language's fine-tuning outcome into a ``TaskResult`` (the same layout for every task)."""
-    out.metrics[lang] = metrics
+    """Put one language's fine-tuning outcome into a ``TaskResult`` (the same layout for every task);
+    per-example statistics carried by ``metrics`` (:class:`harness.examples.Scores`) go to ``out.examples``."""
+    out.metrics[lang] = attach(out.examples, lang, metrics)
     out.counts[lang] = counts
     out.curves[f"{lang}/train_loss"] = result.loss_curve
     out.info["data"][lang] = data_info

@@ -25,6 +25,10 @@ import re
 import string
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
+from harness.examples import ExampleScores, Scores
+
 METRICS_VERSION = 1
 """Bumped whenever a definition below changes the numbers it produces."""
 
@@ -106,16 +110,25 @@ def squad_scores(predictions: Mapping[str, str], references: Mapping[str, Sequen
         >>> squad_scores({"q1": "Paris", "q2": "blue"}, {"q1": ["Paris"], "q2": ["red"]})
         {'exact_match': 50.0, 'f1': 50.0}
     """
+    return dict(squad_scores_with_examples(predictions, references))
+
+
+def squad_scores_with_examples(predictions: Mapping[str, str], references: Mapping[str, Sequence[str]]) -> Scores:
+    """:func:`squad_scores` with the per-question EM and F1 behind them (``Scores.examples``).
+
+    Example:
+        >>> s = squad_scores_with_examples({"q1": "Paris", "q2": "blue"}, {"q1": ["Paris"], "q2": ["red"]})
+        >>> dict(s), s.examples["f1"].value()
+        ({'exact_match': 50.0, 'f1': 50.0}, 50.0)
+    """
     if not references:
         raise ValueError("squad_scores: no reference questions")
-    em = f1 = 0.0
-    for qid, golds in references.items():
-        if qid not in predictions:
-            continue
-        em += squad_exact_match(predictions[qid], golds)
-        f1 += squad_f1(predictions[qid], golds)
+    em = [squad_exact_match(predictions[q], g) if q in predictions else 0.0 for q, g in references.items()]
+    f1 = [squad_f1(predictions[q], g) if q in predictions else 0.0 for q, g in references.items()]
     n = len(references)
-    return {"exact_match": 100.0 * em / n, "f1": 100.0 * f1 / n}
+    return Scores({"exact_match": 100.0 * sum(em) / n, "f1": 100.0 * sum(f1) / n},
+                  {"exact_match": ExampleScores("mean", np.array(em), scale=100.0),
+                   "f1": ExampleScores("mean", np.array(f1), scale=100.0)})
 
 
 # -------------------------------------------------------------------------------------- seqeval
@@ -158,6 +171,48 @@ def seqeval_scores(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[st
     }
 
 
+def seqeval_sentence_counts(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]], mode: str = "default") -> np.ndarray:
+    """Per sentence: ``[true positives, predicted entities, gold entities]`` as seqeval counts them.
+
+    seqeval never lets an entity cross a sentence boundary (in default mode it joins sentences with
+    ``O``; strict mode keeps a sentence index), so the column sums give its micro precision, recall
+    and F1 exactly (tested against :func:`seqeval_scores`).
+
+    Example:
+        >>> seqeval_sentence_counts([["B-PER", "I-PER", "O"], ["B-LOC"]], [["B-PER", "I-PER", "O"], ["O"]]).tolist()
+        [[1.0, 1.0, 1.0], [0.0, 0.0, 1.0]]
+    """
+    if mode not in SEQEVAL_MODES:
+        raise ValueError(f"seqeval mode must be one of {SEQEVAL_MODES}, got {mode!r}")
+    if mode == "strict":
+        from seqeval.scheme import IOB2, Entities
+
+        def entities(sent: Sequence[str]) -> set:
+            return {e.to_tuple()[1:] for e in Entities([list(sent)], IOB2).entities[0]}
+    else:
+        from seqeval.metrics.sequence_labeling import get_entities
+
+        def entities(sent: Sequence[str]) -> set:
+            return set(get_entities(list(sent)))
+
+    rows = np.zeros((len(y_true), 3))
+    for i, (t, p) in enumerate(zip(y_true, y_pred)):
+        gold, pred = entities(t), entities(p)
+        rows[i] = (len(gold & pred), len(pred), len(gold))
+    return rows
+
+
+def seqeval_scores_with_examples(y_true: Sequence[Sequence[str]], y_pred: Sequence[Sequence[str]], mode: str = "default") -> Scores:
+    """:func:`seqeval_scores` (F1, precision, recall) with the per-sentence entity counts behind them."""
+    scores = seqeval_scores(y_true, y_pred, mode=mode)
+    rows = seqeval_sentence_counts(y_true, y_pred, mode=mode)
+    return Scores({k: scores[k] for k in ("f1", "precision", "recall")}, {
+        "f1": ExampleScores("f1", rows),
+        "precision": ExampleScores("ratio", rows[:, [0, 1]]),
+        "recall": ExampleScores("ratio", rows[:, [0, 2]]),
+    })
+
+
 # ------------------------------------------------------------------------------------- accuracy
 
 
@@ -173,6 +228,18 @@ def accuracy(predictions: Sequence[int], labels: Sequence[int]) -> float:
     if not labels:
         raise ValueError("accuracy: no labels")
     return sum(int(p) == int(t) for p, t in zip(predictions, labels)) / len(labels)
+
+
+def accuracy_with_examples(predictions: Sequence[int], labels: Sequence[int]) -> Scores:
+    """``{"accuracy": …}`` with the per-example 0/1 correctness behind it.
+
+    Example:
+        >>> s = accuracy_with_examples([0, 1, 2, 2], [0, 1, 1, 2]); dict(s), s.examples["accuracy"].n
+        ({'accuracy': 0.75}, 4)
+    """
+    value = accuracy(predictions, labels)
+    correct = np.array([float(int(p) == int(t)) for p, t in zip(predictions, labels)])
+    return Scores({"accuracy": value}, {"accuracy": ExampleScores("mean", correct)})
 
 
 # ----------------------------------------------------------------------------------------- BLEU
@@ -206,6 +273,27 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str] | Sequence[Sequenc
     metric = BLEU(**bleu_kwargs)
     result = metric.corpus_score(list(hypotheses), streams)
     return {"score": float(result.score), "signature": str(metric.get_signature())}
+
+
+def bleu_segment_statistics(hypotheses: Sequence[str], references: Sequence[str], **bleu_kwargs) -> ExampleScores:
+    """Per segment sacreBLEU's sufficient statistics ``[sys_len, ref_len, correct₁…₄, total₁…₄]``,
+    as an :class:`~harness.examples.ExampleScores` whose value is :func:`bleu`'s corpus score.
+
+    Uses sacreBLEU's own statistics extraction (``BLEU._extract_corpus_statistics``: one reference
+    stream); the corpus score from their sums equals ``corpus_score`` (tested).
+
+    Example:
+        >>> ex = bleu_segment_statistics(["the cat sat on the mat"], ["the cat sat on a mat"])
+        >>> round(ex.value(), 2)
+        53.73
+    """
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(**bleu_kwargs)
+    stats = metric._extract_corpus_statistics(list(hypotheses), [list(references)])
+    params = {"smooth_method": metric.smooth_method, "smooth_value": metric.smooth_value,
+              "effective_order": bool(metric.effective_order)}
+    return ExampleScores("bleu", np.asarray(stats, dtype=np.float64), params=params)
 
 
 # ------------------------------------------------------------------------- perplexity and bytes

@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from harness.cache import ProcessMemo, file_hash
+from harness.examples import ExampleScores, Scores, attach
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import derive
@@ -227,7 +229,8 @@ def masked_lm_scores(
     ``input_ids`` (``-100`` at added positions). See :func:`tasks.data.batch_preparer`.
 
     Returns:
-        ``{"loss", "accuracy", "perplexity", "masked_tokens"}``.
+        ``{"loss", "accuracy", "perplexity", "masked_tokens"}`` as :class:`harness.examples.Scores`
+        carrying each example's NLL, hits and masked tokens behind the first three.
     """
     prepare = batch_preparer(model, encoding)
     encoded = getattr(model, "prepare_batch", None) is not None or (
@@ -236,6 +239,7 @@ def masked_lm_scores(
     was_training = model.training
     model.eval()
     total_nll, total_correct, total_count = 0.0, 0, 0
+    per_example = np.zeros((len(examples), 3))  # nll, correct, masked tokens of each example
     batches = length_batches([len(ids) for ids, _ in examples], batch_size)
     try:
         with torch.inference_mode(), HeadAtPositions(model) as head:
@@ -253,20 +257,28 @@ def masked_lm_scores(
                 picked = head.logits(model, inputs, sel).float()
                 gold = labels[sel]
                 nll = torch.nn.functional.cross_entropy(picked, gold, reduction="none")
+                hit = picked.argmax(-1) == gold
                 total_nll += float(nll.sum(dtype=torch.float64))
-                total_correct += int((picked.argmax(-1) == gold).sum())
+                total_correct += int(hit.sum())
                 total_count += int(sel.sum())
+                owner = sel.nonzero()[:, 0].cpu()  # batch row of each masked token (row-major, as sel picks)
+                sums = torch.zeros(len(rows), 3, dtype=torch.float64)
+                sums.index_add_(0, owner, torch.stack([nll.detach().double().cpu(), hit.double().cpu(),
+                                                       torch.ones_like(owner, dtype=torch.float64)], dim=1))
+                per_example[np.asarray(rows)] += sums.numpy()
     finally:
         model.train(was_training)
     if total_count == 0:
         raise ValueError("mlm-at-init: no token was masked; the evaluation set is empty or too short")
     loss = total_nll / total_count
-    return {
+    nll_rows, hit_rows = per_example[:, [0, 2]], per_example[:, [1, 2]]
+    return Scores({
         "loss": loss,
         "accuracy": total_correct / total_count,
         "perplexity": math.exp(loss) if loss < 700 else float("inf"),
         "masked_tokens": total_count,
-    }
+    }, {"loss": ExampleScores("ratio", nll_rows), "accuracy": ExampleScores("ratio", hit_rows),
+        "perplexity": ExampleScores("exp_ratio", nll_rows)})
 
 
 # Evaluation sets of this process, keyed by what determines them (see :func:`evaluation_examples`):
@@ -338,6 +350,7 @@ class MlmAtInit:
         metrics: dict[str, dict[str, float]] = {}
         counts: dict[str, dict[str, int]] = {}
         files: dict[str, str] = {}
+        examples_out: dict = {}
         for lang in ctx.languages:
             path = self.eval_path(ctx, lang)
             # an attached language token takes one of the max_length positions
@@ -354,7 +367,8 @@ class MlmAtInit:
                 show_progress=ctx.progress,
             )
             n_masked = int(scores.pop("masked_tokens"))
-            metrics[lang] = scores
+            metrics[lang] = attach(examples_out, lang, scores)
             counts[lang] = {"test": n_texts, "masked_tokens": n_masked}
             files[lang] = str(path)
-        return TaskResult(metrics=metrics, counts=counts, info={"eval_files": files, "mask_seed": cfg.mask_seed})
+        return TaskResult(metrics=metrics, counts=counts, info={"eval_files": files, "mask_seed": cfg.mask_seed},
+                          examples=examples_out)

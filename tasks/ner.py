@@ -139,8 +139,7 @@ def entity_scores(
         truncated += len(tags) - len(seen)
         y_true.append([names[t] for t in tags])
         y_pred.append(words)
-    scores = metrics.seqeval_scores(y_true, y_pred, mode=cfg.seqeval_mode)
-    return {k: scores[k] for k in ("f1", "precision", "recall")}, truncated
+    return metrics.seqeval_scores_with_examples(y_true, y_pred, mode=cfg.seqeval_mode), truncated
 
 
 @register_task("ner", config=NerConfig, description="NER entity F1 (seqeval) on WikiANN-format data")

@@ -52,6 +52,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from harness.examples import ExampleScores, Scores, attach
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import seeded_globals
@@ -250,7 +253,8 @@ def lm_eval_perplexity(
                 raise RuntimeError(f"perplexity: lm-eval scored {len(samples)} of {len(documents)} documents")
             targets = [s["target"] for s in samples]
             loglik = [float(_first(s["filtered_resps"])) for s in samples]
-            n_tokens = sum(len(lm.tok_encode(t)) for t in targets)
+            doc_tokens = [len(lm.tok_encode(t)) for t in targets]
+            n_tokens = sum(doc_tokens)
             window = int(lm.max_length)
     finally:
         model.train(was_training)
@@ -276,6 +280,7 @@ def lm_eval_perplexity(
         "bytes": n_bytes,
         "words": n_words,
         "documents": len(documents),
+        "per_document": per_document_rows(loglik, doc_tokens, targets),
     }
     info = {
         "lm_eval_version": getattr(lm_eval, "__version__", None) or out.get("lm_eval_version"),
@@ -287,6 +292,29 @@ def lm_eval_perplexity(
         },
     }
     return scores, info
+
+
+PER_DOCUMENT = ("nll", "tokens", "bytes", "words")
+"""Columns of the per-document statistics behind the perplexities."""
+
+
+def per_document_rows(loglik: Sequence[float], tokens: Sequence[int], documents: Sequence[str]) -> np.ndarray:
+    """Per document ``[nll (nats), tokens, UTF-8 bytes, whitespace words]`` (:data:`PER_DOCUMENT`)."""
+    return np.array([[-ll, n, len(d.encode("utf-8")), len(d.split())] for ll, n, d in zip(loglik, tokens, documents)],
+                    dtype=np.float64).reshape(-1, len(PER_DOCUMENT))
+
+
+def perplexity_scores(scores: dict) -> Scores:
+    """The four reported perplexities of :func:`lm_eval_perplexity` / :func:`own_rolling_perplexity`
+    with the per-document statistics behind them (``Scores.examples``)."""
+    rows = scores["per_document"]
+    nll, tokens, n_bytes, words = (rows[:, [0, i]] for i in range(4))
+    return Scores({k: scores[k] for k in ("token_perplexity", "bits_per_byte", "byte_perplexity", "word_perplexity")}, {
+        "token_perplexity": ExampleScores("exp_ratio", tokens),
+        "bits_per_byte": ExampleScores("bits_per_byte", n_bytes),
+        "byte_perplexity": ExampleScores("pow2_bits_per_byte", n_bytes),
+        "word_perplexity": ExampleScores("exp_ratio", words),
+    })
 
 
 def _first(resp: Any) -> Any:
@@ -353,10 +381,10 @@ def own_rolling_perplexity(
     if window < 1:
         raise ValueError(f"perplexity: a context of {lm.max_length} tokens leaves no room for the language token")
     rows: list[tuple[int, list[int], list[int]]] = []
-    n_tokens = 0
+    doc_tokens: list[int] = []
     for d, doc in enumerate(documents):
         tokens = lm.tok_encode(doc)
-        n_tokens += len(tokens)
+        doc_tokens.append(len(tokens))
         for context, cont in map(
             lm_utils.make_disjoint_window, lm_utils.get_rolling_token_windows(tokens, lm.prefix_token_id, window, 1)
         ):
@@ -388,6 +416,7 @@ def own_rolling_perplexity(
                     loglik[d] += float(picked.sum())
     finally:
         model.train(was_training)
+    n_tokens = sum(doc_tokens)
     nll = -math.fsum(loglik)
     n_bytes = metrics.utf8_bytes(documents)
     n_words = sum(len(t.split()) for t in documents)
@@ -402,6 +431,7 @@ def own_rolling_perplexity(
         "bytes": n_bytes,
         "words": n_words,
         "documents": len(documents),
+        "per_document": per_document_rows(loglik, doc_tokens, documents),
     }
     info = {"window": window, "context_length": int(lm.max_length), "add_bos_token": add_bos_token,
             "prefix_token_id": int(lm.prefix_token_id), "windows": len(rows)}  # fmt: skip
@@ -467,9 +497,7 @@ class Perplexity:
                         agreement_tolerance=cfg.agreement_tolerance,
                     )
                 info["method"] = "lm-eval"
-            out.metrics[lang] = {
-                k: scores[k] for k in ("token_perplexity", "bits_per_byte", "byte_perplexity", "word_perplexity")
-            }
+            out.metrics[lang] = attach(out.examples, lang, perplexity_scores(scores))
             out.counts[lang] = {k: scores[k] for k in ("documents", "tokens", "bytes", "words")} | {
                 "test": scores["documents"]
             }

@@ -224,7 +224,7 @@ class Qa:
         ids = [str(i) for i in ds["id"]]
         preds = dict(zip(ids, texts))
         refs = {qid: list(a["text"]) for qid, a in zip(ids, ds["answers"])}
-        return metrics.squad_scores(preds, refs)
+        return metrics.squad_scores_with_examples(preds, refs)
 
     def run(self, ctx: TaskContext) -> TaskResult:
         """Fine-tune and score separately on every language of ``ctx.languages``."""

@@ -26,6 +26,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Any
 
+from harness.examples import attach
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
@@ -124,7 +125,7 @@ def accuracy_of(
         show_progress=show,
         description=desc,
     )
-    return {"accuracy": metrics.accuracy(preds, [f["labels"] for f in features])}
+    return metrics.accuracy_with_examples(preds, [f["labels"] for f in features])
 
 
 @register_task("xnli", config=XnliConfig, description="XNLI accuracy (translate-train or cross-lingual)")
@@ -241,7 +242,7 @@ class Xnli:
             out.info["data"][src] = {"train": info, "test": out.info["data"][src]} if src in tests else info
             result, counts, head = self._train(ctx, data["train"], data["dev"], tests, src)
             for lang in langs:
-                out.metrics[lang] = result.test[lang]
+                out.metrics[lang] = attach(out.examples, lang, result.test[lang])
                 out.counts[lang] = {**counts, "test": len(tests[lang])}
             out.curves[f"{src}/train_loss"] = result.loss_curve
             out.info["finetune"][src] = {**finetune_info(result), "head": head}

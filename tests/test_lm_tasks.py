@@ -21,6 +21,7 @@ import tasks.lapt  # noqa: F401
 import tasks.perplexity  # noqa: F401
 from harness.protocols import TaskContext
 from harness.registry import get
+from tests.test_examples import assert_examples_match
 
 SENTENCES = [
     "the cat sat on the mat near the door .",
@@ -129,6 +130,7 @@ def test_perplexity_matches_manual_computation(tok, tmp_path):
     words = sum(len(d.split()) for d in docs)
     assert m["word_perplexity"] == pytest.approx(math.exp(nll / words), rel=1e-4)
     assert res.info["lm_eval_version"]
+    assert_examples_match(res, rel=1e-6)  # byte and word perplexity are lm-eval's own aggregates
     assert not list((tmp_path / "work").iterdir())  # the temporary task directory is removed
 
 
@@ -308,6 +310,7 @@ def test_iwslt_bleu_end_to_end(mt_files, tmp_path):
     assert 0.0 <= bleu <= 100.0
     assert res.info["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert res.counts["near"] == {"train": 16, "dev": 4, "test": 4}
+    assert_examples_match(res)
     info = res.info["model"]["near"]
     assert info["source_embeddings_copied"] and info["d_model"] == 16 and not info["embedding_projection"]
     assert res.info["finetune"]["near"]["steps"] == 4 and len(res.info["finetune"]["near"]["dev_history"]) == 2

@@ -24,6 +24,7 @@ os.environ.setdefault("HF_HOME", os.path.join(tempfile.gettempdir(), "tokxfer-te
 from harness.protocols import TaskContext, TaskResult  # noqa: E402
 from harness.registry import build_config  # noqa: E402
 from tasks.mlm_at_init import MlmAtInit, MlmAtInitConfig, build_masked_examples, read_lines  # noqa: E402
+from tests.test_examples import assert_examples_match  # noqa: E402
 
 SENTENCES = [
     "Anna lives in Berlin and works for Siemens .",
@@ -177,6 +178,7 @@ def test_mlm_at_init_loss_matches_manual_cross_entropy(tokenizer, text_file):
             nll += float(torch.nn.functional.cross_entropy(logits[sel], lab[sel], reduction="sum"))
             n += int(sel.sum())
     r = MlmAtInit(cfg).run(_ctx(model, tokenizer))
+    assert_examples_match(r, counts=False)
     assert r.metrics["near"]["loss"] == pytest.approx(nll / n, rel=1e-5)
 
 
@@ -267,6 +269,7 @@ def _check_finetune_result(r: TaskResult, langs, keys, upper: float) -> None:
     for curve in r.curves.values():
         assert curve and all(math.isfinite(v) for _, v in curve)
     json.dumps(r.info)  # JSON-serializable for the record
+    assert_examples_match(r)
 
 
 def test_xnli_translate_train_end_to_end(tokenizer, task_files):
@@ -298,6 +301,7 @@ def test_xnli_cross_lingual_and_limits(tokenizer, task_files):
     ))  # fmt: skip
     r = Xnli(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near", "far"), source_language="near"))
     assert set(r.metrics) == {"near", "far"} and list(r.curves) == ["near/train_loss"]
+    assert_examples_match(r)
     assert r.counts["far"] == {"train": 6, "dev": 5, "test": 5}
     with pytest.raises(ValueError, match="setting"):
         XnliConfig(setting="zero-shot")
