@@ -242,7 +242,9 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
         m = res.mapping
         np.savez(d / "mapping.npz", shape=np.array([m.n_target, m.n_source]), indptr=m.indptr, indices=m.indices,
                  weights=m.weights, provenance=m.provenance)
-        (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives}, default=str))
+        reasons = {k: np.asarray(v, dtype=np.int64).tolist() for k, v in res.random_reasons.items()}
+        (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives,
+                                                 "random_reasons": reasons}, default=str))
 
     try:
         d = cached_dir(INIT_CACHE_KIND, key, build)
@@ -254,7 +256,8 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
     meta = json.loads((d / "init.json").read_text())
     mapping = TokenMapping(int(z["shape"][0]), int(z["shape"][1]), z["indptr"], z["indices"], z["weights"], z["provenance"])
     # only results whose tokenizer is the given one are cached, so it is the right one here
-    return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"])
+    return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"],
+                      meta.get("random_reasons") or {})
 
 
 # --------------------------------------------------------------------------------------------

@@ -474,7 +474,10 @@ class Wechsel:
             }
         timings["total_s"] = time.perf_counter() - t_start
         info = self._info(core.stats, vec, sub_info, cand_info, sides, timings)
-        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
+        fb = core.mapping.fallback_ids()
+        groups = {"zero-vector": fb[~sides.target[fb]], "special": fb[sides.target[fb]]}
+        reasons = {f["reason"]: groups[f["group"]].tolist() for f in info["fallbacks"]}
+        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info, random_reasons=reasons)
 
     # ------------------------------------------------------------------------------------------
 
@@ -571,13 +574,15 @@ class Wechsel:
                 why = describe_zero_vectors({k: v for k, v in causes.items() if k != "minn"}, minn=causes["minn"])
             else:
                 why = "zero subword vector (the token occurs in no vocabulary word)"
-            fallbacks.append({"reason": why, "count": st["fallback_zero_vector"], "fallback": "random N(mean, std) of the source rows",
+            fallbacks.append({"group": "zero-vector", "reason": why, "count": st["fallback_zero_vector"],
+                              "fallback": "random N(mean, std) of the source rows",
                               **({"causes": causes} if causes is not None else {})})
         unmatched_ids = sides.target.copy()
         unmatched_ids[sides.pairs[:, 0]] = False
         if unmatched_ids.any():
             fallbacks.append({
-                "reason": "target special token with no source special of the same role", "count": int(unmatched_ids.sum()),
+                "group": "special", "reason": "target special token with no source special of the same role",
+                "count": int(unmatched_ids.sum()),
                 "tokens": list(sides.unmatched), "fallback": "random N(mean, std) of the source rows",
             })
         nondeterministic = ["fasttext"] if any(
