@@ -78,11 +78,20 @@ def corpus_vocabulary(path: Path, max_bytes: int = _SAMPLE_BYTES) -> Counter:
 
 
 def _fertility(tok: Any, words: list[str]) -> float:
-    """Mean number of tokens per word (each word tokenized alone, as a word of running text)."""
+    """Mean number of tokens per word (each word tokenized alone, as a word of running text).
+
+    An unknown-token piece counts once per character it covers, as a tokenizer that knew the
+    characters would need at least that many pieces: a tokenizer that has never seen a script folds a
+    whole word into one ``<unk>`` and would otherwise look like the one that splits it least.
+    """
     if not words:
         return float("nan")
-    enc = tok([" " + w for w in words], add_special_tokens=False)["input_ids"]
-    return sum(len(e) for e in enc) / len(words)
+    enc = tok([" " + w for w in words], add_special_tokens=False, return_offsets_mapping=True)
+    unk = getattr(tok, "unk_token_id", None)
+    pieces = 0
+    for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"]):
+        pieces += sum(max(b - a, 1) if i == unk else 1 for i, (a, b) in zip(ids, offsets))
+    return pieces / len(words)
 
 
 @dataclass

@@ -235,6 +235,13 @@ def _paper(cls: type) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def _option_wording(doc: str) -> str:
+    """A config docstring with each option that has a flag of its own named with it: ``english_tokenizer`` (--english-tokenizer)."""
+    for c in CONFIG_FLAGS:
+        doc = re.sub(rf"``{c.field}``(?! \()", f"``{c.field}`` ({c.flag})", doc)
+    return doc
+
+
 def explain(name: str, width: int = 100) -> str:
     """What ``tokxfer init --method NAME`` needs, its options with defaults, and the paper behind them.
 
@@ -275,7 +282,7 @@ def explain(name: str, width: int = 100) -> str:
         flag = next((c.flag for c in CONFIG_FLAGS if c.field == f.name), None)
         lines.append(f"  {f.name} = {_default(f)!r}" + (f"   (also {flag})" if flag else ""))
         if f.name in docs:
-            lines.append(wrap(" ".join(flag_wording(docs[f.name]).split()), "      "))
+            lines.append(wrap(" ".join(_option_wording(flag_wording(docs[f.name])).split()), "      "))
     presets = [m for m in ("reference",) if callable(getattr(entry.config_cls, m, None))]
     if presets:
         ref = entry.config_cls.reference
@@ -601,7 +608,7 @@ def _method_config(args: argparse.Namespace, cfg_cls: type, cfg_values: dict, pa
     try:
         return build_config(cfg_cls, cfg_values, where=where)
     except ValueError as e:
-        provisional = types.SimpleNamespace(**{f.name: _default(f) for f in dataclasses.fields(cfg_cls)}, **cfg_values)
+        provisional = types.SimpleNamespace(**{**{f.name: _default(f) for f in dataclasses.fields(cfg_cls)}, **cfg_values})
         given = {k for k, v in paths.items() if v is not None} | {k for k, v in cfg_values.items() if v}
         problems = missing_inputs(args.method, provisional, given, _typed_options(args, cfg_values))
         if problems:

@@ -160,11 +160,11 @@ def heartbeat(desc: str, status: Callable[[], str] | None = None, *, every: floa
 
 @contextlib.contextmanager
 def reporting(factory: Callable[[str, int | None], Any] | None, *, lines: Callable[[str], None] | None = None,
-              every: float = HEARTBEAT_S) -> Iterator[None]:
+              every: float | None = None) -> Iterator[None]:
     """While inside, show progress: bars made by ``factory(desc, total)`` (``.update(n)``, ``.close()``) for
     :func:`iterate`/:func:`counter`, and ``lines(text)`` for :func:`line` and :func:`heartbeat` (every ``every``
-    seconds). Either may be ``None`` (not shown)."""
-    token = _STATE.set(_Reporting(factory, lines, float(every)))
+    seconds, default :data:`HEARTBEAT_S`). Either may be ``None`` (not shown)."""
+    token = _STATE.set(_Reporting(factory, lines, float(HEARTBEAT_S if every is None else every)))
     try:
         yield
     finally:
@@ -198,7 +198,7 @@ def _num(x: float | None) -> str:
     return "?" if x is None else f"{x:,}" if float(x).is_integer() else f"{x:,.1f}"
 
 
-def line_bars(write: Callable[[str], None], every: float = HEARTBEAT_S) -> Callable[[str, float | None], Any]:
+def line_bars(write: Callable[[str], None], every: float | None = None) -> Callable[[str, float | None], Any]:
     """A bar factory for :func:`reporting` that writes plain lines (for logs, where a bar's ``\\r`` redraws are noise).
 
     Example:
@@ -208,7 +208,7 @@ def line_bars(write: Callable[[str], None], every: float = HEARTBEAT_S) -> Calla
         >>> out
         ['step: 3/3 (100%), 0s elapsed, done']
     """
-    return lambda desc, total: _LineBar(desc, total, write, every)
+    return lambda desc, total: _LineBar(desc, total, write, HEARTBEAT_S if every is None else every)
 
 
 _TOOL_OUTPUT: contextvars.ContextVar[bool] = contextvars.ContextVar("tokxfer_tool_output", default=False)

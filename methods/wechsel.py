@@ -179,8 +179,10 @@ class WechselConfig:
     vectors of the words containing x (paper App. D, WECHSEL_TFR)."""
 
     source_tokens: Literal["all", "english-only"] = "all"
-    """``english-only`` (FOCUS paper variant): only source tokens that occur in the tokenized
-    ``inputs.source_corpus`` are candidates (the source-language tokens of a multilingual vocabulary)."""
+    """``english-only`` (FOCUS paper variant): only the English tokens of a multilingual source vocabulary are
+    candidates. Which tokens are English is ``english_tokens``: by default the source tokens in the vocabulary of
+    ``english_tokenizer``; with ``english_tokens="source-corpus"`` those seen when ``inputs.source_corpus`` is
+    tokenized with the source tokenizer."""
 
     alignment: Literal["procrustes", "none"] = "procrustes"
     """``procrustes`` over ``inputs.dictionary`` (paper); ``none`` when the vectors are already aligned."""
