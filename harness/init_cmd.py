@@ -471,7 +471,8 @@ def _print_summary(console: Any, summary: dict, timings: dict, method_timings: d
 
     n = max(summary["n_target"], 1)
     rr = summary["random_rows"]
-    t = Table(title=f"{out}: {summary['n_target']:,} target tokens", title_justify="left")
+    console.print(f"{out}: {summary['n_target']:,} target tokens", highlight=False)
+    t = Table()
     t.add_column("provenance", style="bold")
     t.add_column("tokens", justify="right")
     t.add_column("share", justify="right")

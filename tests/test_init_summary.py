@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from harness import progress
-from tests.test_init_cli import FAST_FOCUS, FAST_WECHSEL, _xlmr, cli, error_line, no_model_loading  # noqa: F401
+from tests.test_init_cli import FAST_FOCUS, _xlmr, cli, error_line, no_model_loading  # noqa: F401 - a fixture
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +83,8 @@ def test_one_summary_counts_every_row_once_and_warns_once_above_the_threshold(me
     assert json.loads((tmp_path / "p" / "init_info.json").read_text())["random_rows"]["max_random_rows"] == 1.0
 
 
-def test_max_random_rows_is_checked(unmappable, tmp_path, capfd, no_model_loading):
+@pytest.mark.usefixtures("no_model_loading")
+def test_max_random_rows_is_checked(unmappable, tmp_path, capfd):
     code, _, err = cli(capfd, *_argv(unmappable, "vipi", tmp_path / "o", "--max-random-rows", "1.5"))
     assert code == 2 and "--max-random-rows 1.5" in error_line(err)
 
@@ -123,7 +124,8 @@ def _english_only(s: dict, out: Path, *how) -> list:
             "--target-corpus", s["text"], "--source-corpus", s["en_txt"], "--dictionary", s["dict"], *how]
 
 
-def test_english_only_without_english_tokenizer_names_the_flags(unmappable, tmp_path, capfd, no_model_loading):
+@pytest.mark.usefixtures("no_model_loading")
+def test_english_only_without_english_tokenizer_names_the_flags(unmappable, tmp_path, capfd):
     code, _, err = cli(capfd, *_english_only(unmappable, tmp_path / "o", "--source-tokens", "english-only"))
     line = error_line(err)
     assert code == 2
@@ -136,7 +138,8 @@ def test_english_only_without_english_tokenizer_names_the_flags(unmappable, tmp_
     assert code == 2 and "--config source_tokens=english-only" in line and "--english-tokenizer" in line
 
 
-def test_config_errors_name_config_only_when_it_was_used(unmappable, tmp_path, capfd, no_model_loading):
+@pytest.mark.usefixtures("no_model_loading")
+def test_config_errors_name_config_only_when_it_was_used(unmappable, tmp_path, capfd):
     code, _, err = cli(capfd, *_english_only(unmappable, tmp_path / "o", "--config", "k=0"))
     line = error_line(err)
     assert code == 2 and line.startswith("tokxfer: error: --config: k must be >= 1")
@@ -156,7 +159,8 @@ def test_explain_wechsel_english_only_says_what_the_default_uses(capfd):
 # issue 25: the tokenizer file that cannot be read; --seed before any model
 
 
-def test_unreadable_tokenizer_file_is_named(unmappable, tmp_path, capfd, no_model_loading):
+@pytest.mark.usefixtures("no_model_loading")
+def test_unreadable_tokenizer_file_is_named(unmappable, tmp_path, capfd):
     bad = tmp_path / "tok"
     shutil.copytree(unmappable["tok"], bad)
     (bad / "tokenizer.json").write_text('{"version": "1.0", "model": ')
@@ -179,7 +183,8 @@ def test_unreadable_tokenizer_file_is_named(unmappable, tmp_path, capfd, no_mode
 
 
 @pytest.mark.parametrize("seed", ["-1", "-7"])
-def test_negative_seed_is_refused_before_loading(seed, unmappable, tmp_path, capfd, no_model_loading, monkeypatch):
+@pytest.mark.usefixtures("no_model_loading")
+def test_negative_seed_is_refused_before_loading(seed, unmappable, tmp_path, capfd, monkeypatch):
     from harness import resources
 
     monkeypatch.setattr(resources, "load_tokenizer", lambda *a, **k: pytest.fail("a tokenizer was loaded"))
