@@ -21,7 +21,9 @@ Tik-to-Tok, VIPI and mean-of-pieces call a row built from *one* source row "copi
 row belongs to a different token (a one-word alignment), while FOCUS and WECHSEL call such a row
 "combined". ``tokxfer init`` therefore also counts rows by what the mapping *is*, the same way for
 every method (:data:`PROVENANCE_CATEGORIES`, computed by :func:`categorize`); the method's own
-counts are kept under ``counts`` in ``init_info.json``.
+counts are kept under ``counts`` in ``init_info.json``. :func:`provenance_summary` adds the random
+rows by reason (the method's ``InitResult.random_reasons``, never its ``info``) and whether they
+exceed ``--max-random-rows``; :func:`random_rows_warning` is the one warning about them.
 """
 
 from __future__ import annotations

@@ -1,8 +1,11 @@
 """``tokxfer init``: initialize a source model's embeddings for a new tokenizer, from local files.
 
 The command line (:func:`add_arguments`), the explanation of a method (:func:`explain`), the
-input checks that run *before* the source model is loaded (:func:`run_checks`), the provenance
-written to ``init_info.json`` and the summary table printed at the end (:func:`run`).
+input checks that run *before* the source model is loaded (flags and numbers, files, the method's
+config, tokenizers, then the method's ``preflight``), the provenance written to ``init_info.json``
+and the one summary printed at the end (:func:`run`). Every message names the flags the user typed.
+Progress goes through :mod:`harness.progress`: bars on a terminal, plain lines in a log, and the
+heartbeat of steps that report nothing themselves (fastText training).
 
 Inputs. Every file a method can read has a flag (:data:`INPUT_FLAGS`); three method options that
 name inputs have one too (:data:`CONFIG_FLAGS`: ``--aux-model``, ``--english-tokenizer``,
@@ -49,9 +52,10 @@ __all__ = ["INPUT_FLAGS", "CONFIG_FLAGS", "METHOD_NEEDS", "PROVENANCE_CATEGORIES
 
 log = logging.getLogger("tokxfer.init")
 
-INIT_INFO_VERSION = 2
+INIT_INFO_VERSION = 3
 """Version of the ``init_info.json`` layout (1: counts, info and provenance only; 2: adds the provenance
-of a trial record — versions, git, inputs with hashes, timings, warnings, new head, categories)."""
+of a trial record — versions, git, inputs with hashes, timings, warnings, new head, categories; 3: adds
+``random_rows``, the random rows by reason with the ``--max-random-rows`` threshold, and writes text as UTF-8)."""
 
 
 # --------------------------------------------------------------------------------------------

@@ -283,9 +283,15 @@ def provenance_string(mapping: TokenMapping) -> str:
 
 
 def write_init_info(path: Path, init: Initialized, extra: dict | None = None) -> None:
-    """Write ``init_info.json``: the record's ``init`` section plus per-token provenance."""
+    """Write ``init_info.json``: the record's ``init`` section plus per-token provenance, and the rows by
+    category with the random rows' reasons as ``tokxfer init`` reports them
+    (:func:`harness.init_checks.provenance_summary`)."""
+    from harness.init_checks import provenance_summary
+
     info = init_summary(init)
     info["provenance_codes"] = {str(k): v for k, v in PROVENANCE_NAMES.items()}
     info["provenance"] = provenance_string(init.result.mapping)
+    summary = provenance_summary(init.result, init.source_tokenizer, init.tokenizer)
+    info["categories"], info["random_rows"] = summary["categories"], summary["random_rows"]
     info.update(extra or {})
     path.write_text(json.dumps(info, indent=2, default=str))

@@ -679,10 +679,10 @@ def _examples(mapping: TokenMapping, word_pairs: Mapping, inputs: TransferInputs
         top = np.argsort(-ws, kind="stable")[:3]
         out.append(
             {
-                "target": str(inputs.target_tokenizer.convert_ids_to_tokens(int(t))),
+                "target": _canon.show_token(inputs.target_tokenizer, int(t)),
                 "aligned": int(c),
                 "sources": [
-                    [str(inputs.source_tokenizer.convert_ids_to_tokens(int(ids[i]))), round(float(ws[i]), 4)]
+                    [_canon.show_token(inputs.source_tokenizer, int(ids[i])), round(float(ws[i]), 4)]
                     for i in top
                 ],
             }

@@ -552,9 +552,7 @@ def byte_fallback_ids(tok: Any) -> list[int]:
 
 
 def _show(c: _canon.Canon | None) -> str:
-    if c is None:
-        return "<special>"
-    return ("▁" if c.word_start else "") + c.text.decode("utf-8", errors="backslashreplace")
+    return "<special>" if c is None else _canon.show_canon(c)
 
 
 def _jsonable_int(x: int) -> int | float:
