@@ -390,18 +390,19 @@ def _existing_file(value: str | None, flag: str) -> Path | None:
     return p.resolve()
 
 
-def missing_inputs(name: str, cfg: Any, given: set[str], typed: dict[str, str] | None = None) -> list[str]:
+def missing_inputs(name: str, cfg: Any, given: set[str], typed: dict[str, str] | None = None,
+                   needs: tuple[Need, ...] | None = None) -> list[str]:
     """One message per unmet requirement of method ``name`` under ``cfg`` (empty: all met).
 
     ``given``: the input and config fields that have a value; ``typed``: how the user spelled the
     options they set (``{"source_tokens": "--source-tokens english-only"}``), so a condition is told in
-    the user's own words.
+    the user's own words; ``needs``: only these requirements (default: all of :data:`METHOD_NEEDS`).
     """
     from harness import registry
 
     cfg_cls = registry.get("method", name).config_cls if name in METHOD_NEEDS else type(cfg)
     out = []
-    for n in METHOD_NEEDS.get(name, ()):
+    for n in METHOD_NEEDS.get(name, ()) if needs is None else needs:
         if not n.applies(cfg) or any(i in given for i in n.inputs):
             continue
         alts = " or ".join(_flag_of(i) for i in n.inputs)
@@ -613,9 +614,12 @@ def _method_config(args: argparse.Namespace, cfg_cls: type, cfg_values: dict, pa
     try:
         return build_config(cfg_cls, cfg_values, where=where)
     except ValueError as e:
+        # the config names the option-input it lacks (english_tokenizer): say which flag is missing, and when
+        about = tuple(n for n in METHOD_NEEDS.get(args.method, ())
+                      if any(i not in INPUT_BY_FIELD and re.search(rf"\b{i}\b", str(e)) for i in n.inputs))
         provisional = types.SimpleNamespace(**{**{f.name: _default(f) for f in dataclasses.fields(cfg_cls)}, **cfg_values})
         given = {k for k, v in paths.items() if v is not None} | {k for k, v in cfg_values.items() if v}
-        problems = missing_inputs(args.method, provisional, given, _typed_options(args, cfg_values))
+        problems = missing_inputs(args.method, provisional, given, _typed_options(args, cfg_values), about)
         if problems:
             raise InitInputError(_missing_line(problems, args.method)) from None
         raise InitInputError(" ".join(flag_wording(str(e)).split())) from None
