@@ -21,7 +21,9 @@ Tik-to-Tok, VIPI and mean-of-pieces call a row built from *one* source row "copi
 row belongs to a different token (a one-word alignment), while FOCUS and WECHSEL call such a row
 "combined". ``tokxfer init`` therefore also counts rows by what the mapping *is*, the same way for
 every method (:data:`PROVENANCE_CATEGORIES`, computed by :func:`categorize`); the method's own
-counts are kept under ``counts`` in ``init_info.json``.
+counts are kept under ``counts`` in ``init_info.json``. :func:`provenance_summary` adds the random
+rows by reason (the method's ``InitResult.random_reasons``, never its ``info``) and whether they
+exceed ``--max-random-rows``; :func:`random_rows_warning` is the one warning about them.
 """
 
 from __future__ import annotations
@@ -78,11 +80,20 @@ def corpus_vocabulary(path: Path, max_bytes: int = _SAMPLE_BYTES) -> Counter:
 
 
 def _fertility(tok: Any, words: list[str]) -> float:
-    """Mean number of tokens per word (each word tokenized alone, as a word of running text)."""
+    """Mean number of tokens per word (each word tokenized alone, as a word of running text).
+
+    An unknown-token piece counts once per character it covers, as a tokenizer that knew the
+    characters would need at least that many pieces: a tokenizer that has never seen a script folds a
+    whole word into one ``<unk>`` and would otherwise look like the one that splits it least.
+    """
     if not words:
         return float("nan")
-    enc = tok([" " + w for w in words], add_special_tokens=False)["input_ids"]
-    return sum(len(e) for e in enc) / len(words)
+    enc = tok([" " + w for w in words], add_special_tokens=False, return_offsets_mapping=True)
+    unk = getattr(tok, "unk_token_id", None)
+    pieces = 0
+    for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"]):
+        pieces += sum(max(b - a, 1) if i == unk else 1 for i, (a, b) in zip(ids, offsets))
+    return pieces / len(words)
 
 
 @dataclass
@@ -368,7 +379,8 @@ PROVENANCE_CATEGORIES: dict[str, str] = {
                      "methods count as 'copied'; a FOCUS/WECHSEL combination with all weight on one token, which those "
                      "count as 'combined')",
     "combined": "combination of source rows: a weighted sum of two or more source rows",
-    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed; nothing was known about the token",
+    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed; why, row by row, is in "
+                "random_rows.reasons (from the method, else inferred: a special token without a source role)",
 }
 """The provenance categories of ``tokxfer init``'s summary and ``init_info.json`` (``categories``),
 computed from the mapping alone, the same way for every method (:func:`categorize`)."""
@@ -411,3 +423,87 @@ def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]
         out["copied"] = int(same)
         out["single-source"] = int(len(single) - same)
     return out
+
+
+# --------------------------------------------------------------------------------------------
+# the provenance summary: categories and the reasons of random rows, from the mapping
+
+MAX_RANDOM_ROWS = 0.1
+"""Default of ``tokxfer init --max-random-rows``: warn when more than this share of the target rows is random."""
+
+SPECIAL_WITHOUT_ROLE = "special token with no source special of the same role"
+"""Reason of a random special-token row the method gave no reason for."""
+
+NO_REASON = "no reason given by the method"
+"""Reason of any other random row the method gave no reason for (a plugin without ``random_reasons``)."""
+
+
+def provenance_summary(result: Any, source_tok: Any, target_tok: Any, *, max_random_rows: float = MAX_RANDOM_ROWS,
+                       examples: int = 8) -> dict:
+    """What ``tokxfer init`` says about an init: rows by category, and the random rows with their reasons.
+
+    Everything is counted from the mapping (``result.mapping``), never from a method's ``info``: each
+    target row is in exactly one category, so the counts add up to the vocabulary. The random
+    (``FALLBACK``) rows are split by the reasons the method gave (``result.random_reasons``; each row
+    under its first reason, ids that are not random rows ignored — e.g. original rows kept in
+    extension mode), the rest as :data:`SPECIAL_WITHOUT_ROLE` or :data:`NO_REASON`; so the reasons'
+    counts add up to the random rows. Tokens are shown readably (:func:`harness.vocab.show_token`).
+
+    Returns:
+        ``{"n_target", "categories", "random_rows": {"count", "share", "max_random_rows",
+        "above_threshold", "reasons": [{"reason", "count", "examples", "ids"}, …] (largest first)}}``.
+
+    Example:
+        >>> from harness.protocols import COPIED, FALLBACK, InitResult, TokenMapping
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"a": 0, "b": 1, "c": 2}, unk_token="a")))
+        >>> m = TokenMapping.from_coo(3, 3, [0], [0], [1.0], [COPIED, FALLBACK, FALLBACK])
+        >>> s = provenance_summary(InitResult(m, tok, random_reasons={"rare": [2]}), tok, tok, max_random_rows=0.5)
+        >>> s["random_rows"]["count"], s["random_rows"]["above_threshold"], [(r["reason"], r["examples"]) for r in s["random_rows"]["reasons"]]
+        (2, True, [('rare', ['▁c']), ('no reason given by the method', ['▁b'])])
+    """
+    import numpy as np
+
+    from harness import vocab as _canon
+
+    mapping = result.mapping
+    n = int(mapping.n_target)
+    fallback = mapping.fallback_ids()
+    unexplained = np.zeros(n, dtype=bool)
+    unexplained[fallback] = True
+    groups: list[tuple[str, np.ndarray]] = []
+    for why, ids in (result.random_reasons or {}).items():
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        ids = np.unique(ids[(ids >= 0) & (ids < n)])
+        ids = ids[unexplained[ids]]
+        unexplained[ids] = False
+        groups.append((str(why), ids))
+    rest = np.flatnonzero(unexplained)
+    specials = np.array(sorted(_canon.special_ids(target_tok)), dtype=np.int64)
+    is_special = np.isin(rest, specials)
+    groups += [(SPECIAL_WITHOUT_ROLE, rest[is_special]), (NO_REASON, rest[~is_special])]
+    merged: dict[str, np.ndarray] = {}
+    for why, ids in groups:
+        merged[why] = np.concatenate([merged[why], ids]) if why in merged else ids
+    reasons = [{"reason": why, "count": int(len(ids)), "examples": [_canon.show_token(target_tok, int(i)) for i in ids[:examples]],
+                "ids": sorted(ids.tolist())} for why, ids in merged.items() if len(ids)]
+    reasons.sort(key=lambda r: -r["count"])
+    share = len(fallback) / max(n, 1)
+    return {
+        "n_target": n,
+        "categories": categorize(mapping, source_tok, target_tok),
+        "random_rows": {"count": int(len(fallback)), "share": round(share, 6), "max_random_rows": float(max_random_rows),
+                        "above_threshold": bool(share > max_random_rows), "reasons": reasons},
+    }
+
+
+def random_rows_warning(summary: dict) -> str | None:
+    """The one warning about random rows (``None`` when their share is within ``--max-random-rows``)."""
+    rr = summary["random_rows"]
+    if not rr["above_threshold"]:
+        return None
+    top = rr["reasons"][0]
+    return (f"{rr['count']:,} of the {summary['n_target']:,} target rows ({rr['share']:.1%}) are random, more than "
+            f"--max-random-rows {rr['max_random_rows']:g} allows; the largest group ({top['count']:,}): {top['reason']} "
+            "(every reason is in the summary and in init_info.json under random_rows)")

@@ -1,8 +1,11 @@
 """``tokxfer init``: initialize a source model's embeddings for a new tokenizer, from local files.
 
 The command line (:func:`add_arguments`), the explanation of a method (:func:`explain`), the
-input checks that run *before* the source model is loaded (:func:`run_checks`), the provenance
-written to ``init_info.json`` and the summary table printed at the end (:func:`run`).
+input checks that run *before* the source model is loaded (flags and numbers, files, the method's
+config, tokenizers, then the method's ``preflight``), the provenance written to ``init_info.json``
+and the one summary printed at the end (:func:`run`). Every message names the flags the user typed.
+Progress goes through :mod:`harness.progress`: bars on a terminal, plain lines in a log, and the
+heartbeat of steps that report nothing themselves (fastText training).
 
 Inputs. Every file a method can read has a flag (:data:`INPUT_FLAGS`); three method options that
 name inputs have one too (:data:`CONFIG_FLAGS`: ``--aux-model``, ``--english-tokenizer``,
@@ -32,14 +35,16 @@ from pathlib import Path
 from typing import Any
 
 from harness.init_checks import (
+    MAX_RANDOM_ROWS,
     PROVENANCE_CATEGORIES,
     InitInputError,
     Notes,
-    categorize,
     corpus_vocabulary,
     missing_head,
     prepare_dictionary,
     prepare_parallel,
+    provenance_summary,
+    random_rows_warning,
 )
 
 __all__ = ["INPUT_FLAGS", "CONFIG_FLAGS", "METHOD_NEEDS", "PROVENANCE_CATEGORIES", "InitInputError", "add_arguments",
@@ -47,9 +52,10 @@ __all__ = ["INPUT_FLAGS", "CONFIG_FLAGS", "METHOD_NEEDS", "PROVENANCE_CATEGORIES
 
 log = logging.getLogger("tokxfer.init")
 
-INIT_INFO_VERSION = 2
+INIT_INFO_VERSION = 3
 """Version of the ``init_info.json`` layout (1: counts, info and provenance only; 2: adds the provenance
-of a trial record — versions, git, inputs with hashes, timings, warnings, new head, categories)."""
+of a trial record — versions, git, inputs with hashes, timings, warnings, new head, categories; 3: adds
+``random_rows``, the random rows by reason with the ``--max-random-rows`` threshold, and writes text as UTF-8)."""
 
 
 # --------------------------------------------------------------------------------------------
@@ -125,12 +131,29 @@ def _config_has(cfg_cls: type, field: str) -> bool:
 
 @dataclass(frozen=True)
 class Need:
-    """One requirement of a method: any one of ``inputs`` (input fields or config fields), when ``when`` holds."""
+    """One requirement of a method: any one of ``inputs`` (input fields or config fields), when every
+    ``(config field, value)`` of ``when`` holds (always, when empty)."""
 
     inputs: tuple[str, ...]
     why: str
-    when: Callable[[Any], bool] = lambda cfg: True
-    when_text: str = ""
+    when: tuple[tuple[str, Any], ...] = ()
+
+    def applies(self, cfg: Any) -> bool:
+        return all(getattr(cfg, f) == v for f, v in self.when)
+
+    def condition(self, cfg_cls: type, typed: dict[str, str] | None = None) -> str:
+        """The condition in the user's words: as typed (``typed``: field -> spelling), else as a flag, else
+        ``field=value``, marked ``(the default)`` where it is the config's default."""
+        defaults = {f.name: _default(f) for f in dataclasses.fields(cfg_cls)}
+        parts = []
+        for f, v in self.when:
+            if typed and f in typed:
+                parts.append(typed[f])
+                continue
+            flag = next((c.flag for c in CONFIG_FLAGS if c.field == f), None)
+            text = f"{flag} {v}" if flag else f"{f}={v}"
+            parts.append(text + (" (the default)" if defaults.get(f) == v else ""))
+        return " and ".join(parts)
 
 
 def _flag_of(name: str) -> str:
@@ -145,22 +168,21 @@ def _flag_of(name: str) -> str:
 METHOD_NEEDS: dict[str, tuple[Need, ...]] = {
     "focus": (
         Need(("target_corpus", "aux_model_path"), "text to train the auxiliary token-level fastText on (or a trained one)",
-             lambda c: c.aux == "token-fasttext", "aux=token-fasttext (default)"),
+             (("aux", "token-fasttext"),)),
         Need(("target_word_vectors", "aux_model_path", "target_corpus"),
-             "word-level fastText vectors of the target language (or text to train them on)",
-             lambda c: c.aux == "word-fasttext", "aux=word-fasttext"),
+             "word-level fastText vectors of the target language (or text to train them on)", (("aux", "word-fasttext"),)),
     ),
     "wechsel": (
         Need(("source_word_vectors", "source_corpus"), "source-language word vectors (trained on the corpus if no vectors)"),
         Need(("target_word_vectors", "target_corpus"), "target-language word vectors (trained on the corpus if no vectors)"),
         Need(("dictionary",), "word pairs for the Procrustes alignment of the two vector spaces",
-             lambda c: c.alignment == "procrustes", "alignment=procrustes (default)"),
+             (("alignment", "procrustes"),)),
         Need(("source_corpus",), "the source tokens seen in source-language text are the 'English' ones",
-             lambda c: c.source_tokens == "english-only" and c.english_tokens == "source-corpus",
-             "source_tokens=english-only with english_tokens=source-corpus"),
-        Need(("english_tokenizer",), "its vocabulary defines the English tokens of the source",
-             lambda c: c.source_tokens == "english-only" and c.english_tokens == "tokenizer-overlap",
-             "source_tokens=english-only with english_tokens=tokenizer-overlap (default)"),
+             (("source_tokens", "english-only"), ("english_tokens", "source-corpus"))),
+        Need(("english_tokenizer",), "an English tokenizer (directory or hub id) whose vocabulary defines which source "
+             "tokens are English (the FOCUS paper's definition); or keep the source tokens seen in --source-corpus "
+             "instead: --config english_tokens=source-corpus",
+             (("source_tokens", "english-only"), ("english_tokens", "tokenizer-overlap"))),
     ),
     "tiktotok": (
         Need(("parallel_corpus",), "sentence pairs to word-align"),
@@ -217,6 +239,13 @@ def _paper(cls: type) -> str:
     return " ".join(doc.split("\n\n")[0].split())
 
 
+def _option_wording(doc: str) -> str:
+    """A config docstring with each option that has a flag of its own named with it: ``english_tokenizer`` (--english-tokenizer)."""
+    for c in CONFIG_FLAGS:
+        doc = re.sub(rf"``{c.field}``(?! \()", f"``{c.field}`` ({c.flag})", doc)
+    return doc
+
+
 def explain(name: str, width: int = 100) -> str:
     """What ``tokxfer init --method NAME`` needs, its options with defaults, and the paper behind them.
 
@@ -236,7 +265,7 @@ def explain(name: str, width: int = 100) -> str:
     if name in METHOD_NEEDS:
         for n in METHOD_NEEDS[name]:
             alts = " or ".join(_flag_of(i) for i in n.inputs)
-            cond = f" [when {n.when_text}]" if n.when_text else " [always]"
+            cond = f" [when {n.condition(entry.config_cls)}]" if n.when else " [always]"
             lines.append(wrap(f"{alts}: {n.why}{cond}", "  "))
     else:
         reads = method_reads(name, entry.cls)
@@ -257,7 +286,7 @@ def explain(name: str, width: int = 100) -> str:
         flag = next((c.flag for c in CONFIG_FLAGS if c.field == f.name), None)
         lines.append(f"  {f.name} = {_default(f)!r}" + (f"   (also {flag})" if flag else ""))
         if f.name in docs:
-            lines.append(wrap(" ".join(flag_wording(docs[f.name]).split()), "      "))
+            lines.append(wrap(" ".join(_option_wording(flag_wording(docs[f.name])).split()), "      "))
     presets = [m for m in ("reference",) if callable(getattr(entry.config_cls, m, None))]
     if presets:
         ref = entry.config_cls.reference
@@ -304,11 +333,14 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
                    help="replace the vocabulary (default), or extend the source vocabulary with target tokens")
     g.add_argument("--extend-top-n", type=int, default=30000, help="--mode extend: how many target tokens to add")
     g.add_argument("--bias", default="map", choices=["map", "zero", "keep"], help="the MLM output bias of new tokens")
-    g.add_argument("--seed", type=int, default=1, help="seed of every random number (default 1)")
+    g.add_argument("--seed", type=int, default=1, help="seed of every random number, an integer >= 0 (default 1)")
     g.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="method options (see --explain), e.g. k=10 temperature=0.1")
     sp.add_argument("--plugin", action="append", help="Python file registering extra methods")
     sp.add_argument("--out", help="output directory (new or empty, unless --overwrite)")
     sp.add_argument("--overwrite", action="store_true", help="write into a non-empty --out directory")
+    sp.add_argument("--max-random-rows", type=float, default=MAX_RANDOM_ROWS, metavar="SHARE",
+                    help="warn when more than this share (0 to 1) of the target rows is random, whatever the method "
+                    f"(default {MAX_RANDOM_ROWS:g}); recorded in init_info.json")
     sp.add_argument("--quiet", action="store_true", help="no notes or progress (warnings and the summary still print)")
 
 
@@ -358,15 +390,24 @@ def _existing_file(value: str | None, flag: str) -> Path | None:
     return p.resolve()
 
 
-def missing_inputs(name: str, cfg: Any, given: set[str]) -> list[str]:
-    """One message per unmet requirement of method ``name`` under ``cfg`` (empty: all met)."""
+def missing_inputs(name: str, cfg: Any, given: set[str], typed: dict[str, str] | None = None,
+                   needs: tuple[Need, ...] | None = None) -> list[str]:
+    """One message per unmet requirement of method ``name`` under ``cfg`` (empty: all met).
+
+    ``given``: the input and config fields that have a value; ``typed``: how the user spelled the
+    options they set (``{"source_tokens": "--source-tokens english-only"}``), so a condition is told in
+    the user's own words; ``needs``: only these requirements (default: all of :data:`METHOD_NEEDS`).
+    """
+    from harness import registry
+
+    cfg_cls = registry.get("method", name).config_cls if name in METHOD_NEEDS else type(cfg)
     out = []
-    for n in METHOD_NEEDS.get(name, ()):
-        if not n.when(cfg) or any(i in given for i in n.inputs):
+    for n in METHOD_NEEDS.get(name, ()) if needs is None else needs:
+        if not n.applies(cfg) or any(i in given for i in n.inputs):
             continue
         alts = " or ".join(_flag_of(i) for i in n.inputs)
-        cond = f" (with {n.when_text})" if n.when_text else ""
-        out.append(f"--method {name} needs {alts}{cond}: {n.why}")
+        cond = f" with {n.condition(cfg_cls, typed)}" if n.when else ""
+        out.append(f"--method {name}{cond} needs {alts}: {n.why}")
     return out
 
 
@@ -427,30 +468,37 @@ def _config_values(args: argparse.Namespace, cfg_cls: type, method: str) -> dict
     return values
 
 
-def _print_summary(console: Any, init: Any, categories: dict, timings: dict, out: Path, method_counts: dict,
+def _print_summary(console: Any, summary: dict, timings: dict, method_timings: dict, out: Path,
                    warnings: list[str], new_head: dict | None) -> None:
+    """The one account of what the init did: rows by provenance (random rows with their reasons), time per step."""
+    from rich.markup import escape
     from rich.table import Table
 
-    n = max(sum(categories.values()), 1)
-    t = Table(title=f"{out}: {sum(categories.values()):,} target tokens", title_justify="left")
+    n = max(summary["n_target"], 1)
+    rr = summary["random_rows"]
+    console.print(f"{out}: {summary['n_target']:,} target tokens", highlight=False)
+    t = Table()
     t.add_column("provenance", style="bold")
     t.add_column("tokens", justify="right")
     t.add_column("share", justify="right")
     t.add_column("meaning")
-    for k, v in categories.items():
-        t.add_row(k, f"{v:,}", f"{v / n:.1%}", PROVENANCE_CATEGORIES[k].split(":")[0])
+    for k, v in summary["categories"].items():
+        meaning = PROVENANCE_CATEGORIES[k].split(":")[0]
+        if k == "fallback":
+            meaning += f" ({'above' if rr['above_threshold'] else 'within'} --max-random-rows {rr['max_random_rows']:g})"
+        t.add_row(k, f"{v:,}", f"{v / n:.1%}", meaning)
     console.print(t)
-    console.print("the method's own counts: " + ", ".join(f"{k} {v:,}" for k, v in method_counts.items()))
-    for fb in (init.result.info.get("fallbacks") or []):
-        if isinstance(fb, dict) and fb.get("count"):
-            console.print(f"random rows: {fb['count']:,} — {fb.get('reason', '?')}")
+    if rr["reasons"]:
+        console.print(f"random rows by reason ({rr['count']:,}):")
+        for r in rr["reasons"]:
+            shown = ", ".join(r["examples"][:5]) + (", …" if r["count"] > 5 else "")
+            console.print(escape(f"  {r['count']:>7,}  {r['reason']} (e.g. {shown})"), highlight=False)
     steps = Table(title="time per step", title_justify="left")
     steps.add_column("step")
     steps.add_column("seconds", justify="right")
     for k, v in timings.items():
         steps.add_row(k, f"{v:.1f}")
-    sub = init.result.info.get("timings") or {}
-    for k, v in sub.items():
+    for k, v in method_timings.items():
         if isinstance(v, (int, float)) and k != "total_s":
             steps.add_row(f"  method: {k.removesuffix('_s')}", f"{v:.1f}")
     console.print(steps)
@@ -461,10 +509,21 @@ def _print_summary(console: Any, init: Any, categories: dict, timings: dict, out
     console.print(f"wrote {out} (model, tokenizer, init_info.json)")
 
 
+def _check_numbers(args: argparse.Namespace) -> None:
+    """The numeric flags, before anything is read or loaded."""
+    import math
+
+    if args.seed < 0:
+        raise InitInputError(f"--seed {args.seed}: expected an integer >= 0")
+    if not (math.isfinite(args.max_random_rows) and 0 <= args.max_random_rows <= 1):
+        raise InitInputError(f"--max-random-rows {args.max_random_rows}: expected a share between 0 and 1, e.g. 0.1")
+    if args.mode == "extend" and args.extend_top_n < 1:
+        raise InitInputError(f"--extend-top-n {args.extend_top_n}: expected an integer >= 1")
+
+
 def run(args: argparse.Namespace) -> int:
     """``tokxfer init``: checks, initialization, save, ``init_info.json``, summary. Returns the exit status."""
-    from harness import records, registry
-    from harness.registry import build_config
+    from harness import progress, records, registry
 
     if args.explain:
         try:
@@ -475,6 +534,7 @@ def run(args: argparse.Namespace) -> int:
     for flag in ("source", "target_tokenizer", "out"):
         if not getattr(args, flag):
             raise InitInputError(f"--{flag.replace('_', '-')} is required (unless --explain)")
+    _check_numbers(args)
     started = records.now_iso()
     t_start = time.perf_counter()
     notes = Notes(quiet=args.quiet)
@@ -489,37 +549,85 @@ def run(args: argparse.Namespace) -> int:
     except registry.RegistryError as e:
         raise registry.RegistryError(f"--method: {e}") from None
     cfg_values = _config_values(args, entry.config_cls, args.method)
-    cfg = build_config(entry.config_cls, cfg_values, where=f"--config of method {args.method!r}")
+    paths = {f.field: _existing_file(getattr(args, f.field), f.flag) for f in INPUT_FLAGS}
+    cfg = _method_config(args, entry.config_cls, cfg_values, paths)
 
-    paths, method_paths = _check_files(args, entry, cfg, cfg_values, notes)  # no tokenizer or model loaded yet
-    t0 = time.perf_counter()
-    tgt, src_tok, new_head = _load_tokenizers(args, notes)
-    input_info = _check_inputs_against_tokenizers(args, entry.make(cfg), paths, method_paths, tgt, src_tok, notes)
-    t_checks = time.perf_counter() - t0
-
-    init = _initialize(args, cfg, tgt, method_paths, new_head, notes)
+    with progress.reporting(None if args.quiet else _bar_factory(notes), lines=None if args.quiet else notes.note):
+        method_paths = _check_files(args, entry, cfg, cfg_values, paths, notes)  # no tokenizer or model loaded yet
+        t0 = time.perf_counter()
+        tgt, src_tok, new_head = _load_tokenizers(args, notes)
+        input_info = _check_inputs_against_tokenizers(args, entry.make(cfg), paths, method_paths, tgt, src_tok, notes)
+        t_checks = time.perf_counter() - t0
+        init = _initialize(args, cfg, tgt, method_paths, new_head, notes)
     t0 = time.perf_counter()
     notes.note(f"saving to {out}")
     out.mkdir(parents=True, exist_ok=True)
     init.model.save_pretrained(out)
     init.tokenizer.save_pretrained(out)
     t_save = time.perf_counter() - t0
-    categories = categorize(init.result.mapping, init.source_tokenizer, init.tokenizer)
+    summary = provenance_summary(init.result, init.source_tokenizer, init.tokenizer, max_random_rows=args.max_random_rows)
+    warning = random_rows_warning(summary)
+    if warning:
+        notes.warn(warning)
     timings = {"checks_s": t_checks, **init.timings, "save_s": t_save, "total_s": time.perf_counter() - t_start}
-    info = _init_info(args, cfg, init, paths, method_paths, input_info, new_head, notes, categories, timings, started)
+    info = _init_info(args, cfg, init, paths, method_paths, input_info, new_head, notes, summary, timings, started)
     from harness.records import _json_default  # noqa: PLC2701 - the records' own JSON encoding
 
-    (out / "init_info.json").write_text(json.dumps(info, indent=2, default=_json_default) + "\n")
+    (out / "init_info.json").write_text(json.dumps(info, indent=2, ensure_ascii=False, default=_json_default) + "\n")
     from rich.console import Console
 
-    _print_summary(Console(soft_wrap=True), init, categories, timings, out.resolve(), info["counts"], notes.warnings, new_head)
+    _print_summary(Console(soft_wrap=True), summary, timings, init.result.info.get("timings") or {}, out.resolve(),
+                   notes.warnings, new_head)
     return 0
 
 
-def _check_files(args: argparse.Namespace, entry: Any, cfg: Any, cfg_values: dict, notes: Notes) -> tuple[dict, dict]:
-    """The input files exist and are readable text, the method has what it needs; returns
-    ``(paths, method_paths)``: every given input, and those the method reads (others None)."""
-    paths: dict[str, Path | None] = {f.field: _existing_file(getattr(args, f.field), f.flag) for f in INPUT_FLAGS}
+def _typed_options(args: argparse.Namespace, cfg_values: dict) -> dict[str, str]:
+    """How the user spelled each method option they set: ``--source-tokens english-only`` or ``--config k=v``."""
+    typed = {}
+    for item in args.config or []:
+        k, _, _ = item.partition("=")
+        typed[k.strip()] = f"--config {item}"
+    for c in CONFIG_FLAGS:
+        v = getattr(args, c.flag[2:].replace("-", "_"))
+        if v is not None:
+            typed[c.field] = f"{c.flag} {v}"
+    return {k: v for k, v in typed.items() if k in cfg_values}
+
+
+def _missing_line(problems: list[str], method: str) -> str:
+    more = f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")" if len(problems) > 1 else ""
+    return f"{problems[0]}{more}. See `tokxfer init --method {method} --explain`"
+
+
+def _method_config(args: argparse.Namespace, cfg_cls: type, cfg_values: dict, paths: dict) -> Any:
+    """The method's config from ``--config`` and the option flags; an error is told in the flags the user typed.
+
+    A config that refuses a combination the flags left incomplete (``--source-tokens english-only``
+    without ``--english-tokenizer``) is answered with the missing input, in flags; any other refusal
+    names ``--config`` when the user used it, else the method.
+    """
+    import types
+
+    from harness.registry import build_config
+
+    where = "--config" if args.config else f"--method {args.method}"
+    try:
+        return build_config(cfg_cls, cfg_values, where=where)
+    except ValueError as e:
+        # the config names the option-input it lacks (english_tokenizer): say which flag is missing, and when
+        about = tuple(n for n in METHOD_NEEDS.get(args.method, ())
+                      if any(i not in INPUT_BY_FIELD and re.search(rf"\b{i}\b", str(e)) for i in n.inputs))
+        provisional = types.SimpleNamespace(**{**{f.name: _default(f) for f in dataclasses.fields(cfg_cls)}, **cfg_values})
+        given = {k for k, v in paths.items() if v is not None} | {k for k, v in cfg_values.items() if v}
+        problems = missing_inputs(args.method, provisional, given, _typed_options(args, cfg_values), about)
+        if problems:
+            raise InitInputError(_missing_line(problems, args.method)) from None
+        raise InitInputError(" ".join(flag_wording(str(e)).split())) from None
+
+
+def _check_files(args: argparse.Namespace, entry: Any, cfg: Any, cfg_values: dict, paths: dict, notes: Notes) -> dict:
+    """The input files (``paths``: every given input, checked to exist) are readable text and the method has what
+    it needs; returns ``method_paths``: those the method reads (others None)."""
     for field in ("target_corpus", "source_corpus"):
         if paths[field] is not None:
             from harness.resources import ResourceError, check_corpus
@@ -529,18 +637,17 @@ def _check_files(args: argparse.Namespace, entry: Any, cfg: Any, cfg_values: dic
             except ResourceError as e:
                 raise InitInputError(f"{INPUT_BY_FIELD[field].flag} {e}") from None
     given = {k for k, v in paths.items() if v is not None} | {k for k, v in cfg_values.items() if v}
-    problems = missing_inputs(args.method, cfg, given)
+    problems = missing_inputs(args.method, cfg, given, _typed_options(args, cfg_values))
     if args.mode == "extend" and paths["target_corpus"] is None:
         problems.append("--mode extend needs --target-corpus (it ranks the target tokens to add)")
     if problems:
-        raise InitInputError(problems[0] + (f" (and {len(problems) - 1} more: " + "; ".join(problems[1:]) + ")" if len(problems) > 1 else "")
-                             + f". See `tokxfer init --method {args.method} --explain`")
+        raise InitInputError(_missing_line(problems, args.method))
     reads = set(method_reads(args.method, entry.cls)) | ({"target_corpus"} if args.mode == "extend" else set())
     method_paths = {k: (v if k in reads else None) for k, v in paths.items()}
     for k, v in paths.items():
         if v is not None and k not in reads:
             notes.warn(f"{INPUT_BY_FIELD[k].flag} is not read by --method {args.method} (used only to check the other inputs)")
-    return paths, method_paths
+    return method_paths
 
 
 def _load_tokenizers(args: argparse.Namespace, notes: Notes) -> tuple[Any, Any, dict | None]:
@@ -549,9 +656,11 @@ def _load_tokenizers(args: argparse.Namespace, notes: Notes) -> tuple[Any, Any, 
     a head that ``--new-head`` lets start random (None when the checkpoint has it)."""
     from harness import resources
 
-    tgt = resources.load_tokenizer(args.target_tokenizer)
+    tgt = _load_tokenizer(args.target_tokenizer, "--target-tokenizer")
     resources.check_model_dir(args.source)
-    src_tok = resources.load_tokenizer(args.source_tokenizer or args.source)
+    src_tok = _load_tokenizer(args.source_tokenizer or args.source, "--source-tokenizer" if args.source_tokenizer else "--source")
+    if getattr(args, "english_tokenizer", None):  # read by the method much later: a broken file is found now
+        _load_tokenizer(args.english_tokenizer, "--english-tokenizer")
     head = missing_head(args.source, args.kind)
     new_head = None
     if head is not None and head[0]:
@@ -568,6 +677,43 @@ def _load_tokenizers(args: argparse.Namespace, notes: Notes) -> tuple[Any, Any, 
     elif head is None:
         notes.note(f"--source {args.source}: not a local directory; its --kind {args.kind} head was not checked")
     return tgt, src_tok, new_head
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json", "config.json")
+
+
+def _load_tokenizer(value: str, flag: str) -> Any:
+    """A tokenizer a flag names; a file that cannot be read is named in the error (with the flag)."""
+    from harness import resources
+
+    try:
+        return resources.load_tokenizer(value)
+    except Exception as e:  # noqa: BLE001 - the tokenizers library raises plain Exceptions for broken files
+        raise InitInputError(f"{flag} {value}: {_unreadable_tokenizer(Path(value).expanduser(), e)}") from None
+
+
+def _unreadable_tokenizer(d: Path, error: BaseException) -> str:
+    """Which file of tokenizer directory ``d`` could not be read, and why (the loader's own message otherwise)."""
+    said = " ".join(str(error).split())[:300] or type(error).__name__
+    if not d.is_dir():
+        return f"cannot load a tokenizer ({said})"
+    for name in _TOKENIZER_FILES:
+        f = d / name
+        if not f.is_file():
+            continue
+        try:
+            json.loads(f.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as je:
+            return f"cannot read {f}: not valid JSON ({' '.join(str(je).split())[:200]})"
+    if (d / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            Tokenizer.from_file(str(d / "tokenizer.json"))
+        except Exception as te:  # noqa: BLE001 - as above
+            return f"cannot read {d / 'tokenizer.json'}: not a tokenizers file ({' '.join(str(te).split())[:200]})"
+    present = ", ".join(sorted(p.name for p in d.iterdir())[:8]) or "the directory is empty"
+    return f"cannot load a tokenizer from this directory ({present}): {said}"
 
 
 def _check_inputs_against_tokenizers(args: argparse.Namespace, method: Any, paths: dict, method_paths: dict, tgt: Any,
@@ -606,10 +752,10 @@ def _initialize(args: argparse.Namespace, cfg: Any, tgt: Any, method_paths: dict
     from harness import progress, seeding
     from harness.initialize import initialize_model
 
-    notes.note(f"loading {args.source} and running {args.method} (fastText training, if any, prints its progress)")
+    notes.note(f"loading {args.source} and running {args.method}")
     seeded = seeding.seeded_globals(args.seed, "init", "new-head") if new_head else contextlib.nullcontext()
     try:
-        with seeded, progress.tool_output(not args.quiet), progress.reporting(_bar_factory(args.quiet)):
+        with seeded, progress.tool_output(not args.quiet):
             return initialize_model(
                 source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
                 method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=method_paths, mode=args.mode,
@@ -624,7 +770,7 @@ def _initialize(args: argparse.Namespace, cfg: Any, tgt: Any, method_paths: dict
 
 
 def _init_info(args: argparse.Namespace, cfg: Any, init: Any, paths: dict, method_paths: dict, input_info: dict,
-               new_head: dict | None, notes: Notes, categories: dict, timings: dict, started: str) -> dict:
+               new_head: dict | None, notes: Notes, summary: dict, timings: dict, started: str) -> dict:
     """The content of ``init_info.json``."""
     from harness import records
     from harness.initialize import init_summary, provenance_string
@@ -650,8 +796,9 @@ def _init_info(args: argparse.Namespace, cfg: Any, init: Any, paths: dict, metho
         "checks": {k: v for k, v in input_info.items() if k not in paths and v is not None},
         "new_head": new_head,
         "warnings": notes.warnings,
-        "categories": categories,
+        "categories": summary["categories"],
         "category_meanings": PROVENANCE_CATEGORIES,
+        "random_rows": summary["random_rows"],
         "provenance_codes": {str(k): v for k, v in PROVENANCE_NAMES.items()},
         "provenance": provenance_string(init.result.mapping),
         "timings": {k: round(v, 3) for k, v in timings.items()},
@@ -662,11 +809,15 @@ def _init_info(args: argparse.Namespace, cfg: Any, init: Any, paths: dict, metho
     return info
 
 
-def _bar_factory(quiet: bool) -> Callable[[str, int | None], Any]:
-    """Progress bars of long method steps (:mod:`harness.progress`): tqdm on stderr, or none with --quiet."""
+def _bar_factory(notes: Notes) -> Callable[[str, float | None], Any]:
+    """Progress bars of long steps (:mod:`harness.progress`): tqdm on a terminal, plain note lines in a log."""
+    from harness import progress
+
+    if not sys.stderr.isatty():
+        return progress.line_bars(notes.note)
     from tqdm.auto import tqdm
 
-    return lambda desc, total: tqdm(total=total, desc=desc, file=sys.stderr, disable=quiet, dynamic_ncols=True)
+    return lambda desc, total: tqdm(total=total, desc=desc, file=sys.stderr, dynamic_ncols=True)
 
 
 def _source_rows(source: str, src_tok: Any) -> int:

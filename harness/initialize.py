@@ -242,7 +242,9 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
         m = res.mapping
         np.savez(d / "mapping.npz", shape=np.array([m.n_target, m.n_source]), indptr=m.indptr, indices=m.indices,
                  weights=m.weights, provenance=m.provenance)
-        (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives}, default=str))
+        reasons = {k: np.asarray(v, dtype=np.int64).tolist() for k, v in res.random_reasons.items()}
+        (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives,
+                                                 "random_reasons": reasons}, default=str))
 
     try:
         d = cached_dir(INIT_CACHE_KIND, key, build)
@@ -254,7 +256,8 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
     meta = json.loads((d / "init.json").read_text())
     mapping = TokenMapping(int(z["shape"][0]), int(z["shape"][1]), z["indptr"], z["indices"], z["weights"], z["provenance"])
     # only results whose tokenizer is the given one are cached, so it is the right one here
-    return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"])
+    return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"],
+                      meta.get("random_reasons") or {})
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,9 +283,15 @@ def provenance_string(mapping: TokenMapping) -> str:
 
 
 def write_init_info(path: Path, init: Initialized, extra: dict | None = None) -> None:
-    """Write ``init_info.json``: the record's ``init`` section plus per-token provenance."""
+    """Write ``init_info.json``: the record's ``init`` section plus per-token provenance, and the rows by
+    category with the random rows' reasons as ``tokxfer init`` reports them
+    (:func:`harness.init_checks.provenance_summary`)."""
+    from harness.init_checks import provenance_summary
+
     info = init_summary(init)
     info["provenance_codes"] = {str(k): v for k, v in PROVENANCE_NAMES.items()}
     info["provenance"] = provenance_string(init.result.mapping)
+    summary = provenance_summary(init.result, init.source_tokenizer, init.tokenizer)
+    info["categories"], info["random_rows"] = summary["categories"], summary["random_rows"]
     info.update(extra or {})
     path.write_text(json.dumps(info, indent=2, default=str))

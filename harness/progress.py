@@ -2,9 +2,11 @@
 
 Part of the public API methods and plugins use (``from harness import progress``).
 
-A method wraps the loop of a long step in :func:`iterate`; nothing is shown unless the caller runs
-the method inside :func:`reporting` with a bar factory (``tokxfer init`` passes a tqdm bar on
-stderr). What is computed never depends on it.
+A method wraps the loop of a long step in :func:`iterate` (or :func:`counter`), and a step whose
+loop it cannot see (an external trainer: fastText, a tokenizer trainer) in :func:`heartbeat`;
+nothing is shown unless the caller runs the method inside :func:`reporting`. ``tokxfer init``
+passes a tqdm bar factory on a terminal and :func:`line_bars` (plain lines) in a log, plus a line
+writer for the heartbeats. What is computed never depends on it.
 
 Example:
     >>> [x for x in iterate(range(3), "silent")]
@@ -24,27 +26,40 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["counter", "iterate", "reporting", "tool_output", "tool_output_enabled"]
+__all__ = ["HEARTBEAT_S", "counter", "elapsed", "heartbeat", "iterate", "line", "line_bars", "reporting", "tool_output",
+           "tool_output_enabled"]
 
 T = TypeVar("T")
 
-_FACTORY: contextvars.ContextVar[Callable[[str, int | None], Any] | None] = contextvars.ContextVar(
-    "tokxfer_progress", default=None
-)
+HEARTBEAT_S = 15.0
+"""Default seconds between two heartbeat lines (and between two lines of a :func:`line_bars` bar)."""
+
+
+@dataclass(frozen=True)
+class _Reporting:
+    factory: Callable[[str, int | None], Any] | None
+    lines: Callable[[str], None] | None
+    every: float
+
+
+_STATE: contextvars.ContextVar[_Reporting | None] = contextvars.ContextVar("tokxfer_progress", default=None)
 
 
 def iterate(items: Iterable[T], desc: str, total: int | None = None) -> Iterator[T]:
     """Yield ``items``, advancing a progress bar named ``desc`` after each one (if one is being reported)."""
-    factory = _FACTORY.get()
-    if factory is None:
+    state = _STATE.get()
+    if state is None or state.factory is None:
         yield from items
         return
     if total is None and hasattr(items, "__len__"):
         total = len(items)  # type: ignore[arg-type]
-    bar = factory(desc, total)
+    bar = state.factory(desc, total)
     try:
         for x in items:
             yield x
@@ -54,14 +69,14 @@ def iterate(items: Iterable[T], desc: str, total: int | None = None) -> Iterator
 
 
 class _Silent:
-    def update(self, n: int = 1) -> None:
+    def update(self, n: float = 1) -> None:
         pass
 
     def close(self) -> None:
         pass
 
 
-def counter(desc: str, total: int | None) -> Any:
+def counter(desc: str, total: float | None) -> Any:
     """A progress bar named ``desc`` for a loop :func:`iterate` does not fit: ``.update(n)``, then ``.close()``.
 
     Silent (does nothing) unless a caller is reporting.
@@ -69,18 +84,131 @@ def counter(desc: str, total: int | None) -> Any:
     Example:
         >>> bar = counter("silent", 10); bar.update(4); bar.close()
     """
-    factory = _FACTORY.get()
-    return _Silent() if factory is None else factory(desc, total)
+    state = _STATE.get()
+    return _Silent() if state is None or state.factory is None else state.factory(desc, total)
+
+
+def line(msg: str) -> None:
+    """Show one progress line (a phase starting, a heartbeat) if a caller is reporting lines; else nothing.
+
+    Example:
+        >>> out = []
+        >>> with reporting(None, lines=out.append):
+        ...     line("reading")
+        >>> line("nobody listens"); out
+        ['reading']
+    """
+    state = _STATE.get()
+    if state is not None and state.lines is not None:
+        state.lines(msg)
+
+
+def elapsed(seconds: float) -> str:
+    """``seconds`` as ``"42s"``, ``"3m05s"`` or ``"1h02m"``.
+
+    Example:
+        >>> elapsed(42.4), elapsed(185), elapsed(3725)
+        ('42s', '3m05s', '1h02m')
+    """
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 @contextlib.contextmanager
-def reporting(factory: Callable[[str, int | None], Any]) -> Iterator[None]:
-    """While inside, :func:`iterate` shows bars made by ``factory(desc, total)`` (``.update(n)``, ``.close()``)."""
-    token = _FACTORY.set(factory)
+def heartbeat(desc: str, status: Callable[[], str] | None = None, *, every: float | None = None) -> Iterator[None]:
+    """While inside, a line ``"<desc>: <elapsed> elapsed[, <status()>]"`` every ``every`` seconds.
+
+    For a step that reports nothing itself while it runs (fastText training with one thread, a
+    tokenizer trainer). The lines come from a background thread, so the step must release the GIL
+    (C/C++/Rust trainers do). Nothing runs unless a caller is :func:`reporting` lines; ``every``
+    defaults to the reporting's interval (:data:`HEARTBEAT_S`). ``status`` (optional) says how far
+    the step is, e.g. ``"≈40% (epoch 2 of 3)"``.
+
+    Example:
+        >>> out = []
+        >>> with reporting(None, lines=out.append, every=0.01):
+        ...     with heartbeat("waiting", lambda: "half way"):
+        ...         time.sleep(0.2)
+        >>> out[0]
+        'waiting: 0s elapsed, half way'
+    """
+    state = _STATE.get()
+    if state is None or state.lines is None:
+        yield
+        return
+    write, interval = state.lines, float(every if every is not None else state.every)
+    stop = threading.Event()
+    t0 = time.monotonic()
+
+    def beat() -> None:
+        while not stop.wait(interval):
+            extra = status() if status is not None else ""
+            write(f"{desc}: {elapsed(time.monotonic() - t0)} elapsed" + (f", {extra}" if extra else ""))
+
+    thread = threading.Thread(target=beat, name="tokxfer-heartbeat", daemon=True)
+    thread.start()
     try:
         yield
     finally:
-        _FACTORY.reset(token)
+        stop.set()
+        thread.join()
+
+
+@contextlib.contextmanager
+def reporting(factory: Callable[[str, int | None], Any] | None, *, lines: Callable[[str], None] | None = None,
+              every: float | None = None) -> Iterator[None]:
+    """While inside, show progress: bars made by ``factory(desc, total)`` (``.update(n)``, ``.close()``) for
+    :func:`iterate`/:func:`counter`, and ``lines(text)`` for :func:`line` and :func:`heartbeat` (every ``every``
+    seconds, default :data:`HEARTBEAT_S`). Either may be ``None`` (not shown)."""
+    token = _STATE.set(_Reporting(factory, lines, float(HEARTBEAT_S if every is None else every)))
+    try:
+        yield
+    finally:
+        _STATE.reset(token)
+
+
+class _LineBar:
+    """A bar for logs: a plain line at most every ``every`` seconds while it advances, and one at the end."""
+
+    def __init__(self, desc: str, total: float | None, write: Callable[[str], None], every: float) -> None:
+        self.desc, self.total, self.write, self.every = desc, total, write, every
+        self.n: float = 0
+        self.t0 = self.last = time.monotonic()
+
+    def _text(self) -> str:
+        done = f"{_num(self.n)}/{_num(self.total)} ({self.n / self.total:.0%})" if self.total else _num(self.n)
+        return f"{self.desc}: {done}, {elapsed(time.monotonic() - self.t0)} elapsed"
+
+    def update(self, n: float = 1) -> None:
+        self.n += n
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.write(self._text())
+
+    def close(self) -> None:
+        self.write(self._text() + ", done")
+
+
+def _num(x: float | None) -> str:
+    return "?" if x is None else f"{x:,}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def line_bars(write: Callable[[str], None], every: float | None = None) -> Callable[[str, float | None], Any]:
+    """A bar factory for :func:`reporting` that writes plain lines (for logs, where a bar's ``\\r`` redraws are noise).
+
+    Example:
+        >>> out = []
+        >>> with reporting(line_bars(out.append, every=3600)):
+        ...     _ = list(iterate(range(3), "step"))
+        >>> out
+        ['step: 3/3 (100%), 0s elapsed, done']
+    """
+    return lambda desc, total: _LineBar(desc, total, write, HEARTBEAT_S if every is None else every)
 
 
 _TOOL_OUTPUT: contextvars.ContextVar[bool] = contextvars.ContextVar("tokxfer_tool_output", default=False)
@@ -88,7 +216,7 @@ _TOOL_OUTPUT: contextvars.ContextVar[bool] = contextvars.ContextVar("tokxfer_too
 
 @contextlib.contextmanager
 def tool_output(enabled: bool = True) -> Iterator[None]:
-    """While inside, external tools a method drives print their own progress (fastText's ``verbose=2``).
+    """While inside, external tools a method drives print their own messages (fastText's summary lines).
 
     Only what is printed changes, never what is computed or a cache key.
 
@@ -107,5 +235,5 @@ def tool_output(enabled: bool = True) -> Iterator[None]:
 
 
 def tool_output_enabled() -> bool:
-    """Whether the caller asked for external tools' own progress output (see :func:`tool_output`)."""
+    """Whether the caller asked for external tools' own output (see :func:`tool_output`)."""
     return _TOOL_OUTPUT.get()

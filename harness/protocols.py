@@ -107,6 +107,10 @@ class TokenMapping:
         """Number of target tokens per provenance, by name."""
         return {name: int(np.sum(self.provenance == code)) for code, name in PROVENANCE_NAMES.items()}
 
+    def fallback_ids(self) -> np.ndarray:
+        """Ids of the :data:`FALLBACK` (random) rows, ascending."""
+        return np.flatnonzero(self.provenance == FALLBACK)
+
 
 @dataclass(frozen=True, kw_only=True)
 class TransferResources:
@@ -185,12 +189,18 @@ class InitResult:
             sizes, logged fallbacks with their reasons, timings of sub-steps …).
         directives: instructions for later stages, e.g. ``{"reinitialize_body": True}``
             (from-scratch) or ``{"embeddings_only_fraction": 0.1}`` (TransInner).
+        random_reasons: why rows are random: ``{reason: target ids}``, each id a :data:`FALLBACK`
+            row of ``mapping`` under one reason (a short phrase a user can act on, e.g. "rarer than
+            aux_min_count=10 in the target corpus: no auxiliary vector"). Optional: the harness
+            *counts* random rows from ``mapping.provenance`` alone, and reports rows without a reason
+            here as special tokens without a source role, or "no reason given by the method".
     """
 
     mapping: TokenMapping
     tokenizer: Any
     info: dict = field(default_factory=dict)
     directives: dict = field(default_factory=dict)
+    random_reasons: dict[str, Any] = field(default_factory=dict)
 
 
 @runtime_checkable

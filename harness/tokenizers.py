@@ -43,7 +43,7 @@ import json
 import os
 import socket
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlparse
@@ -52,6 +52,7 @@ import tokenizers as hf_tokenizers
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
+from harness import progress as _progress
 from harness.cache import cached_dir, file_hash
 
 __all__ = [
@@ -160,14 +161,31 @@ def _iter_lines(paths: Sequence[Path]) -> Iterator[str]:
     """The corpus's non-blank lines without their line breaks, file by file.
 
     (``Tokenizer.train(files)`` would keep the ``\\n`` of every line, which then becomes the most
-    frequent "character" of the vocabulary; feeding stripped lines avoids that.)
+    frequent "character" of the vocabulary; feeding stripped lines avoids that.) Counts the characters
+    read in :data:`_READ` for the training heartbeat.
     """
     for p in paths:
         with open(p, encoding="utf-8") as f:
             for line in f:
+                _READ[0] += len(line)
                 line = line.rstrip("\r\n")
                 if line.strip():
                     yield line
+
+
+_READ = [0]
+"""Characters :func:`_iter_lines` has read in this process (read by the training heartbeat's status)."""
+
+
+def _training_status(total_chars: int) -> Callable[[], str]:
+    """Status of a tokenizer training for :func:`harness.progress.heartbeat`: reading (percent), then training."""
+    start = _READ[0]
+
+    def status() -> str:
+        done = (_READ[0] - start) / max(total_chars, 1)
+        return f"reading the text, {done:.0%}" if done < 1 else "the text is read; the trainer is computing"
+
+    return status
 
 
 def _normalizer(algorithm: str, lowercase: bool) -> normalizers.Normalizer | None:
@@ -405,7 +423,11 @@ def train_tokenizer(
         for p in paths:
             _check_utf8_text(p)
         t0 = time.perf_counter()
-        tok = _train_backend(paths, algorithm, vocab_size, lowercase, progress)
+        size = sum(p.stat().st_size for p in paths)
+        desc = f"training a {algorithm} tokenizer ({vocab_size:,} tokens) on {size / 1e6:.1f} MB"
+        _progress.line(desc)
+        with _progress.heartbeat(desc, _training_status(size)):  # bytes ~ characters: a status, not a measure
+            tok = _train_backend(paths, algorithm, vocab_size, lowercase, progress)
         seconds = time.perf_counter() - t0
         achieved = tok.get_vocab_size(with_added_tokens=True)
         names = ", ".join(repr(str(p)) for p in paths)

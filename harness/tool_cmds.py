@@ -9,7 +9,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from harness.init_checks import InitInputError, _fertility, _words
+from harness.init_checks import InitInputError, Notes, _fertility, _words
 
 # --------------------------------------------------------------------------------------------
 # `tokxfer tokenizer train`
@@ -55,7 +55,7 @@ def _family_algorithm(tok: Any) -> tuple[str, bool]:
 
 def train_tokenizer_command(args: argparse.Namespace) -> int:
     """``tokxfer tokenizer train``: a tokenizer for ``tokxfer init --target-tokenizer``."""
-    from harness import resources
+    from harness import progress, resources
     from harness import vocab as _canon
     from harness.tokenizers import tokenizer_info, train_tokenizer
 
@@ -82,8 +82,10 @@ def train_tokenizer_command(args: argparse.Namespace) -> int:
     elif algorithm is None:
         raise InitInputError("--algorithm is required without --like (unigram, bpe, bytelevel-bpe or wordpiece)")
     t0 = time.perf_counter()
-    tok = train_tokenizer(paths, algorithm, args.vocab_size, lowercase=lowercase, cache_dir=resources.cache_dir(),
-                          progress=sys.stderr.isatty())
+    tty = sys.stderr.isatty()  # a terminal gets the trainer's own bar; a log gets plain lines with a heartbeat
+    with progress.reporting(None, lines=None if tty else Notes().note):
+        tok = train_tokenizer(paths, algorithm, args.vocab_size, lowercase=lowercase, cache_dir=resources.cache_dir(),
+                              progress=tty)
     seconds = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     tok.save_pretrained(out)

@@ -408,6 +408,57 @@ def decode_canon(canon: Canon) -> str:
         return ""
 
 
+def show_bytes(text: bytes) -> str:
+    """Bytes as a person reads them: printable characters as they are, every other byte as ``<0xNN>``.
+
+    Bytes that are not valid UTF-8 (a lone byte-fallback piece, part of a multi-byte character) and
+    characters that are not printable (controls, line breaks) are shown as SentencePiece writes byte
+    pieces; nothing is ever shown as a Python ``b'...'`` literal.
+
+    Example:
+        >>> show_bytes("Ŋa".encode()), show_bytes(b"\\xc5"), show_bytes(b"a\\nb")
+        ('Ŋa', '<0xC5>', 'a<0x0A>b')
+    """
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        for j in range(min(len(text), i + 4), i, -1):  # the longest valid UTF-8 prefix of at most 4 bytes
+            try:
+                chars = text[i:j].decode("utf-8")
+            except UnicodeDecodeError:
+                continue
+            out.extend(c if c.isprintable() else "".join(f"<0x{b:02X}>" for b in c.encode("utf-8")) for c in chars)
+            i = j
+            break
+        else:
+            out.append(f"<0x{text[i]:02X}>")
+            i += 1
+    return "".join(out)
+
+
+def show_canon(canon: Canon) -> str:
+    """A canonical token as a person reads it: ``▁`` before a word start, then :func:`show_bytes` of its text.
+
+    Example:
+        >>> show_canon(Canon("Ŋ".encode(), True)), show_canon(Canon(b"\\xc5", False))
+        ('▁Ŋ', '<0xC5>')
+    """
+    return ("▁" if canon.word_start else "") + show_bytes(canon.text)
+
+
+def show_token(tok: Any, token_id: int) -> str:
+    """Token ``token_id`` of ``tok`` as a person reads it (:func:`show_canon`; a special token as written).
+
+    The same spelling for every tokenizer family: a byte-level ``ĠÃ©t`` reads ``▁ét``.
+    """
+    canons = canonical_vocab(tok)
+    c = canons[token_id] if 0 <= token_id < len(canons) else None
+    if c is not None:
+        return show_canon(c)
+    piece = tok.convert_ids_to_tokens(int(token_id))
+    return show_bytes(str(piece).encode("utf-8")) if piece is not None else f"<id {int(token_id)}>"
+
+
 SYMBOLIC_RULES = ("reference", "wide")
 """Rules of :func:`is_symbolic` (the FOCUS "symbolic overlap" ablation and fuzzy matching)."""
 
@@ -829,6 +880,9 @@ __all__ = [
     "WORD_PATTERN",
     "word_tokenize",
     "read_dictionary",
+    "show_bytes",
+    "show_canon",
+    "show_token",
     "Canon",
     "FAMILIES",
     "FamilySpec",

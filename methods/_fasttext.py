@@ -98,6 +98,7 @@ __all__ = [
     "token_vectors",
     "string_vectors",
     "training_progress",
+    "TrainingProgress",
 ]
 
 TokenFormat = Literal["string", "id", "raw"]
@@ -268,6 +269,7 @@ def pretokenize(
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    bar = _progress.counter(f"pre-tokenizing {Path(corpus).name} (MB)", round(Path(corpus).stat().st_size / 1e6, 1))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for batch in _batches(Path(corpus), batch_lines):
@@ -275,10 +277,13 @@ def pretokenize(
                     if ids:
                         f.write(" ".join(words[np.asarray(ids, dtype=np.int64)].tolist()))
                         f.write("\n")
+                bar.update(sum(len(x.encode("utf-8")) + 1 for x in batch) / 1e6)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    finally:
+        bar.close()
     return out
 
 
@@ -764,12 +769,61 @@ def zeroed_allocations() -> Iterator[bool]:
 
 
 def training_progress(enabled: bool = True) -> contextlib.AbstractContextManager[None]:
-    """While inside, fastText training prints its own progress line to stderr (percent, words/sec, loss, ETA).
+    """While inside, fastText training prints its own summary lines to stderr (words read, vocabulary size, and
+    at the end words/sec and loss).
 
-    Only what is printed changes (fastText's ``verbose=2``); the trained vectors and the cache key do
-    not. The same switch as :func:`harness.progress.tool_output`, which ``tokxfer init`` sets.
+    Only what is printed changes (fastText's ``verbose=1``); the trained vectors and the cache key do
+    not. The same switch as :func:`harness.progress.tool_output`, which ``tokxfer init`` sets. Progress
+    *while* training is :class:`TrainingProgress`'s heartbeat, whatever the thread count (fastText's own
+    progress line, ``verbose=2``, stays silent with one thread: its one thread trains in the reporting loop's place).
     """
     return _progress.tool_output(enabled)
+
+
+def _bytes_read() -> int | None:
+    """Bytes this process has read with ``read()``-like calls so far (Linux ``/proc/self/io``), or ``None``."""
+    try:
+        with open("/proc/self/io", encoding="ascii") as f:
+            for row in f:
+                if row.startswith("rchar:"):
+                    return int(row.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class TrainingProgress:
+    """How far a fastText training is, for :func:`harness.progress.heartbeat`: ``status()`` -> ``"≈40% (epoch 2 of 3)"``.
+
+    fastText's trainer exposes no progress to Python, but it reads its input file once to build the
+    vocabulary and then once per epoch (each thread its share), so the bytes the process has read
+    since training started (``/proc/self/io``) divided by the file's size say where it is. Where that
+    is unavailable (not Linux), the status names the epoch count only.
+
+    Example:
+        >>> p = TrainingProgress(Path(__file__), epochs=3)
+        >>> p.status() in ("reading the text (vocabulary)", "3 epochs")
+        True
+    """
+
+    def __init__(self, text: Path, epochs: int) -> None:
+        self.size = max(Path(text).stat().st_size, 1)
+        self.epochs = max(int(epochs), 1)
+        self.start = _bytes_read()
+        self.t0 = time.monotonic()
+
+    def status(self) -> str:
+        now = _bytes_read()
+        if self.start is None or now is None:
+            return f"{self.epochs} epochs"
+        passes = (now - self.start) / self.size
+        if passes < 1:
+            return "reading the text (vocabulary)"
+        done = min((passes - 1) / self.epochs, 1.0)
+        epoch = min(int(done * self.epochs) + 1, self.epochs)
+        overall = min(passes / (1 + self.epochs), 1.0)  # the vocabulary pass counts as one more (faster) pass
+        eta = (time.monotonic() - self.t0) * (1 - overall) / overall
+        return f"≈{done:.0%} (epoch {epoch} of {self.epochs})" + (f", ETA ≈{_progress.elapsed(eta)}" if done < 1 else "")
 
 
 def _train_unsupervised(text: Path, params: dict) -> Any:
@@ -781,11 +835,13 @@ def _train_unsupervised(text: Path, params: dict) -> Any:
     from fasttext import FastText as ftmod
 
     manual = {k for k in params if k != "seed"} | {"input", "verbose"}
-    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 2 if _progress.tool_output_enabled() else 0}
+    args = {**ftmod.unsupervised_default, **params, "input": str(text), "verbose": 1 if _progress.tool_output_enabled() else 0}
     built = ftmod._build_args(args, manual)
     model = ftmod._FastText(args=built)
+    where = TrainingProgress(text, params.get("epoch", 5))
+    desc = f"fastText {params.get('model', 'skipgram')} training on {Path(text).name} ({params.get('thread', 1)} thread(s))"
     try:
-        with zeroed_allocations():
+        with zeroed_allocations(), _progress.heartbeat(desc, where.status):
             ftmod.fasttext.train(model.f, built)
     except ValueError as e:
         if "Empty vocabulary" in str(e):

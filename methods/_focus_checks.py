@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import progress
 from harness import vocab as _canon
 from harness.cache import cache_root
 from methods import _fasttext
@@ -40,9 +41,9 @@ def focus_forecast(cfg: Any, paths: dict, source_tok: Any, target_tok: Any, n_so
     additional[ov.specials[:, 0] if len(ov.specials) else []] = False
     with tempfile.TemporaryDirectory(prefix="tokxfer-init-") as tmp:
         pretok = _fasttext.pretokenize_cached(paths["target_corpus"], target_tok, cache_root(), Path(tmp),
-                                              token_format=cfg.aux_token_format)
+                                              token_format=cfg.aux_token_format)  # a progress bar of its own
         counts: Counter = Counter()
-        with open(pretok, encoding="utf-8", newline="\n") as f:
+        with open(pretok, encoding="utf-8", newline="\n") as f, progress.heartbeat("FOCUS forecast: counting tokens"):
             for line in f:
                 counts.update(line.split())
     words = _fasttext.fasttext_words(target_tok, cfg.aux_token_format)
@@ -56,11 +57,11 @@ def focus_forecast(cfg: Any, paths: dict, source_tok: Any, target_tok: Any, n_so
     share = fb / max(total, 1)
     lower = [m for m in thresholds if m < cfg.aux_min_count]
     alt = ", ".join(f"aux_min_count={m}: {table[m]:,} ({table[m] / max(total, 1):.0%})" for m in lower)
-    msg = (f"FOCUS: {fb:,} of {total:,} new (non-overlap) tokens ({share:.0%}) occur fewer than aux_min_count="
+    msg = (f"FOCUS forecast: {fb:,} of {total:,} new (non-overlap) tokens ({share:.0%}) occur fewer than aux_min_count="
            f"{cfg.aux_min_count} times in --target-corpus and will get random rows"
            + (f"; {alt} (--config aux_min_count=N; fewer occurrences give noisier vectors), or more text" if alt else ""))
-    if total and share >= 1 - cfg.min_aux_coverage:
-        notes.warn(msg)
-    else:
-        notes.note(msg)
-    return {"additional": total, "fallback_forecast": fb, "share": round(share, 4), "by_aux_min_count": table}
+    # a note, not a warning: the random rows are counted from the result and warned about once, at the end
+    # (tokxfer init's --max-random-rows); this says early what to change
+    notes.note(msg)
+    return {"additional": total, "fallback_forecast": fb, "share": round(share, 4), "by_aux_min_count": table,
+            "low_coverage": bool(total and share >= 1 - cfg.min_aux_coverage)}

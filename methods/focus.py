@@ -154,7 +154,8 @@ class FocusConfig:
     """Additional tokens scored at once (memory ~ chunk_rows x n_anchors x 4 bytes)."""
 
     min_aux_coverage: float = 0.5
-    """Warn (and record in ``info["fallbacks"]``) when fewer of the additional tokens have an aux vector."""
+    """Below this share of additional tokens with an aux vector, ``info["fallbacks"]`` marks the no-vector group
+    ``low_coverage`` and the ``tokxfer init`` forecast suggests a lower ``aux_min_count`` or more text."""
 
     def __post_init__(self) -> None:
         if self.aux not in ("token-fasttext", "word-fasttext"):
@@ -366,36 +367,51 @@ def focus_mapping(
 
 
 def _fallback_report(cfg: FocusConfig, st: dict, n_pairs: int) -> tuple[list[dict], float]:
-    """The groups of random rows of a FOCUS mapping, each with its reason (warnings logged), and the
-    share of additional tokens that have an auxiliary vector."""
+    """The groups of random rows of a FOCUS mapping, disjoint, each with its reason, and the share of
+    additional tokens that have an auxiliary vector.
+
+    A coverage below ``min_aux_coverage`` is a fact of the no-vector group (``low_coverage``), not a
+    group of its own: the rows are the same. Nothing is logged above INFO: ``tokxfer init`` reports
+    random rows once, from the mapping (its provenance summary and ``--max-random-rows`` warning).
+    """
     fallbacks: list[dict] = []
+    coverage = st["additional_with_aux"] / st["additional"] if st["additional"] else 1.0
     if st["fallback_no_aux"]:
-        fallbacks.append({
-            "reason": f"no auxiliary vector (seen fewer than aux_min_count={cfg.aux_min_count} times)"
-            if cfg.aux == "token-fasttext" else "no auxiliary vector (no known fastText n-gram)",
-            "count": st["fallback_no_aux"], "fallback": "random N(mean, std) of the source rows",
-        })
+        entry = {"reason": _no_aux_reason(cfg), "count": st["fallback_no_aux"], "fallback": "random N(mean, std) of the source rows",
+                 "with_vector": st["additional_with_aux"], "additional": st["additional"], "coverage": round(coverage, 4),
+                 "low_coverage": coverage < cfg.min_aux_coverage}
+        if entry["low_coverage"]:
+            entry["message"] = (
+                f"FOCUS: only {st['additional_with_aux']} of {st['additional']} additional tokens ({coverage:.1%}) have an "
+                f"auxiliary vector; the corpus is likely too small for aux_min_count={cfg.aux_min_count}")
+            logger.info(entry["message"])
+        fallbacks.append(entry)
     if st["anchors"] == 0:
-        why = "empty overlap" if n_pairs == 0 else "no overlap token has an auxiliary vector"
+        why = _no_anchor_reason(n_pairs)
         msg = (
             f"FOCUS: {why} ({n_pairs} overlap pairs, overlap={cfg.overlap!r}); no anchors to combine, "
             f"so all {st['additional']} additional tokens get random N(mean, std) rows"
         )
-        logger.warning(msg)
+        logger.info(msg)
         fallbacks.append({"reason": why, "count": st["fallback_no_anchor"], "fallback": "all-random rows (N(mean, std))", "message": msg})
-    coverage = st["additional_with_aux"] / st["additional"] if st["additional"] else 1.0
-    if coverage < cfg.min_aux_coverage:
-        msg = (
-            f"FOCUS: only {st['additional_with_aux']} of {st['additional']} additional tokens ({coverage:.1%}) have an "
-            f"auxiliary vector; the corpus is likely too small for aux_min_count={cfg.aux_min_count}"
-        )
-        logger.warning(msg)
-        fallbacks.append({
-            "reason": "low auxiliary coverage (corpus too small for minCount?)", "count": st["fallback_no_aux"],
-            "with_vector": st["additional_with_aux"], "additional": st["additional"], "coverage": round(coverage, 4),
-            "fallback": "random N(mean, std) of the source rows", "message": msg,
-        })
     return fallbacks, coverage
+
+
+def _no_aux_reason(cfg: FocusConfig) -> str:
+    if cfg.aux == "token-fasttext":
+        return f"no auxiliary vector (seen fewer than aux_min_count={cfg.aux_min_count} times in the target corpus)"
+    return "no auxiliary vector (no known fastText n-gram)"
+
+
+def _no_anchor_reason(n_pairs: int) -> str:
+    return "empty overlap" if n_pairs == 0 else "no overlap token has an auxiliary vector"
+
+
+def _random_reasons(cfg: FocusConfig, mapping: TokenMapping, has_aux: np.ndarray, specials: set[int], n_pairs: int) -> dict:
+    """``{reason: target ids}`` of the random rows (specials without a source role are left to the harness)."""
+    fb = np.array([t for t in mapping.fallback_ids().tolist() if t not in specials], dtype=np.int64)
+    groups = {_no_aux_reason(cfg): fb[~has_aux[fb]], _no_anchor_reason(n_pairs): fb[has_aux[fb]]}
+    return {why: ids.tolist() for why, ids in groups.items() if len(ids)}
 
 
 @register_method(
@@ -483,6 +499,7 @@ class Focus:
         st = core.stats
 
         fallbacks, coverage = _fallback_report(cfg, st, len(pairs))
+        reasons = _random_reasons(cfg, core.mapping, has_aux, _canon.special_ids(tgt_tok), len(pairs))
         aux_info["coverage_additional"] = round(coverage, 4)
 
         info = {
@@ -501,7 +518,7 @@ class Focus:
                 "total_s": round(time.perf_counter() - t_start, 3),
             },
         }
-        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
+        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info, random_reasons=reasons)
 
     # ------------------------------------------------------------------------------------------
 

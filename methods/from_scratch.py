@@ -41,4 +41,6 @@ class FromScratchInit:
         n_source = int(inputs.source_embeddings.shape[0])
         ov = compute_overlap(inputs.source_tokenizer, inputs.target_tokenizer, n_source=n_source)
         mapping = assemble_mapping(vocab_size(inputs.target_tokenizer), n_source)
-        return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, {"reinitialize_body": True})
+        by_design = "random by design: from-scratch re-initializes every parameter"
+        return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, {"reinitialize_body": True},
+                          random_reasons={by_design: mapping.fallback_ids().tolist()})

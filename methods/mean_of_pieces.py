@@ -16,12 +16,18 @@ from harness.vocab import (
     decode_canon,
     encode_canon,
     family_spec,
+    show_canon,
     special_ids,
     vocab_size,
 )
 
 SEGMENTATIONS = ("model", "encode")
 _MAX_LOGGED = 50
+RANDOM_REASONS = {
+    "no_pieces": "the source tokenizer gives no pieces for its string (not valid UTF-8 on its own, e.g. a byte piece)",
+    "only_unk": "the source tokenizer splits it into <unk> only (characters the source vocabulary lacks)",
+}
+"""Why a ``mean-of-pieces`` row is random, by the reason code of ``info["pieces"]``/``info["fallbacks"]``."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class MeanOfPiecesInit:
     COPIED when there is a single piece (a repeated piece counts with its multiplicity). Unknown
     pieces are dropped; tokens with no pieces (not valid UTF-8 on their own, e.g. a lone byte) or
     only unknown pieces are FALLBACK. ``info["pieces"]`` counts each case and lists the first
-    FALLBACK tokens with their reason.
+    FALLBACK tokens with their reason; ``random_reasons`` has every one (:data:`RANDOM_REASONS`).
     """
 
     combines = True
@@ -83,6 +89,7 @@ class MeanOfPiecesInit:
         combined: dict[int, tuple[list[int], list[float]]] = {}
         stats = Counter()
         logged: list[dict] = []
+        random_ids: dict[str, list[int]] = {}
         for t, canon in enumerate(canonical_vocab(tgt)):
             if canon is None or t in done:
                 continue
@@ -97,8 +104,9 @@ class MeanOfPiecesInit:
             if not kept:
                 reason = "no_pieces" if not pieces else "only_unk"
                 stats[f"fallback_{reason}"] += 1
+                random_ids.setdefault(RANDOM_REASONS[reason], []).append(t)
                 if len(logged) < _MAX_LOGGED:
-                    logged.append({"id": t, "token": repr(canon.text), "reason": reason})
+                    logged.append({"id": t, "token": show_canon(canon), "reason": reason})
                 continue
             if len(kept) < len(pieces):
                 stats["partial_unk"] += 1
@@ -117,4 +125,4 @@ class MeanOfPiecesInit:
             },
             "fallbacks": logged,
         }
-        return InitResult(mapping, tgt, info)
+        return InitResult(mapping, tgt, info, random_reasons=random_ids)

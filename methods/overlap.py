@@ -8,7 +8,7 @@ import numpy as np
 
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
-from harness.vocab import assemble_mapping, compute_overlap, vocab_size
+from harness.vocab import assemble_mapping, compute_overlap, special_ids, vocab_size
 
 
 @dataclass(frozen=True)
@@ -47,4 +47,8 @@ class OverlapInit:
         mapping = assemble_mapping(
             vocab_size(inputs.target_tokenizer), n_source, special=ov.specials, copied=ov.pairs(fuzzy=self.config.fuzzy)
         )
-        return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report(), "fuzzy_used": self.config.fuzzy})
+        outside = "not in the source vocabulary: overlap copies shared tokens and draws the rest at random"
+        specials = special_ids(inputs.target_tokenizer)  # a special without a source role: the harness says so
+        not_special = [t for t in mapping.fallback_ids().tolist() if t not in specials]
+        return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report(), "fuzzy_used": self.config.fuzzy},
+                          random_reasons={outside: not_special})

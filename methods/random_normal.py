@@ -39,7 +39,9 @@ def _random_result(inputs: TransferInputs, copy_specials: bool, directives: dict
     mapping = assemble_mapping(
         vocab_size(inputs.target_tokenizer), n_source, special=ov.specials if copy_specials else None
     )
-    return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, dict(directives or {}))
+    by_design = "random by design: the method draws every row it does not copy from N(mean, std) of the source rows"
+    return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, dict(directives or {}),
+                      random_reasons={by_design: mapping.fallback_ids().tolist()})
 
 
 @register_method(

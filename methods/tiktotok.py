@@ -164,6 +164,17 @@ IDENTITIES = ("copy", "prior")
 SMOOTHINGS = ("containing", "reference", "none")
 FALLBACKS = ("random", "fasttext-knn")
 FASTTEXT_MODELS = ("skipgram", "cbow")
+RANDOM_REASONS = {
+    "special-without-source-role": "special token with no source special of the same role",
+    "empty-token": "empty once the word-start marker is removed",
+    "no-evidence": "no alignment, identity or containing token to inherit from (fallback=random)",
+    "no-fasttext-vector": "no alignment, identity or containing token, and no fastText vector for the kNN fallback "
+                          "(too rare in the parallel corpus; with fasttext_ngram_vectors=false no n-gram vector either)",
+    "no-bilingual-space": "no alignment, identity or containing token, and no bilingual fastText space for the kNN "
+                          "fallback (no Procrustes map could be fitted, or no source token has a vector)",
+}
+"""Why a Tik-to-Tok row is random, by the code counted in ``info["fallback_reasons"]`` (``info["random_ids"]`` of
+:func:`tiktotok_mapping` lists the ids; the registered method hands them over as ``random_reasons``)."""
 
 
 @dataclass(frozen=True)
@@ -405,7 +416,8 @@ def tiktotok_mapping(
 
     Returns:
         The mapping and an info dict (``sources``: tokens per origin, summing to ``len(target)``;
-        ``fallback``: the fallback's mode and, for ``fasttext-knn``, its counts and fit).
+        ``fallback``: the fallback's mode and, for ``fasttext-knn``, its counts and fit; ``fallback_reasons``:
+        random rows per reason code of :data:`RANDOM_REASONS`, ``random_ids`` their ids).
 
     Raises:
         ValueError: ``config.fallback == "fasttext-knn"`` without a ``fallback_space``.
@@ -451,7 +463,7 @@ def tiktotok_mapping(
     t4 = time.perf_counter()
 
     # 6. assemble
-    mapping, reasons = _assemble(target, n_source, rows.origin, rows.weights, vector_kind)
+    mapping, random_ids = _assemble(target, n_source, rows.origin, rows.weights, vector_kind)
     sources = {name: int(np.sum(rows.origin == k)) for k, name in enumerate(ORIGINS)}
     sources["fallback"] = int(np.sum(mapping.provenance == FALLBACK))
     if config.fallback == "fasttext-knn":
@@ -460,7 +472,8 @@ def tiktotok_mapping(
     info = {
         "counts": mapping.counts(),
         "sources": sources,
-        "fallback_reasons": reasons,
+        "fallback_reasons": {k: len(v) for k, v in random_ids.items()},
+        "random_ids": random_ids,
         "word_pairs": {"distinct": len(word_pairs), **pair_stats, "min_count": config.min_count},
         "smoothing": smooth_info,
         "fallback": fallback_info,
@@ -477,8 +490,9 @@ def tiktotok_mapping(
 def _assemble(
     target: Sequence[_canon.Canon | None], n_source: int, origin: np.ndarray, weights: Mapping[int, Mapping[int, float]],
     vector_kind: np.ndarray | None,
-) -> tuple[TokenMapping, dict[str, int]]:
-    """The mapping from the decided rows (SPECIAL, COPIED when one source row, COMBINED), and why the rest fell back."""
+) -> tuple[TokenMapping, dict[str, list[int]]]:
+    """The mapping from the decided rows (SPECIAL, COPIED when one source row, COMBINED), and why the rest fell
+    back: ``{reason code: target ids}`` (codes of :data:`RANDOM_REASONS`)."""
     n_target = len(target)
     provenance = np.full(n_target, FALLBACK, dtype=np.int8)
     rows: list[int] = []
@@ -491,19 +505,17 @@ def _assemble(
         cols.extend(w.keys())
         vals.extend(w.values())
     mapping = TokenMapping.from_coo(n_target, n_source, rows, cols, vals, provenance)
-    reasons: Counter[str] = Counter()
+    reasons: dict[str, list[int]] = {}
     for t in np.flatnonzero(provenance == FALLBACK).tolist():
         c = target[t]
         if c is None:
-            reasons["special-without-source-role"] += 1
+            why = "special-without-source-role"
         elif not c.text:
-            reasons["empty-token"] += 1
+            why = "empty-token"
         else:
-            reasons[
-                "no-evidence"
-                if vector_kind is None
-                else ("no-fasttext-vector" if vector_kind[t] == NO_VECTOR else "no-bilingual-space")
-            ] += 1
+            why = ("no-evidence" if vector_kind is None
+                   else "no-fasttext-vector" if vector_kind[t] == NO_VECTOR else "no-bilingual-space")
+        reasons.setdefault(why, []).append(t)
     return mapping, dict(sorted(reasons.items()))
 
 
@@ -587,6 +599,7 @@ class TikToTok:
         info["corpus"] = aligned.corpus
         info["alignment"] = aligned.alignment.info
         info["examples"] = _examples(mapping, aligned.word_pairs, inputs, k=10)
+        reasons = {RANDOM_REASONS[k]: ids for k, ids in info.pop("random_ids").items()}
         info["timings"].update(
             {
                 "read_tokenize_s": round(aligned.tokenized_at - t0, 4),
@@ -595,7 +608,7 @@ class TikToTok:
                 "total_s": round(time.perf_counter() - t0, 4),
             }
         )
-        return InitResult(mapping=mapping, tokenizer=inputs.target_tokenizer, info=info)
+        return InitResult(mapping=mapping, tokenizer=inputs.target_tokenizer, info=info, random_reasons=reasons)
 
 
 @dataclass
@@ -666,10 +679,10 @@ def _examples(mapping: TokenMapping, word_pairs: Mapping, inputs: TransferInputs
         top = np.argsort(-ws, kind="stable")[:3]
         out.append(
             {
-                "target": str(inputs.target_tokenizer.convert_ids_to_tokens(int(t))),
+                "target": _canon.show_token(inputs.target_tokenizer, int(t)),
                 "aligned": int(c),
                 "sources": [
-                    [str(inputs.source_tokenizer.convert_ids_to_tokens(int(ids[i]))), round(float(ws[i]), 4)]
+                    [_canon.show_token(inputs.source_tokenizer, int(ids[i])), round(float(ws[i]), 4)]
                     for i in top
                 ],
             }

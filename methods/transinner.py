@@ -94,4 +94,6 @@ class TransInnerInit:
         ov = compute_overlap(inputs.source_tokenizer, inputs.target_tokenizer, n_source=n_source)
         special = ov.specials if self.config.copy_specials else None
         mapping = assemble_mapping(vocab_size(inputs.target_tokenizer), n_source, special=special)
-        return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, directives)
+        by_design = "random by design (TransInner starts from random embeddings and trains them first)"
+        return InitResult(mapping, inputs.target_tokenizer, {"overlap": ov.report()}, directives,
+                          random_reasons={by_design: mapping.fallback_ids().tolist()})

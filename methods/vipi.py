@@ -54,6 +54,13 @@ from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, T
 from harness.registry import register_method
 
 VARIANTS = ("all", "one-random", "match-shuffle")
+RANDOM_REASONS = {
+    "special-without-source-role": "special token with no source special of the same role",
+    "empty-token": "empty once the word-start marker is removed",
+    "no-partition": "no partition of its string into source tokens (a character the source vocabulary lacks)",
+}
+"""Why a VIPI row is random, by the code counted in ``info["fallback_reasons"]`` (``info["random_ids"]`` of
+:func:`vipi_mapping` lists the ids; the registered method hands them over as ``random_reasons``)."""
 _BYTE_PIECE = re.compile(r"^<0x[0-9A-Fa-f]{2}>$")
 
 
@@ -431,7 +438,8 @@ def vipi_mapping(
             (byte-fallback pieces), see :class:`SourcePieceIndex`.
 
     Returns:
-        The mapping and an info dict (counts, partition statistics, examples, timings).
+        The mapping and an info dict (counts, random rows by reason code: ``fallback_reasons`` counts,
+        ``random_ids`` the ids; partition statistics, examples, timings).
 
     Example:
         >>> from harness.vocab import Canon
@@ -453,7 +461,7 @@ def vipi_mapping(
     rows: list[int] = []
     cols: list[int] = []
     vals: list[float] = []
-    reasons: Counter[str] = Counter()
+    random_ids: dict[str, list[int]] = {}
 
     def put(t: int, weights: dict[int, float], code: int) -> None:
         provenance[t] = code
@@ -480,16 +488,14 @@ def vipi_mapping(
         if provenance[t] != FALLBACK:
             continue
         c = target[t]
-        if c is None:
-            reasons["special-without-source-role"] += 1
+        why = "special-without-source-role" if c is None else "empty-token" if not c.text else None
+        dag = _DAG(c.text, c.word_start, index) if why is None else None
+        if dag is not None and not dag.ok:
+            why = "no-partition"
+        if why is not None:
+            random_ids.setdefault(why, []).append(t)
             continue
-        if not c.text:
-            reasons["empty-token"] += 1
-            continue
-        dag = _DAG(c.text, c.word_start, index)
-        if not dag.ok:
-            reasons["no-partition"] += 1
-            continue
+        assert dag is not None
         n_pieces_hist[dag.n_pieces] += 1
         multi += dag.count > 1
         max_count = max(max_count, dag.count)
@@ -521,7 +527,8 @@ def vipi_mapping(
     info = {
         "variant": config.variant,
         "counts": mapping.counts(),
-        "fallback_reasons": dict(sorted(reasons.items())),
+        "fallback_reasons": {k: len(v) for k, v in sorted(random_ids.items())},
+        "random_ids": random_ids,
         "partitions": {
             "split_tokens": int(sum(n_pieces_hist.values())),
             "pieces_histogram": {str(k): v for k, v in sorted(n_pieces_hist.items())},
@@ -545,9 +552,7 @@ def byte_fallback_ids(tok: Any) -> list[int]:
 
 
 def _show(c: _canon.Canon | None) -> str:
-    if c is None:
-        return "<special>"
-    return ("▁" if c.word_start else "") + c.text.decode("utf-8", errors="backslashreplace")
+    return "<special>" if c is None else _canon.show_canon(c)
 
 
 def _jsonable_int(x: int) -> int | float:
@@ -608,4 +613,5 @@ class VIPI:
         )
         info["overlap"] = overlap.report()
         info["timings"]["canonicalize_s"] = round(t1 - t0, 4)
-        return InitResult(mapping=mapping, tokenizer=inputs.target_tokenizer, info=info)
+        reasons = {RANDOM_REASONS[k]: ids for k, ids in info.pop("random_ids").items()}
+        return InitResult(mapping=mapping, tokenizer=inputs.target_tokenizer, info=info, random_reasons=reasons)

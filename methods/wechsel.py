@@ -179,8 +179,10 @@ class WechselConfig:
     vectors of the words containing x (paper App. D, WECHSEL_TFR)."""
 
     source_tokens: Literal["all", "english-only"] = "all"
-    """``english-only`` (FOCUS paper variant): only source tokens that occur in the tokenized
-    ``inputs.source_corpus`` are candidates (the source-language tokens of a multilingual vocabulary)."""
+    """``english-only`` (FOCUS paper variant): only the English tokens of a multilingual source vocabulary are
+    candidates. Which tokens are English is ``english_tokens``: by default the source tokens in the vocabulary of
+    ``english_tokenizer``; with ``english_tokens="source-corpus"`` those seen when ``inputs.source_corpus`` is
+    tokenized with the source tokenizer."""
 
     alignment: Literal["procrustes", "none"] = "procrustes"
     """``procrustes`` over ``inputs.dictionary`` (paper); ``none`` when the vectors are already aligned."""
@@ -474,7 +476,10 @@ class Wechsel:
             }
         timings["total_s"] = time.perf_counter() - t_start
         info = self._info(core.stats, vec, sub_info, cand_info, sides, timings)
-        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info)
+        fb = core.mapping.fallback_ids()
+        groups = {"zero-vector": fb[~sides.target[fb]], "special": fb[sides.target[fb]]}
+        reasons = {f["reason"]: groups[f["group"]].tolist() for f in info["fallbacks"]}
+        return InitResult(mapping=core.mapping, tokenizer=tgt_tok, info=info, random_reasons=reasons)
 
     # ------------------------------------------------------------------------------------------
 
@@ -571,13 +576,15 @@ class Wechsel:
                 why = describe_zero_vectors({k: v for k, v in causes.items() if k != "minn"}, minn=causes["minn"])
             else:
                 why = "zero subword vector (the token occurs in no vocabulary word)"
-            fallbacks.append({"reason": why, "count": st["fallback_zero_vector"], "fallback": "random N(mean, std) of the source rows",
+            fallbacks.append({"group": "zero-vector", "reason": why, "count": st["fallback_zero_vector"],
+                              "fallback": "random N(mean, std) of the source rows",
                               **({"causes": causes} if causes is not None else {})})
         unmatched_ids = sides.target.copy()
         unmatched_ids[sides.pairs[:, 0]] = False
         if unmatched_ids.any():
             fallbacks.append({
-                "reason": "target special token with no source special of the same role", "count": int(unmatched_ids.sum()),
+                "group": "special", "reason": "target special token with no source special of the same role",
+                "count": int(unmatched_ids.sum()),
                 "tokens": list(sides.unmatched), "fallback": "random N(mean, std) of the source rows",
             })
         nondeterministic = ["fasttext"] if any(

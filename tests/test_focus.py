@@ -323,14 +323,20 @@ def test_empty_overlap_records_fallback(corpus, caplog):
     src = _from_pieces(SPECIALS + ["▁xq", "zz", "▁qqq"])
     tgt = _unigram(TARGET_LINES, 80)
     inputs = _inputs(src, tgt, corpus)
-    with caplog.at_level(logging.WARNING, logger="methods.focus"):
+    with caplog.at_level(logging.INFO, logger="methods.focus"):
         res = Focus(FocusConfig(**TINY_AUX)).initialize(inputs, np.random.default_rng(0))
     counts = res.mapping.counts()
     assert counts["copied"] == 0 and counts["combined"] == 0 and counts["special"] == len(SPECIALS)
     assert counts["fallback"] == len(tgt) - len(SPECIALS)
     reasons = [f["reason"] for f in res.info["fallbacks"]]
     assert "empty overlap" in reasons
+    # the method's own groups are disjoint and are its random_reasons, row for row
+    assert sum(f["count"] for f in res.info["fallbacks"]) == counts["fallback"]
+    assert {k: len(v) for k, v in res.random_reasons.items()} == {f["reason"]: f["count"] for f in res.info["fallbacks"]}
+    assert sorted(t for v in res.random_reasons.values() for t in v) == res.mapping.fallback_ids().tolist()
+    # reported once, by tokxfer init from the mapping: nothing above INFO here
     assert any("empty overlap" in r.message for r in caplog.records)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_low_aux_coverage_is_recorded(toks, corpus, caplog):
@@ -338,8 +344,10 @@ def test_low_aux_coverage_is_recorded(toks, corpus, caplog):
     with caplog.at_level(logging.WARNING, logger="methods.focus"):
         res = Focus(FocusConfig(**{**TINY_AUX, "aux_min_count": 100_000})).initialize(_inputs(src, tgt, corpus), np.random.default_rng(0))
     assert res.mapping.counts()["combined"] == 0
-    entry = next(f for f in res.info["fallbacks"] if f["reason"].startswith("low auxiliary coverage"))
+    (entry,) = [f for f in res.info["fallbacks"] if f.get("low_coverage")]  # one group: the same rows are not listed twice
+    assert entry["reason"].startswith("no auxiliary vector") and "auxiliary vector" in entry["message"]
     assert entry["with_vector"] == 0 and entry["additional"] == res.info["focus"]["additional"]
+    assert sum(f["count"] for f in res.info["fallbacks"]) == res.mapping.counts()["fallback"]
     assert "error" in res.info["aux"]["source"]  # fastText's empty vocabulary is reported, not raised
 
 

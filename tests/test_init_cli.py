@@ -267,7 +267,7 @@ def test_s05_focus_fallback_forecast_is_announced_first_and_exact(standin, tmp_p
     code, _, err = cli(capfd, *init_argv(standin, "focus", tmp_path / "o", "--target-corpus", standin["de_txt"],
                                          "--config", *FAST_FOCUS))
     assert code == 0, err
-    forecast = next(i for i, ln in enumerate(err.splitlines()) if "FOCUS:" in ln and "aux_min_count=3" in ln)
+    forecast = next(i for i, ln in enumerate(err.splitlines()) if "FOCUS forecast:" in ln and "aux_min_count=3" in ln)
     loading = next(i for i, ln in enumerate(err.splitlines()) if "loading" in ln)
     assert forecast < loading
     line = err.splitlines()[forecast]

@@ -24,19 +24,30 @@ FAST = {  # fastText small enough for tiny text (bucket >= methods._fasttext.min
     "focus": ["aux_dim=16", "aux_bucket=540672", "aux_epochs=2", "aux_min_count=3"],
     "wechsel": ["dim=16", "bucket=540672", "min_count=1", "epochs=2"],
 }
+STANDIN_LAYERS, STANDIN_VOCAB, FAST_DIM = 2, 400, 16  # what the walkthrough says about its stand-ins
 
 
 def walkthrough_commands(text: str) -> list[tuple[list[str], int]]:
     """``(argv without 'tokxfer', expected exit code)`` for every command in the doc's bash blocks."""
-    out = []
-    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
+    return [(argv, expect) for argv, expect, _ in walkthrough_steps(text)]
+
+
+def walkthrough_steps(text: str) -> list[tuple[list[str], int, list[str]]]:
+    """Every command of the doc's bash blocks with its expected exit code and the example output the doc
+    shows for it: the lines of a ``text`` block that follows (before the next command), else ``[]``."""
+    out: list[tuple[list[str], int, list[str]]] = []
+    for kind, block in re.findall(r"```(bash|text)\n(.*?)```", text, flags=re.S):
+        if kind == "text":
+            assert out and not out[-1][2], "a text block must follow a command, one per command"
+            out[-1] = (out[-1][0], out[-1][1], [ln for ln in block.splitlines() if ln.strip()])
+            continue
         expect = 0
         for line in block.replace("\\\n", " ").splitlines():
             line = line.strip()
             if line.startswith("# exits 2"):
                 expect = 2
             elif line.startswith("tokxfer "):
-                out.append((shlex.split(line)[1:], expect))
+                out.append((shlex.split(line)[1:], expect, []))
                 expect = 0
     return out
 
@@ -50,8 +61,9 @@ def env(tiny_world, tmp_path_factory) -> dict:
 
     w = World(tiny_world)
     d = tmp_path_factory.mktemp("walkthrough")
-    tok = train_tokenizer([w.text("src", "train"), w.text("script", "train"), w.text("far", "train")], "unigram", 400)
-    cfg = XLMRobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+    tok = train_tokenizer([w.text("src", "train"), w.text("script", "train"), w.text("far", "train")], "unigram",
+                          STANDIN_VOCAB)
+    cfg = XLMRobertaConfig(vocab_size=len(tok), hidden_size=16, num_hidden_layers=STANDIN_LAYERS, num_attention_heads=2,
                            intermediate_size=32, max_position_embeddings=130, pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     XLMRobertaModel(cfg).save_pretrained(d / "e5-standin")
@@ -89,11 +101,40 @@ def test_the_walkthrough_defines_what_it_uses():
     assert used <= defined and len(walkthrough_commands(text)) >= 10
 
 
+def _figures(text: str) -> list[str]:
+    """The numbers of the doc's prose (outside code blocks, inline code, headings and "step N" references)."""
+    prose = re.sub(r"```.*?```|`[^`]*`|^#+ \d+\.|step \d", " ", text, flags=re.S | re.M)
+    return re.findall(r"(?<![\w.])\d[\d,]*(?:\.\d+)?(?!\w)", prose)
+
+
+def test_every_figure_in_the_walkthrough_comes_from_the_code_or_its_checked_output():
+    """No figure from an old run survives: each number of the prose is a default or constant of the code (or
+    arithmetic on them), says what the test's stand-ins are, or is in an example output the run test checks."""
+    from harness import progress
+    from harness.init_checks import MAX_RANDOM_ROWS
+    from methods.focus import FocusConfig
+
+    text = DOC.read_text()
+    vocab = int(re.search(r"export VOCAB=(\d+)", text).group(1))
+    f, fast_dim = FocusConfig(), int(FAST["focus"][0].split("=")[1])
+    mb, gb = vocab * f.aux_dim * 4 / 1e6, f.aux_bucket * f.aux_dim * 4 / 1e9
+    derived = {
+        f"{STANDIN_LAYERS}", f"{STANDIN_VOCAB}", f"{fast_dim}",  # the stand-ins (tests/test_walkthrough.py)
+        f"{progress.HEARTBEAT_S:g}", f"{f.aux_min_count}", f"{MAX_RANDOM_ROWS:g}",  # defaults of the code
+        f"{vocab:,}", f"{f.aux_dim}", "4", f"{mb:g}", f"{f.aux_bucket:,}", f"{gb:g}",  # float32 rows of FOCUS's fastText
+    }
+    assert fast_dim == FAST_DIM
+    shown = {n for _, _, example in walkthrough_steps(text) for line in example for n in re.findall(r"\d[\d,.]*", line)}
+    stray = [n for n in _figures(text) if n not in derived and n.rstrip(".") not in shown]
+    assert not stray, f"figures in docs/WALKTHROUGH.md that neither the code nor a checked example output gives: {stray}"
+    assert "prints its progress (percent" not in text  # fastText with one thread prints nothing until it is done
+
+
 def test_walkthrough_commands_run_on_tiny_standins(env, capfd):
     from transformers import AutoModel, AutoModelForMaskedLM, AutoTokenizer
 
-    commands = walkthrough_commands(DOC.read_text())
-    for argv, expect in commands:
+    shown = 0
+    for argv, expect, example in walkthrough_steps(DOC.read_text()):
         filled = _fill(argv, env)
         try:
             code = main(filled)
@@ -101,10 +142,16 @@ def test_walkthrough_commands_run_on_tiny_standins(env, capfd):
             code = e.code
         out, err = capfd.readouterr()
         assert code == expect, f"tokxfer {' '.join(filled)} exited {code}:\n{err[-3000:]}"
+        # every line the doc shows as this command's output (numbers included) is what the code prints now
+        printed = {ln.rstrip() for ln in (out + err).splitlines()}
+        for line in example:
+            assert _fill([line], env)[0].rstrip() in printed, f"the walkthrough shows {line!r}; tokxfer printed:\n{out}{err}"
+        shown += len(example)
         if expect == 2:
             assert len([ln for ln in err.splitlines() if ln.startswith("tokxfer: error:")]) == 1
         if argv[:1] == ["init"] and "--explain" not in argv and expect == 0:
             assert "provenance" in out and "time per step" in out
+    assert shown >= 10  # the example outputs are there (and were checked)
     work = Path(env["WORK"])
     for name in ("de-focus", "de-wechsel", "de-wechsel-all", "de-wechsel-swapped", "de-tiktotok"):
         d = work / name
