@@ -130,21 +130,36 @@ def cmd_run(args) -> int:
 
 
 def _gpu_list(text: str) -> list[str]:
-    ids = [g.strip() for g in text.split(",")]
-    if not all(ids):
-        raise ValueError(f"--gpus: expected comma-separated device ids like 0,1, got {text!r}")
-    return ids
+    from harness.executors import parse_gpu_ids
+
+    return parse_gpu_ids(text, "--gpus")
+
+
+def _alpha(text: str) -> float:
+    """``--alpha``: a significance level strictly between 0 and 1 (``7`` would call every test significant)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a significance level in (0, 1), e.g. 0.05, got {text!r}")
+    return value
 
 
 def _slurm_params(items: list[str]) -> dict:
     import yaml
+
+    from harness.inputs import load_yaml, one_line
 
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--slurm-param {item!r}: expected KEY=VALUE, e.g. slurm_partition=gpu")
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = load_yaml(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--slurm-param {item!r}: the value is not valid YAML ({one_line(e)})") from None
     return out
 
 
@@ -357,7 +372,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("experiment_dir")
     sp.add_argument("--method", required=True)
     sp.add_argument("--against", nargs="+", required=True)
-    sp.add_argument("--alpha", type=float, default=0.05)
+    sp.add_argument("--alpha", type=_alpha, default=0.05, help="significance level, in (0, 1) (default 0.05)")
     sp.add_argument("--spec", default=None, help="leaderboard spec defining the cells (default: every metric found)")
     sp.set_defaults(fn=cmd_compare)
 

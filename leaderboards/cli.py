@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import shutil
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
-from leaderboards.spec import SpecError, load_spec
+from leaderboards.spec import ROW_KEY_SEPARATOR, SpecError, load_spec
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
@@ -36,10 +37,95 @@ def _records_for(spec, runs_dir: Path) -> list[dict]:
 def _render(spec, runs_dir: Path, out_dir: str | Path):
     """Aggregate one spec's records and write .md/.csv/.tex/.html into ``out_dir``; return ``(table, records)``."""
     records = _records_for(spec, Path(runs_dir))
+    check_spec_names(spec, records)
     table = aggregate(records, spec)
     check_columns(table, records)
     write_all(table, out_dir)
     return table, records
+
+
+def _did_you_mean(name: str, candidates) -> str:
+    close = difflib.get_close_matches(str(name), sorted(set(candidates)), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+
+
+def _registered(kind: str) -> list[str]:
+    """Registered names of a kind (loads the registry, so only asked for names the records lack)."""
+    from harness import registry
+
+    return registry.names(kind)
+
+
+def _table_languages() -> set[str]:
+    """Languages tokxfer knows without records: the built-in world's and the language table's
+    (that import loads the tasks, so it is asked only for a language the records lack)."""
+    from harness.world.config import SIZES
+    from tasks.languages import LANGUAGES, SUMMARY
+
+    return {lang for cfg in SIZES.values() for lang in cfg.languages} | set(LANGUAGES) | {SUMMARY}
+
+
+def check_spec_names(spec, records: list[dict]) -> None:
+    """Refuse a spec whose column task, column language or row names nothing (a typo renders an
+    empty column or row instead of an error).
+
+    A name is known when a record of the spec's experiments has it (any status), or else when
+    tokxfer knows it: a registered task; a language of the built-in world or of the language
+    table (:mod:`tasks.languages`); a registered method (or encoding, by the spec's ``row_by``).
+    Columns the spec's paper numbers fill are the paper's and are not checked. A
+    row or column that is known but has no records yet (an experiment still running) renders as
+    missing, as before.
+
+    Raises:
+        SpecError: naming the spec file, the column or row, and close matches.
+    """
+    from harness.records import TrialRecord
+
+    recs = [TrialRecord.of(r) for r in records]
+    origin = str(spec.source) if spec.source is not None else f"spec {spec.name!r}"
+    exps = ", ".join(spec.experiments)
+    tasks = {r.task_name for r in recs if r.task_name}
+    # a column the spec's paper numbers fill shows the paper's task/language, which we may not measure
+    referenced = {key for pn in spec.paper for _, _, vals in pn.rows for key, _ in vals}
+    for c in spec.columns:
+        if c.key not in referenced and c.task not in tasks and c.task not in _registered("task"):
+            known = sorted(tasks | set(_registered("task")))
+            raise SpecError(
+                f"{origin}: column {c.key}: task {c.task!r} is in no record of experiment(s) {exps} and is not a "
+                f"registered task{_did_you_mean(c.task, known)} (known: {', '.join(known)})"
+            )
+    langs: dict[str, set[str]] = {}
+    for r in recs:
+        have = langs.setdefault(r.task_name, set())
+        have.update(lang for lang in [r.target_language, *(r.metrics or {})] if isinstance(lang, str))
+    for c in spec.columns:
+        if c.key in referenced:
+            continue
+        for lang in c.components or (c.language,):
+            if lang in langs.get(c.task, ()) or lang in _table_languages():
+                continue
+            known = langs.get(c.task, set()) | _table_languages()
+            raise SpecError(
+                f"{origin}: column {c.key}: language {lang!r} is in no record of task {c.task!r}, not a language of "
+                f"the built-in world and not in tokxfer's language table{_did_you_mean(lang, known)}"
+            )
+    if spec.rows is None:
+        return
+    kinds = {"method": ("method",), "encoding": ("encoding",), "method+encoding": ("method", "encoding")}[spec.row_by]
+    found = {kind: {r.method_id if kind == "method" else r.encoding_id for r in recs} - {None} for kind in kinds}
+    for i, row in enumerate(spec.rows):
+        parts = row.method.split(ROW_KEY_SEPARATOR) if len(kinds) == 2 else [row.method]
+        if len(parts) != len(kinds):
+            raise SpecError(f"{origin}: rows[{i}]: {row.method!r} is not 'METHOD{ROW_KEY_SEPARATOR}ENCODING' (row_by: {spec.row_by})")
+        for kind, part in zip(kinds, parts):
+            if part in found[kind] or part in _registered(kind):
+                continue
+            raise SpecError(
+                f"{origin}: rows[{i}]: {kind} {part!r} is in no record of experiment(s) {exps} and no {kind} is "
+                f"registered under that name{_did_you_mean(part, found[kind] | set(_registered(kind)))} "
+                f"({kind}s in the records: {', '.join(sorted(found[kind])) or 'none'}); leave the row out until "
+                f"its experiment has run"
+            )
 
 
 def check_columns(table, records: list[dict]) -> None:
@@ -179,6 +265,7 @@ def check_regression_command(args) -> int:
 def golden_update_command(args) -> int:
     spec = load_spec(args.spec)
     records = load_records(args.records)
+    check_spec_names(spec, records)
     path = Path(args.golden) if args.golden else default_golden_path(spec)
     update_golden(records, spec, path, command="tokxfer " + " ".join(sys.argv[1:]))
     print(f"wrote {path}")
@@ -189,17 +276,24 @@ def compare_command(args) -> int:
     from leaderboards.compare import compare_table, render_comparison_markdown
     from leaderboards.spec import parse_spec
 
+    if args.method in args.against:
+        raise SpecError(f"--against {args.method!r} is the --method itself; compare it against other methods")
+    dups = sorted({m for m in args.against if args.against.count(m) > 1})
+    if dups:
+        raise SpecError(f"--against lists {', '.join(map(repr, dups))} twice; name each baseline once")
     records = load_records(args.experiment_dir)
     if not any(r.get("status") == "ok" for r in records):
         raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
     spec = load_spec(args.spec) if getattr(args, "spec", None) else parse_spec(_auto_spec(records), origin="<compare>")
+    if getattr(args, "spec", None):
+        check_spec_names(spec, records)
     table = aggregate(records, spec)
     rows = sorted(r.method for r in table.rows)
     for flag, names in (("--method", [args.method]), ("--against", args.against)):
         unknown = [m for m in names if m not in rows]
         if unknown:
             raise SpecError(f"{flag}: method(s) {', '.join(map(repr, unknown))} not in the records of "
-                            f"{args.experiment_dir} (methods: {', '.join(rows)})")
+                            f"{args.experiment_dir}{_did_you_mean(unknown[0], rows)} (methods: {', '.join(rows)})")
     for base in args.against:
         print(render_comparison_markdown(compare_table(table, base, [args.method], alpha=args.alpha)))
         print()
