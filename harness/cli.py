@@ -163,9 +163,24 @@ def _slurm_params(items: list[str]) -> dict:
     return out
 
 
+def known_names(kind: str) -> list[str]:
+    """Names tokxfer knows without records, for checking leaderboard specs
+    (:func:`leaderboards.cli.check_spec_names`, which may not import the harness): registered tasks,
+    methods and encodings (loading the registry, so asked only for names the records lack), and
+    the built-in world's languages."""
+    if kind == "language":
+        from harness.world.config import SIZES
+
+        return sorted({lang for cfg in SIZES.values() for lang in cfg.languages})
+    from harness import registry
+
+    return registry.names(kind)
+
+
 def cmd_leaderboard(args) -> int:
     from leaderboards.cli import leaderboard_command
 
+    args.known_names = known_names
     return leaderboard_command(args)
 
 
@@ -178,12 +193,14 @@ def cmd_check_regression(args) -> int:
 def cmd_golden(args) -> int:
     from leaderboards.cli import golden_update_command
 
+    args.known_names = known_names
     return golden_update_command(args)
 
 
 def cmd_compare(args) -> int:
     from leaderboards.cli import compare_command
 
+    args.known_names = known_names
     return compare_command(args)
 
 
@@ -288,7 +305,8 @@ def cmd_quickstart(args) -> int:
     from leaderboards.cli import render_spec_file
 
     out_dir = runs_dir / cfg.name
-    md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir)
+    md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir,
+                          known=known_names)
     con.print(md)
     con.print(f"\nran {summary.ran} trials, skipped {summary.skipped}, failed {summary.failed} in "
               f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/{cfg.name}.md (also .csv, .tex, .html)")

@@ -35,6 +35,7 @@ import yaml
 
 from harness import inputs, registry
 from harness.cache import content_hash
+from harness.registry import MAX_VOCAB_SIZE
 
 TOP_LEVEL_KEYS = (
     "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
@@ -49,10 +50,6 @@ NOT_KEYS = {
 }
 """Top-level keys users write that are not settings, with the hint their error gives."""
 
-MAX_VOCAB_SIZE = 2_000_000
-"""Largest vocabulary a tokenizer may be trained to or a grid extend by. The largest vocabularies in
-use are about 256k (Gemma, mT5 250k); a 10^9 vocabulary would need an embedding matrix of 10^9 x
-hidden floats (terabytes) and fail hours into a trial."""
 
 
 class ConfigError(ValueError):
@@ -158,7 +155,7 @@ class SourceSpec:
         try:
             return registry.build_config(PretrainConfig, {**values, "kind": kind}, where="pretrain")
         except ValueError as e:
-            msg = str(e).replace("PretrainConfig.", "pretrain.")
+            msg = str(e).replace("pretrain: PretrainConfig.", "pretrain.").replace("PretrainConfig.", "pretrain.")
             raise ConfigError(msg if msg.startswith("pretrain") else f"pretrain: {msg}") from None
 
 

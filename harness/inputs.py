@@ -130,14 +130,15 @@ class _Loader(yaml.SafeLoader):
                     continue
                 key = self.construct_object(key_node, deep=True)
                 try:
-                    line = first.setdefault(key, key_node.start_mark.line + 1)
+                    seen = key in first
                 except TypeError:  # unhashable: PyYAML's own error follows
                     continue
-                if line != key_node.start_mark.line + 1:
+                if seen:
                     raise YAMLInputError(
-                        f"line {key_node.start_mark.line + 1}: duplicate key {key!r} (first at line {line}); "
+                        f"line {key_node.start_mark.line + 1}: duplicate key {key!r} (first at line {first[key]}); "
                         f"give each key once"
                     )
+                first[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
 
 

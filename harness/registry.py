@@ -49,6 +49,10 @@ MAX_SEED = 2**32 - 1
 """Largest seed (trial seeds, the world's seed, every config field named ``seed`` or ``*_seed``):
 the range every seeded library accepts (numpy's legacy ``RandomState``, which some libraries still
 call, refuses larger seeds); component seeds are derived from it by ``SeedSequence``."""
+MAX_VOCAB_SIZE = 2_000_000
+"""Largest vocabulary a tokenizer may be trained to, a source model pretrained with, or a grid extend
+by. The largest vocabularies in use are about 256k (Gemma, mT5 250k); a 10^9 vocabulary would need
+an embedding matrix of 10^9 x hidden floats (terabytes) and fail hours into a trial."""
 MAX_INT_SETTING = 2**63 - 1
 """Largest magnitude of an integer setting: torch, numpy and sqlite hold integers in 64 bits, and a
 larger value overflows (or raises) there, hours into a trial instead of at ``validate``."""
@@ -466,16 +470,17 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
             raise ValueError(f"{where}: {v} is beyond the 64-bit range (at most {MAX_INT_SETTING} in magnitude)")
         return v
     if tp is float:
+        text = v
         if isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
             v = float(v)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{where}: expected a number, got {v!r}")
         try:
             x = float(v)
-        except OverflowError:
+        except OverflowError:  # an integer beyond the float range
             x = math.inf
         if not math.isfinite(x):
-            raise ValueError(f"{where}: expected a finite number, got {v!r}")
+            raise ValueError(f"{where}: expected a finite number, got {text!r}")
         return x
     if tp is str:
         if not isinstance(v, str):

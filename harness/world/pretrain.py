@@ -54,8 +54,7 @@ from transformers import (
 from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
-from harness.config import MAX_VOCAB_SIZE
-from harness.registry import MAX_SEED
+from harness.registry import MAX_SEED, MAX_VOCAB_SIZE
 
 __all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
 
@@ -73,8 +72,9 @@ MAX_WIDTH = 65_536
 memory anyway, so a larger value is a typo caught at ``validate`` rather than an allocation failure."""
 MAX_DEPTH = 1024
 """Largest ``num_layers`` / ``num_heads`` (the deepest released transformers have ~120 layers)."""
-MAX_LEN = 65_536
-"""Largest ``max_len``: positions are an embedding table of this many rows."""
+MAX_LEN = 1 << 20
+"""Largest ``max_len``: positions are an embedding table of this many rows; the longest contexts of
+released models are about 1M tokens."""
 MAX_BATCH = 65_536
 """Largest ``batch_size`` / ``eval_blocks``: each is a tensor of this many blocks of ``max_len`` tokens."""
 
