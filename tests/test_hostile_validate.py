@@ -11,24 +11,14 @@ be the same after the command. Everything runs in-process and stops before any t
 
 from __future__ import annotations
 
-import json
 import os
 import time
 
 import pytest
 import yaml
 
-from harness.cli import main
 from harness.inputs import MAX_YAML_DEPTH, MAX_YAML_NODES, YAMLInputError, load_yaml
-
-BASE = {
-    "name": "bad",
-    "world": {"size": "tiny", "seed": 0},
-    "targets": [{"language": "near", "tokenizer": {"algorithm": "unigram", "vocab_size": 300}}],
-    "methods": ["random"],
-    "tasks": ["mlm-at-init"],
-    "seeds": [1],
-}
+from tests.test_bad_inputs import BASE, NOOP, _fill, _main, _records
 
 BOMB_LEVELS = "abcdefghi"
 
@@ -57,19 +47,6 @@ def _exp_text(**extra) -> str:
     return yaml.safe_dump({**BASE, **extra}, sort_keys=False)
 
 
-def _records(root, experiment="bad", methods=("random", "overlap"), seeds=(1, 2)):
-    """Minimal ok records of mlm-at-init on "near" under ``root/<experiment>/records``."""
-    d = root / experiment / "records"
-    d.mkdir(parents=True, exist_ok=True)
-    for m in methods:
-        for s in seeds:
-            rec = {"schema_version": 1, "tokxfer_version": "0", "trial_id": f"{m}-{s}", "experiment": experiment,
-                   "status": "ok", "seed": s, "metrics": {"near": {"loss": 6.0 + s, "accuracy": 0.1 * s}},
-                   "config": {"method": {"id": m, "name": m, "config": {}}, "task": {"name": "mlm-at-init"},
-                              "target": {"language": "near"}, "encoding": {"name": "none"}}}
-            (d / f"{m}-{s}.json").write_text(json.dumps(rec))
-
-
 def _spec(tmp, *, columns=None, rows="all", text=None, **top):
     """A spec over the ``bad`` experiment's records (``text``: the spec file's exact text instead)."""
     spec = {"name": "t", "version": 1, "experiments": ["bad"], "required_seeds": [1, 2],
@@ -91,7 +68,6 @@ def _model_dir(tmp, weights=False):
         (d / "model.safetensors").write_bytes(b"x")
 
 
-NOOP = None
 LB = ["leaderboard", "{tmp}/spec.yaml", "--runs-dir", "{runs}", "--out", "{tmp}/out"]
 DUP_EXP = "name: bad\nworld: {size: tiny}\ntargets: [near]\nmethods: [random]\ntasks: [mlm-at-init]\nseeds: [1]\nseeds: [2]\n"
 DEEP = "x: " + "[" * (MAX_YAML_DEPTH + 10) + "]" * (MAX_YAML_DEPTH + 10) + "\n"
@@ -249,20 +225,7 @@ CASES = [
 
 @pytest.fixture()
 def exp(tmp_path):
-    p = tmp_path / "bad.yaml"
-    p.write_text(yaml.safe_dump(BASE))
-    return p
-
-
-def _fill(argv, **kw):
-    return [a.format(**kw) for a in argv]
-
-
-def _main(argv) -> int:
-    try:
-        return main(argv)
-    except SystemExit as e:
-        return e.code
+    return _write(tmp_path / "bad.yaml", yaml.safe_dump(BASE))
 
 
 def _snapshot(root) -> dict[str, tuple]:
