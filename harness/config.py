@@ -42,14 +42,13 @@ TOP_LEVEL_KEYS = (
     "seeds", "mode", "extend_top_n",
 )
 NOT_KEYS = {
-    # Accepted and ignored until 0.x: it never did anything (the grid's languages are its targets,
+    # Accepted and ignored before issue 25: it never did anything (the grid's languages are its targets,
     # each task's evaluation languages are in its config), so a file that set it got a grid it did
     # not ask for. Now an error pointing at the keys that do what it seems to say.
     "languages": "the languages of a grid are its targets (targets: [near, far]); a task's evaluation "
                  "languages go in its config (e.g. eval_languages)",
 }
 """Top-level keys users write that are not settings, with the hint their error gives."""
-
 
 
 class ConfigError(ValueError):
@@ -253,7 +252,7 @@ class ExperimentConfig:
 
     def __post_init__(self) -> None:
         seeds = self.seeds
-        if (not isinstance(seeds, tuple) or not seeds
+        if (not isinstance(seeds, (tuple, list)) or not seeds
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
             raise ConfigError(f"seeds: expected a non-empty list of integers, got {list(seeds)!r}")
         for i, s in enumerate(seeds):
