@@ -23,6 +23,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.inputs import load_yaml, read_text_file
 from harness.world import World, build_world
 from harness.world.baselines import bow_baselines, edit_lookup
 
@@ -60,7 +61,7 @@ def _method_name(entry: str | dict) -> str:
 
 def subset_config(config: Path, methods: list[str], tasks: list[str] | None, out: Path) -> Path:
     """A copy of ``config`` with only ``methods`` (by name or id, keeping their settings) and ``tasks``."""
-    cfg = yaml.safe_load(config.read_text())
+    cfg = load_yaml(read_text_file(config, "experiment file"))
     cfg["methods"] = [m for m in cfg["methods"] if _method_name(m) in methods]
     missing = set(methods) - {_method_name(m) for m in cfg["methods"]}
     if missing:

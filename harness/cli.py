@@ -130,27 +130,57 @@ def cmd_run(args) -> int:
 
 
 def _gpu_list(text: str) -> list[str]:
-    ids = [g.strip() for g in text.split(",")]
-    if not all(ids):
-        raise ValueError(f"--gpus: expected comma-separated device ids like 0,1, got {text!r}")
-    return ids
+    from harness.executors import parse_gpu_ids
+
+    return parse_gpu_ids(text, "--gpus")
+
+
+def _alpha(text: str) -> float:
+    """``--alpha``: a significance level strictly between 0 and 1 (``7`` would call every test significant)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"expected a significance level in (0, 1), e.g. 0.05, got {text!r}")
+    return value
 
 
 def _slurm_params(items: list[str]) -> dict:
     import yaml
+
+    from harness.inputs import load_yaml, one_line
 
     out = {}
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             raise ValueError(f"--slurm-param {item!r}: expected KEY=VALUE, e.g. slurm_partition=gpu")
-        out[key.strip()] = yaml.safe_load(value)
+        try:
+            out[key.strip()] = load_yaml(value)
+        except yaml.YAMLError as e:
+            raise ValueError(f"--slurm-param {item!r}: the value is not valid YAML ({one_line(e)})") from None
     return out
+
+
+def known_names(kind: str) -> list[str]:
+    """Names tokxfer knows without records, for checking leaderboard specs
+    (:func:`leaderboards.cli.check_spec_names`, which may not import the harness): registered tasks,
+    methods and encodings (loading the registry, so asked only for names the records lack), and
+    the built-in world's languages."""
+    if kind == "language":
+        from harness.world.config import SIZES
+
+        return sorted({lang for cfg in SIZES.values() for lang in cfg.languages})
+    from harness import registry
+
+    return registry.names(kind)
 
 
 def cmd_leaderboard(args) -> int:
     from leaderboards.cli import leaderboard_command
 
+    args.known_names = known_names
     return leaderboard_command(args)
 
 
@@ -163,12 +193,14 @@ def cmd_check_regression(args) -> int:
 def cmd_golden(args) -> int:
     from leaderboards.cli import golden_update_command
 
+    args.known_names = known_names
     return golden_update_command(args)
 
 
 def cmd_compare(args) -> int:
     from leaderboards.cli import compare_command
 
+    args.known_names = known_names
     return compare_command(args)
 
 
@@ -273,7 +305,8 @@ def cmd_quickstart(args) -> int:
     from leaderboards.cli import render_spec_file
 
     out_dir = runs_dir / cfg.name
-    md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir)
+    md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir,
+                          known=known_names)
     con.print(md)
     con.print(f"\nran {summary.ran} trials, skipped {summary.skipped}, failed {summary.failed} in "
               f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/{cfg.name}.md (also .csv, .tex, .html)")
@@ -357,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("experiment_dir")
     sp.add_argument("--method", required=True)
     sp.add_argument("--against", nargs="+", required=True)
-    sp.add_argument("--alpha", type=float, default=0.05)
+    sp.add_argument("--alpha", type=_alpha, default=0.05, help="significance level, in (0, 1) (default 0.05)")
     sp.add_argument("--spec", default=None, help="leaderboard spec defining the cells (default: every metric found)")
     sp.set_defaults(fn=cmd_compare)
 

@@ -25,23 +25,53 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from harness import registry
+from harness import inputs, registry
 from harness.cache import content_hash
+from harness.registry import MAX_VOCAB_SIZE
 
 TOP_LEVEL_KEYS = (
     "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
-    "seeds", "mode", "extend_top_n", "languages",
+    "seeds", "mode", "extend_top_n",
 )
+NOT_KEYS = {
+    # Accepted and ignored before issue 25: it never did anything (the grid's languages are its targets,
+    # each task's evaluation languages are in its config), so a file that set it got a grid it did
+    # not ask for. Now an error pointing at the keys that do what it seems to say.
+    "languages": "the languages of a grid are its targets (targets: [near, far]); a task's evaluation "
+                 "languages go in its config (e.g. eval_languages)",
+}
+"""Top-level keys users write that are not settings, with the hint their error gives."""
 
 
 class ConfigError(ValueError):
     """An experiment configuration is invalid; the message names the file and the field."""
+
+
+def _check(check: Any, value: Any, field: str) -> Any:
+    """Run one of the shared checks (:mod:`harness.inputs`, :func:`harness.registry.check_seed`)
+    on a field's value; its error becomes a :class:`ConfigError`."""
+    try:
+        return check(value, field)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+def _check_tokenizer_path(value: str, field: str) -> None:
+    """A tokenizer named by a local path must be a directory (what ``save_pretrained`` writes)."""
+    path = Path(value).expanduser()
+    kind = inputs.file_kind(path)
+    if kind is None:
+        raise ConfigError(f"{field}: {path} is a file; expected a tokenizer directory (written by save_pretrained)")
+    if kind not in ("missing", "a directory"):
+        raise ConfigError(f"{field}: {path} is {kind}; expected a tokenizer directory")
 
 
 @dataclass(frozen=True)
@@ -56,6 +86,14 @@ class WorldSpec:
     def __post_init__(self) -> None:
         if self.size not in ("tiny", "small"):
             raise ConfigError(f"world.size: expected 'tiny' or 'small', got {self.size!r}")
+        _check(registry.check_seed, self.seed, "world.seed")
+
+    @property
+    def languages(self) -> list[str]:
+        """The world's languages (source first), known without building it."""
+        from harness.world.config import world_config
+
+        return world_config(self.size).languages
 
 
 @dataclass(frozen=True)
@@ -69,6 +107,55 @@ class SourceSpec:
     """Tokenizer path or hub id when it differs from ``model``."""
     pretrain: dict = field(default_factory=dict)
     """Overrides of :class:`harness.world.pretrain.PretrainConfig` for ``world:`` models."""
+
+    def __post_init__(self) -> None:
+        kind = self.world_kind
+        if kind is None:
+            _check(functools.partial(inputs.check_model_dir, missing_ok=True), self.model, "model")
+            if self.pretrain:
+                raise ConfigError(
+                    f"pretrain: applies to the built-in world:mlm / world:clm models only; source.model "
+                    f"{self.model!r} is loaded as it is (remove 'pretrain')"
+                )
+        if self.tokenizer is not None:
+            _check_tokenizer_path(self.tokenizer, "tokenizer")
+        if self.pretrain:
+            self.pretrain_config()  # unknown keys, types and ranges of every pretraining setting
+
+    @property
+    def world_kind(self) -> str | None:
+        """``mlm`` / ``clm`` for ``world:mlm`` / ``world:clm``, ``None`` for a path or hub id."""
+        if not self.model.startswith("world:"):
+            return None
+        kind = self.model.split(":", 1)[1]
+        if kind not in ("mlm", "clm"):
+            raise ConfigError(f"model: unknown world model {self.model!r}; expected world:mlm or world:clm")
+        return kind
+
+    def pretrain_config(self, encoding: str | None = None) -> Any:
+        """The :class:`harness.world.pretrain.PretrainConfig` of a ``world:`` model.
+
+        Args:
+            encoding: the trial's language encoding, for ``pretrain: {encoding: trial}``; ``None``
+                while validating (the trial's encoding is a registered component either way).
+
+        Raises:
+            ConfigError: naming the ``pretrain`` key (unknown keys with a close match, wrong
+                types, values out of range, a ``kind`` that contradicts ``model``).
+        """
+        from harness.world.pretrain import PretrainConfig
+
+        kind = self.world_kind
+        values = dict(self.pretrain)
+        if values.get("kind", kind) != kind:
+            raise ConfigError(f"pretrain.kind: {values['kind']!r} contradicts model {self.model!r} (give one of them)")
+        if values.get("encoding") == "trial":
+            values["encoding"] = encoding
+        try:
+            return registry.build_config(PretrainConfig, {**values, "kind": kind}, where="pretrain")
+        except ValueError as e:
+            msg = str(e).replace("pretrain: PretrainConfig.", "pretrain.").replace("PretrainConfig.", "pretrain.")
+            raise ConfigError(msg if msg.startswith("pretrain") else f"pretrain: {msg}") from None
 
 
 @dataclass(frozen=True)
@@ -87,6 +174,13 @@ class TokenizerSpec:
             )
         if self.vocab_size < 50:
             raise ConfigError(f"tokenizer.vocab_size: expected >= 50, got {self.vocab_size}")
+        if self.vocab_size > MAX_VOCAB_SIZE:
+            raise ConfigError(
+                f"tokenizer.vocab_size: {self.vocab_size} is larger than any vocabulary in use "
+                f"(at most {MAX_VOCAB_SIZE}: MAX_VOCAB_SIZE)"
+            )
+        if self.path is not None:
+            _check_tokenizer_path(self.path, "tokenizer.path")
 
 
 @dataclass(frozen=True)
@@ -105,6 +199,18 @@ class TargetSpec:
     dictionary: str | None = None
     source_word_vectors: str | None = None
     target_word_vectors: str | None = None
+
+    CORPORA = ("corpus", "source_corpus", "parallel_corpus")
+    """Fields naming text corpora (checked to start with text); the other path fields name files."""
+    FILES = ("dictionary", "source_word_vectors", "target_word_vectors")
+
+    def __post_init__(self) -> None:
+        # what is there and wrong is refused; a missing file may still be downloaded before the run
+        # (the real presets name data/… files that `validate` must accept on a clean clone)
+        for names, check in ((self.CORPORA, inputs.check_corpus_head), (self.FILES, inputs.check_input_file)):
+            for name in names:
+                if getattr(self, name) is not None:
+                    _check(functools.partial(check, missing_ok=True), getattr(self, name), name)
 
 
 @dataclass(frozen=True)
@@ -143,6 +249,35 @@ class ExperimentConfig:
     extend_top_n: int = 30000
     description: str = ""
     path: str | None = None
+
+    def __post_init__(self) -> None:
+        seeds = self.seeds
+        if (not isinstance(seeds, (tuple, list)) or not seeds
+                or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+            raise ConfigError(f"seeds: expected a non-empty list of integers, got {list(seeds)!r}")
+        for i, s in enumerate(seeds):
+            _check(registry.check_seed, s, f"seeds.{i}")
+        dups = sorted({s for s in seeds if seeds.count(s) > 1})
+        if dups:
+            raise ConfigError(f"seeds: seed(s) {dups} listed twice; each seed is one trial, list it once")
+        if self.mode not in ("replace", "extend"):
+            raise ConfigError(f"mode: expected 'replace' or 'extend', got {self.mode!r}")
+        n = self.extend_top_n
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_VOCAB_SIZE:
+            raise ConfigError(f"extend_top_n: expected a positive integer of at most {MAX_VOCAB_SIZE} "
+                              f"(MAX_VOCAB_SIZE), got {n!r}")
+        if self.world is not None:
+            known = self.world.languages
+            for i, t in enumerate(self.targets):
+                if t.language not in known:
+                    close = difflib.get_close_matches(str(t.language), known, n=1)
+                    hint = f"; did you mean {close[0]!r}?" if close else ""
+                    raise ConfigError(
+                        f"targets.{i}.language: {t.language!r} is not a language of the built-in world{hint} "
+                        f"(its languages: {', '.join(known)}); without 'world:' targets are real languages"
+                    )
+        elif self.source.world_kind is not None:
+            raise ConfigError(f"source.model: {self.source.model!r} needs a 'world:' section in the experiment")
 
     def trials(self) -> list[TrialSpec]:
         """Expand the grid: method × encoding × target × task × seed (stages apply to all)."""
@@ -227,14 +362,12 @@ def load_experiment(path: str | Path, overrides: list[str] | tuple[str, ...] = (
         ConfigError: naming the file and the offending key/value.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: experiment file not found")
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = inputs.load_yaml(inputs.read_text_file(path, "experiment file"))
+    except inputs.InputFileError as e:
+        raise ConfigError(str(e)) from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML: {e}") from None
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text ({e})") from None
+        raise ConfigError(f"{path}: not valid YAML: {inputs.one_line(e)}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level, got {type(raw).__name__}")
     raw = apply_overrides(raw, overrides, where=str(path))
@@ -250,7 +383,7 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], *, where:
         key, value = item.split("=", 1)
         parts = key.strip().split(".")
         if parts[0] not in TOP_LEVEL_KEYS:
-            raise ConfigError(f"override {item!r}: unknown key {parts[0]!r} (known: {', '.join(TOP_LEVEL_KEYS)})")
+            raise ConfigError(f"override {item!r}: {_unknown_top_level(parts[0])}")
         node: Any = raw
         for i, p in enumerate(parts[:-1]):
             if isinstance(node, list):
@@ -268,9 +401,9 @@ def apply_overrides(raw: dict, overrides: list[str] | tuple[str, ...], *, where:
                 raise ConfigError(f"override {item!r}: {'.'.join(parts[:i])} is {node!r}, not a mapping or list")
         last = parts[-1]
         try:
-            parsed = yaml.safe_load(value) if value != "" else ""
+            parsed = inputs.load_yaml(value) if value != "" else ""
         except yaml.YAMLError as e:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({inputs.one_line(e)})") from None
         if isinstance(node, list):
             try:
                 node[int(last)] = parsed
@@ -300,11 +433,7 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
     """Validate a raw experiment mapping into an :class:`ExperimentConfig`."""
     unknown = [k for k in raw if k not in TOP_LEVEL_KEYS]
     if unknown:
-        import difflib
-
-        close = difflib.get_close_matches(unknown[0], TOP_LEVEL_KEYS, n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ConfigError(f"{where}: unknown key {unknown[0]!r}{hint} (known keys: {', '.join(TOP_LEVEL_KEYS)})")
+        raise ConfigError(f"{where}: {_unknown_top_level(unknown[0])}")
     for req in ("name", "targets", "methods", "tasks"):
         if req not in raw:
             raise ConfigError(f"{where}: missing required key {req!r}")
@@ -330,31 +459,28 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         encodings = _components("encoding", raw.get("encodings") or [], f"{where}: encodings")
         stages = _components("stage", raw.get("stages") or [], f"{where}: stages")
         seeds = raw.get("seeds", [1, 2, 3, 4, 5])
-        if isinstance(seeds, int):
+        if isinstance(seeds, int) and not isinstance(seeds, bool):
             seeds = [seeds]
-        if (not isinstance(seeds, list) or not seeds
-                or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-            raise ConfigError(f"{where}: seeds: expected a non-empty list of integers, got {seeds!r}")
-        dups = sorted({s for s in seeds if seeds.count(s) > 1})
-        if dups:
-            raise ConfigError(f"{where}: seeds: seed(s) {dups} listed twice; each seed is one trial, list it once")
-        extend_top_n = raw.get("extend_top_n", 30000)
-        if isinstance(extend_top_n, bool) or not isinstance(extend_top_n, int) or extend_top_n < 1:
-            raise ConfigError(f"{where}: extend_top_n: expected a positive integer, got {extend_top_n!r}")
-        mode = raw.get("mode", "replace")
-        if mode not in ("replace", "extend"):
-            raise ConfigError(f"{where}: mode: expected 'replace' or 'extend', got {mode!r}")
+        if not isinstance(seeds, list):
+            raise ConfigError(f"seeds: expected a non-empty list of integers, got {seeds!r}")
         return ExperimentConfig(
             name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
             tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
-            world=world, mode=mode, extend_top_n=extend_top_n,
+            world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", 30000),
             description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
         )
-    except ConfigError:
-        raise
     except (ValueError, TypeError, KeyError) as e:
         msg = str(e)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def _unknown_top_level(key: Any) -> str:
+    """The error text for a top-level key that is not a setting (with a hint or a close match)."""
+    if key in NOT_KEYS:
+        return f"{key!r} is not a setting: {NOT_KEYS[key]}"
+    close = difflib.get_close_matches(str(key), TOP_LEVEL_KEYS, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown key {key!r}{hint} (known keys: {', '.join(TOP_LEVEL_KEYS)})"
 
 
 def check_name(name: Any, where: str = "<experiment>") -> str:

@@ -17,6 +17,7 @@ Worker processes (``gpus``) and Slurm jobs load the ``--plugin`` files before ru
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -25,7 +26,8 @@ from typing import Any
 
 from harness import records
 
-__all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "SlurmExecutor", "make_executor", "run_with_plugins"]
+__all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "SlurmExecutor", "make_executor", "parse_gpu_ids",
+           "run_with_plugins"]
 
 GPUS_ENV = "TOKXFER_GPUS"
 """Comma-separated device ids for the ``gpus`` executor (default: every visible CUDA device).
@@ -34,6 +36,35 @@ Also what tests use to run the pool on CPU with fake devices."""
 
 class ExecutorError(RuntimeError):
     """An executor cannot run (no GPUs, submitit missing, workers that cannot start)."""
+
+
+_GPU_ID = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
+"""A device as ``CUDA_VISIBLE_DEVICES`` names one: an index, or a ``GPU-…`` / ``MIG-…`` UUID."""
+
+
+def parse_gpu_ids(text: str, source: str) -> list[str]:
+    """Device ids from a comma-separated list (``--gpus``, ``$TOKXFER_GPUS``): non-negative indices
+    (or GPU/MIG UUIDs), strictly — whatever else would end up in ``CUDA_VISIBLE_DEVICES``, where CUDA
+    silently shows no device and the "GPU" workers run on the CPU.
+
+    Raises:
+        ExecutorError: naming ``source`` (the flag or variable) and the first bad entry.
+
+    Example:
+        >>> parse_gpu_ids("0, 1", "--gpus")
+        ['0', '1']
+        >>> parse_gpu_ids("a;b", "TOKXFER_GPUS")
+        Traceback (most recent call last):
+        ...
+        harness.executors.ExecutorError: TOKXFER_GPUS='a;b': expected comma-separated device indices like 0,1 (non-negative integers), got 'a;b'
+    """
+    ids = [g.strip() for g in text.split(",")]
+    for g in ids:
+        if not _GPU_ID.fullmatch(g):
+            raise ExecutorError(
+                f"{source}={text!r}: expected comma-separated device indices like 0,1 (non-negative integers), got {g!r}"
+            )
+    return ids
 
 
 def _progress(total: int, enabled: bool):
@@ -146,7 +177,7 @@ class GpuPoolExecutor:
 
     def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = ()):
         if gpus is None and os.environ.get(GPUS_ENV):
-            gpus = [g.strip() for g in os.environ[GPUS_ENV].split(",") if g.strip()]
+            gpus = parse_gpu_ids(os.environ[GPUS_ENV], GPUS_ENV)
         if gpus is None:
             import torch
 

@@ -28,6 +28,7 @@ import difflib
 import importlib
 import importlib.metadata
 import importlib.util
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +44,18 @@ ENTRY_POINT_GROUPS = {
 }
 DISTRIBUTION = "tokxfer"
 """The distribution whose entry points are the built-ins (loaded before any other plugin's)."""
+
+MAX_SEED = 2**32 - 1
+"""Largest seed (trial seeds, the world's seed, every config field named ``seed`` or ``*_seed``):
+the range every seeded library accepts (numpy's legacy ``RandomState``, which some libraries still
+call, refuses larger seeds); component seeds are derived from it by ``SeedSequence``."""
+MAX_VOCAB_SIZE = 2_000_000
+"""Largest vocabulary a tokenizer may be trained to, a source model pretrained with, or a grid extend
+by. The largest vocabularies in use are about 256k (Gemma, mT5 250k); a 10^9 vocabulary would need
+an embedding matrix of 10^9 x hidden floats (terabytes) and fail hours into a trial."""
+MAX_INT_SETTING = 2**63 - 1
+"""Largest magnitude of an integer setting: torch, numpy and sqlite hold integers in 64 bits, and a
+larger value overflows (or raises) there, hours into a trial instead of at ``validate``."""
 
 
 class RegistryError(KeyError):
@@ -273,11 +286,32 @@ def get(kind: str, name: str) -> Entry:
         ) from None
 
 
+def check_seed(value: Any, where: str) -> int:
+    """A seed: an integer in ``[0, MAX_SEED]`` (``where`` names it in the error).
+
+    Example:
+        >>> check_seed(-1, "seeds.0")
+        Traceback (most recent call last):
+        ...
+        ValueError: seeds.0: expected a seed, an integer in [0, 4294967295], got -1
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ValueError(f"{where}: expected a seed, an integer in [0, {MAX_SEED}], got {value!r}")
+    return value
+
+
+def is_seed_field(name: str) -> bool:
+    """Config fields named ``seed`` or ``*_seed`` hold seeds (checked by :func:`check_seed`)."""
+    return name == "seed" or name.endswith("_seed")
+
+
 def build_config(config_cls: type, values: dict, *, where: str = "config") -> Any:
     """Build a config dataclass from a dict; unknown keys are errors naming the key and place.
 
     Nested dataclass fields accept dicts. Type coercion: ints are accepted for float fields,
-    lists for tuple fields.
+    lists for tuple fields. Refused for every config class: NaN and infinite numbers, integers
+    beyond 64 bits (:data:`MAX_INT_SETTING`), and fields named ``seed`` / ``*_seed`` outside
+    ``[0, MAX_SEED]``.
     """
     if not isinstance(values, dict):
         raise TypeError(f"{where}: expected a mapping of config values, got {type(values).__name__}")
@@ -300,6 +334,8 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
             # defaults stay in force for the keys the block does not name)
             v = {**{f.name: getattr(base, f.name) for f in dataclasses.fields(base)}, **v}
         kwargs[k] = _coerce(hints.get(k), v, f"{where}.{k}")
+        if is_seed_field(k) and kwargs[k] is not None:
+            check_seed(kwargs[k], f"{where}.{k}")
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as e:
@@ -430,13 +466,22 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
     if tp is int:
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"{where}: expected an integer, got {v!r}")
+        if abs(v) > MAX_INT_SETTING:
+            raise ValueError(f"{where}: {v} is beyond the 64-bit range (at most {MAX_INT_SETTING} in magnitude)")
         return v
     if tp is float:
+        text = v
         if isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
-            return float(v)
+            v = float(v)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             raise ValueError(f"{where}: expected a number, got {v!r}")
-        return float(v)
+        try:
+            x = float(v)
+        except OverflowError:  # an integer beyond the float range
+            x = math.inf
+        if not math.isfinite(x):
+            raise ValueError(f"{where}: expected a finite number, got {text!r}")
+        return x
     if tp is str:
         if not isinstance(v, str):
             raise ValueError(f"{where}: expected a text, got {v!r}")

@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness import inputs
 from harness.config import SourceSpec, TargetSpec, TokenizerSpec, WorldSpec
 from harness.protocols import TransferResources
 
@@ -69,26 +70,20 @@ def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: b
         return source.model
     if world is None:
         raise ResourceError(f"source.model: {source.model!r} needs a 'world:' section in the experiment")
-    from harness.registry import build_config
-    from harness.world.pretrain import PretrainConfig, pretrained_source
+    from harness.world.pretrain import pretrained_source
 
-    pretrain = dict(source.pretrain)
-    if pretrain.get("encoding") == "trial":
-        if encoding is None:
-            raise ResourceError("source.pretrain.encoding: 'trial' follows the trial's encoding, and none was given")
-        pretrain["encoding"] = encoding
-    cfg = build_config(PretrainConfig, {"kind": kind, **pretrain}, where="source.pretrain")
+    if source.pretrain.get("encoding") == "trial" and encoding is None:
+        raise ResourceError("source.pretrain.encoding: 'trial' follows the trial's encoding, and none was given")
+    cfg = source.pretrain_config(encoding)
     return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress))
 
 
 def check_model_dir(path: str) -> None:
     """Raise when a local model path is not a model directory or holds no weights (a hub id passes)."""
-    p = Path(path)
-    if p.exists():
-        if not (p / "config.json").is_file():
-            raise ResourceError(f"{p}: not a model directory (no config.json)")
-        if not any(p.glob("*.safetensors")) and not any(p.glob("*.bin")):
-            raise ResourceError(f"{p}: model directory has no weights (*.safetensors or *.bin), so no embeddings to transfer")
+    try:
+        inputs.check_model_dir(path, field="source model")
+    except inputs.InputFileError as e:
+        raise ResourceError(str(e)) from None
 
 
 def load_source_model(path: str, kind: str):
@@ -130,10 +125,10 @@ def target_tokenizer(target: TargetSpec, world: Any, *, progress: bool = True):
 def _file(value: str | None, field: str) -> Path | None:
     if value is None:
         return None
-    p = Path(value)
-    if not p.is_file():
-        raise ResourceError(f"{field}: file not found: {p}")
-    return p
+    try:
+        return inputs.check_input_file(value, field)
+    except inputs.InputFileError as e:
+        raise ResourceError(str(e)) from None
 
 
 def target_corpus(target: TargetSpec, world: Any) -> Path | None:
@@ -171,6 +166,11 @@ def check_corpus(path: Path, *, chunk_size: int = 1 << 20) -> Path:
     """
     import codecs
 
+    kind = inputs.file_kind(path)
+    if kind == "missing":
+        raise ResourceError(f"{path}: corpus not found")
+    if kind is not None:  # never read a device or a pipe to its end
+        raise ResourceError(f"{path}: corpus is {kind}, not a file")
     if path.stat().st_size == 0:
         raise ResourceError(f"{path}: corpus is empty")
     decoder = codecs.getincrementaldecoder("utf-8")(errors="strict")

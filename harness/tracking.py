@@ -553,6 +553,11 @@ class MLflowTracker:
                 f"tracking URI {tracking_uri!r} is a plain-folder store, which MLflow 3 refuses; "
                 f"use sqlite:///PATH/mlflow.db or http://HOST:PORT"
             )
+        if scheme == "sqlite" and (sqlite_path(tracking_uri) is None or "mode=memory" in tracking_uri.lower()):
+            raise ValueError(
+                f"tracking URI {tracking_uri!r} is an in-memory database: it is gone when the process ends, so "
+                f"records would mirror to nothing; use sqlite:///PATH/mlflow.db, http://HOST:PORT or --no-tracking"
+            )
         self.tracking_uri = tracking_uri
         self.runs_dir = Path(runs_dir) if runs_dir is not None else None
         self._is_http = scheme in ("http", "https")

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import shutil
 import sys
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
-from leaderboards.spec import SpecError, load_spec
+from leaderboards.spec import ROW_KEY_SEPARATOR, SpecError, load_spec
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
@@ -33,13 +35,88 @@ def _records_for(spec, runs_dir: Path) -> list[dict]:
     return records
 
 
-def _render(spec, runs_dir: Path, out_dir: str | Path):
-    """Aggregate one spec's records and write .md/.csv/.tex/.html into ``out_dir``; return ``(table, records)``."""
+def _render(spec, runs_dir: Path, out_dir: str | Path, known: KnownNames | None = None):
+    """Aggregate one spec's records and write .md/.csv/.tex/.html into ``out_dir``; return ``(table, records)``.
+
+    ``known``: see :func:`check_spec_names`.
+    """
     records = _records_for(spec, Path(runs_dir))
+    check_spec_names(spec, records, known)
     table = aggregate(records, spec)
     check_columns(table, records)
     write_all(table, out_dir)
     return table, records
+
+
+def _did_you_mean(name: str, candidates) -> str:
+    close = difflib.get_close_matches(str(name), sorted(set(candidates)), n=3, cutoff=0.6)
+    return f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+
+
+KnownNames = Callable[[str], Collection[str]]
+"""``known(kind)``: the names tokxfer knows of a kind (``task``, ``method``, ``encoding``, ``language``)
+without records. Given by the command line (``harness/cli.py``: the registry and the built-in world;
+this room reads records only), so a spec's names can be checked against more than its records."""
+
+
+def check_spec_names(spec, records: list[dict], known: KnownNames | None = None) -> None:
+    """Refuse a spec whose column task, column language or row names nothing (a typo renders an
+    empty column or row instead of an error).
+
+    A name is known when a record of the spec's experiments has it (any status; a language in any
+    task's records), or when ``known`` lists it (a registered task, method or encoding, a language
+    of the built-in world). A known name without records yet (an experiment still running) renders
+    as missing, as before. Columns the spec's paper numbers fill are the paper's and are not
+    checked. Without ``known`` only the records count, and names they lack are not checked.
+
+    Raises:
+        SpecError: naming the spec file, the column or row, and close matches.
+    """
+    from harness.records import TrialRecord
+
+    if known is None:
+        return
+    recs = [TrialRecord.of(r) for r in records]
+    origin = str(spec.source) if spec.source is not None else f"spec {spec.name!r}"
+    exps = ", ".join(spec.experiments)
+    until = "; leave it out until its experiment has run"
+    # a column the spec's paper numbers fill shows the paper's task/language, which we may not measure
+    referenced = {key for pn in spec.paper for _, _, vals in pn.rows for key, _ in vals}
+    tasks = {r.task_name for r in recs if r.task_name}
+    langs = {lang for r in recs for lang in [r.target_language, *(r.metrics or {})] if isinstance(lang, str)}
+    for c in spec.columns:
+        if c.key in referenced:
+            continue
+        if c.task not in tasks and c.task not in known("task"):
+            names = tasks | set(known("task"))
+            raise SpecError(
+                f"{origin}: column {c.key}: task {c.task!r} is in no record of experiment(s) {exps} and is not a "
+                f"registered task{_did_you_mean(c.task, names)} (known: {', '.join(sorted(names))})"
+            )
+        for lang in c.components or (c.language,):
+            if lang not in langs and lang not in known("language"):
+                names = langs | set(known("language"))
+                raise SpecError(
+                    f"{origin}: column {c.key}: language {lang!r} is in no record of experiment(s) {exps} and is not "
+                    f"a language of the built-in world{_did_you_mean(lang, names)} (languages in the records: "
+                    f"{', '.join(sorted(langs)) or 'none'}){until}"
+                )
+    if spec.rows is None:
+        return
+    kinds = {"method": ("method",), "encoding": ("encoding",), "method+encoding": ("method", "encoding")}[spec.row_by]
+    found = {kind: {r.method_id if kind == "method" else r.encoding_id for r in recs} - {None} for kind in kinds}
+    for i, row in enumerate(spec.rows):
+        parts = row.method.split(ROW_KEY_SEPARATOR) if len(kinds) == 2 else [row.method]
+        if len(parts) != len(kinds):
+            raise SpecError(f"{origin}: rows[{i}]: {row.method!r} is not 'METHOD{ROW_KEY_SEPARATOR}ENCODING' (row_by: {spec.row_by})")
+        for kind, part in zip(kinds, parts):
+            if part in found[kind] or part in known(kind):
+                continue
+            raise SpecError(
+                f"{origin}: rows[{i}]: {kind} {part!r} is in no record of experiment(s) {exps} and no {kind} is "
+                f"registered under that name{_did_you_mean(part, found[kind] | set(known(kind)))} "
+                f"({kind}s in the records: {', '.join(sorted(found[kind])) or 'none'}){until}"
+            )
 
 
 def check_columns(table, records: list[dict]) -> None:
@@ -68,9 +145,10 @@ def check_columns(table, records: list[dict]) -> None:
             )
 
 
-def render_spec_file(spec_path: str | Path, runs_dir: str | Path, out_dir: str | Path) -> str:
+def render_spec_file(spec_path: str | Path, runs_dir: str | Path, out_dir: str | Path,
+                     known: KnownNames | None = None) -> str:  # fmt: skip
     """Aggregate one spec's records, write .md/.csv/.tex/.html into ``out_dir``, return the Markdown."""
-    table, _ = _render(load_spec(spec_path), runs_dir, out_dir)
+    table, _ = _render(load_spec(spec_path), runs_dir, out_dir, known)
     return render_markdown(table)
 
 
@@ -151,7 +229,7 @@ def leaderboard_command(args) -> int:
     for sp in specs:
         spec = load_spec(sp)
         try:
-            table, records = _render(spec, runs_dir, out)
+            table, records = _render(spec, runs_dir, out, getattr(args, "known_names", None))
         except FileNotFoundError as e:
             if not args.all:
                 raise
@@ -179,6 +257,7 @@ def check_regression_command(args) -> int:
 def golden_update_command(args) -> int:
     spec = load_spec(args.spec)
     records = load_records(args.records)
+    check_spec_names(spec, records, getattr(args, "known_names", None))
     path = Path(args.golden) if args.golden else default_golden_path(spec)
     update_golden(records, spec, path, command="tokxfer " + " ".join(sys.argv[1:]))
     print(f"wrote {path}")
@@ -189,17 +268,24 @@ def compare_command(args) -> int:
     from leaderboards.compare import compare_table, render_comparison_markdown
     from leaderboards.spec import parse_spec
 
+    if args.method in args.against:
+        raise SpecError(f"--against {args.method!r} is the --method itself; compare it against other methods")
+    dups = sorted({m for m in args.against if args.against.count(m) > 1})
+    if dups:
+        raise SpecError(f"--against lists {', '.join(map(repr, dups))} twice; name each baseline once")
     records = load_records(args.experiment_dir)
     if not any(r.get("status") == "ok" for r in records):
         raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
     spec = load_spec(args.spec) if getattr(args, "spec", None) else parse_spec(_auto_spec(records), origin="<compare>")
+    if getattr(args, "spec", None):
+        check_spec_names(spec, records, getattr(args, "known_names", None))
     table = aggregate(records, spec)
     rows = sorted(r.method for r in table.rows)
     for flag, names in (("--method", [args.method]), ("--against", args.against)):
         unknown = [m for m in names if m not in rows]
         if unknown:
             raise SpecError(f"{flag}: method(s) {', '.join(map(repr, unknown))} not in the records of "
-                            f"{args.experiment_dir} (methods: {', '.join(rows)})")
+                            f"{args.experiment_dir}{_did_you_mean(unknown[0], rows)} (methods: {', '.join(rows)})")
     for base in args.against:
         print(render_comparison_markdown(compare_table(table, base, [args.method], alpha=args.alpha)))
         print()

@@ -42,6 +42,8 @@ from typing import Any
 
 import yaml
 
+from harness.inputs import InputFileError, load_yaml, one_line, read_text_file
+
 __all__ = [
     "SpecError",
     "MetricSpec",
@@ -309,8 +311,8 @@ def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> Me
     scale = raw.get("scale", defaults.get("scale", 1))
     if not isinstance(decimals, int) or isinstance(decimals, bool) or not 0 <= decimals <= 10:
         raise SpecError(f"{origin}: metrics.{name}.decimals must be an integer in [0, 10], got {decimals!r}")
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0:
-        raise SpecError(f"{origin}: metrics.{name}.scale must be a non-zero number, got {scale!r}")
+    if not _finite_number(scale) or scale == 0:
+        raise SpecError(f"{origin}: metrics.{name}.scale must be a finite non-zero number, got {scale!r}")
     return MetricSpec(
         name=name,
         direction=direction,
@@ -326,9 +328,14 @@ def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> Me
 def _chance(value: Any, name: str, origin: str) -> float | None:
     if value is None:
         return None
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(value):
+    if not _finite_number(value):
         raise SpecError(f"{origin}: metrics.{name}.chance must be a number (record units), got {value!r}")
     return float(value)
+
+
+def _finite_number(value: Any) -> bool:
+    """A number that is not a bool, NaN or infinite (YAML reads ``.nan`` and ``.inf`` as floats)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _separation(raw: Any, origin: str) -> tuple[str, float] | None:
@@ -338,8 +345,8 @@ def _separation(raw: Any, origin: str) -> tuple[str, float] | None:
     baseline, threshold = raw["baseline"], raw.get("threshold", 3)
     if not isinstance(baseline, str) or not baseline:
         raise SpecError(f"{origin}: separation.baseline must be a row's method id, got {baseline!r}")
-    if not isinstance(threshold, (int, float)) or isinstance(threshold, bool) or not threshold > 0:
-        raise SpecError(f"{origin}: separation.threshold must be a positive number, got {threshold!r}")
+    if not _finite_number(threshold) or not threshold > 0:
+        raise SpecError(f"{origin}: separation.threshold must be a finite positive number, got {threshold!r}")
     return baseline, float(threshold)
 
 
@@ -533,14 +540,12 @@ def load_spec(path: str | os.PathLike) -> LeaderboardSpec:
         ('quickstart', (1, 2, 3))
     """
     path = Path(path)
-    if not path.is_file():
-        raise SpecError(f"{path}: leaderboard spec not found" if not path.exists() else f"{path}: not a file")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(read_text_file(path, "leaderboard spec"))
+    except InputFileError as e:
+        raise SpecError(str(e)) from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: invalid YAML ({' '.join(str(e).split())})") from None
-    except UnicodeDecodeError as e:
-        raise SpecError(f"{path}: not UTF-8 text ({e})") from None
+        raise SpecError(f"{path}: invalid YAML ({one_line(e)})") from None
     return parse_spec(data, origin=str(path), base_dir=path.parent)
 
 
@@ -568,15 +573,15 @@ def load_paper_numbers(path: str | os.PathLike) -> PaperNumbers:
     path = Path(path)
     origin = str(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise SpecError(f"paper numbers file not found: {path}") from e
+        data = load_yaml(read_text_file(path, "paper numbers file"))
+    except InputFileError as e:
+        raise SpecError(str(e)) from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: invalid YAML ({e})") from e
+        raise SpecError(f"{path}: invalid YAML ({one_line(e)})") from None
     raw = _check_keys(data, _PAPER_KEYS, origin, "", required={"paper", "table", "rows"})
     scale = raw.get("scale", 1)
-    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or scale == 0:
-        raise SpecError(f"{origin}: scale must be a non-zero number")
+    if not _finite_number(scale) or scale == 0:
+        raise SpecError(f"{origin}: scale must be a finite non-zero number, got {scale!r}")
     rows = []
     if not isinstance(raw["rows"], list) or not raw["rows"]:
         raise SpecError(f"{origin}: rows must be a non-empty list")
@@ -589,8 +594,8 @@ def load_paper_numbers(path: str | os.PathLike) -> PaperNumbers:
         for k, v in vals.items():
             if str(k).count("/") != 2:
                 raise SpecError(f"{origin}: rows[{i}].values key {k!r} is not 'task/language/metric'")
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise SpecError(f"{origin}: rows[{i}].values[{k!r}] must be a number")
+            if not _finite_number(v):
+                raise SpecError(f"{origin}: rows[{i}].values[{k!r}] must be a finite number, got {v!r}")
             parsed.append((str(k), float(v) / float(scale)))
         rows.append((str(r["method"]), str(r.get("display", r["method"])), tuple(parsed)))
     return PaperNumbers(

@@ -96,8 +96,9 @@ def test_failed_trial_is_recorded_and_grid_continues(tmp_path, tiny_source, tiny
     p = _experiment(tmp_path, tiny_pretrain_overrides, methods=("random",), seeds=(1,))
     raw = yaml.safe_load(p.read_text())
     raw["targets"].append({"language": "near", "corpus": str(tmp_path / "empty.txt"), "tokenizer": {"vocab_size": 300}})
-    (tmp_path / "empty.txt").write_text("")
+    (tmp_path / "empty.txt").write_text("text\n")  # a corpus when the grid is validated (an empty one is refused then)
     cfg = parse_experiment(raw)
+    (tmp_path / "empty.txt").write_text("")  # emptied before its trial reads it: that trial fails, the grid goes on
     summary = run_experiment(cfg, runs_dir, progress=False)
     assert summary.ran == 2 and summary.failed == 1
     recs = list(records.iter_records(runs_dir / "exp"))

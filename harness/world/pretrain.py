@@ -54,6 +54,7 @@ from transformers import (
 from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
+from harness.registry import MAX_SEED, MAX_VOCAB_SIZE
 
 __all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
 
@@ -64,6 +65,18 @@ INFO_FILE = "pretrain_info.json"
 """Written next to the model: config, loss curve, dev loss, timings, versions."""
 
 Kind = Literal["mlm", "clm"]
+
+MAX_WIDTH = 65_536
+"""Largest ``hidden_size`` / ``intermediate_size``: wider than any released transformer's layers
+(the widest feed-forward layers are ~53k); a built-in world model of that width would not fit in
+memory anyway, so a larger value is a typo caught at ``validate`` rather than an allocation failure."""
+MAX_DEPTH = 1024
+"""Largest ``num_layers`` / ``num_heads`` (the deepest released transformers have ~120 layers)."""
+MAX_LEN = 1 << 20
+"""Largest ``max_len``: positions are an embedding table of this many rows; the longest contexts of
+released models are about 1M tokens."""
+MAX_BATCH = 65_536
+"""Largest ``batch_size`` / ``eval_blocks``: each is a tensor of this many blocks of ``max_len`` tokens."""
 
 
 @dataclass(frozen=True)
@@ -157,6 +170,11 @@ class PretrainConfig:
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "steps", "batch_size",
                      "eval_points", "eval_blocks"):  # fmt: skip
             positive(name)
+        for name, most in (("hidden_size", MAX_WIDTH), ("intermediate_size", MAX_WIDTH), ("num_layers", MAX_DEPTH),
+                           ("num_heads", MAX_DEPTH), ("max_len", MAX_LEN), ("batch_size", MAX_BATCH),
+                           ("eval_blocks", MAX_BATCH), ("vocab_size", MAX_VOCAB_SIZE)):  # fmt: skip
+            if isinstance(getattr(self, name), int) and getattr(self, name) > most:
+                raise ValueError(f"PretrainConfig.{name} must be at most {most}, got {getattr(self, name)!r}")
         if self.hidden_size % self.num_heads:
             raise ValueError(f"PretrainConfig.num_heads={self.num_heads} must divide hidden_size={self.hidden_size}")
         if not isinstance(self.max_len, int) or self.max_len < 8:
@@ -181,8 +199,12 @@ class PretrainConfig:
         for name in ("dropout", "saved_dropout"):
             if not 0 <= getattr(self, name) < 1:
                 raise ValueError(f"PretrainConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise ValueError(f"PretrainConfig.seed must be an int, got {self.seed!r}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"PretrainConfig.seed must be an int in [0, {MAX_SEED}], got {self.seed!r}")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"PretrainConfig.{f.name} must be a finite number, got {value!r}")
         if not all(isinstance(x, str) and x for x in self.extra_languages):
             raise ValueError(f"PretrainConfig.extra_languages must be language names, got {self.extra_languages!r}")
         if len(set(self.extra_languages)) != len(self.extra_languages):
