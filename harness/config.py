@@ -39,8 +39,15 @@ from harness.registry import MAX_VOCAB_SIZE
 
 TOP_LEVEL_KEYS = (
     "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
-    "seeds", "mode", "extend_top_n",
+    "seeds", "hold_seeds", "mode", "extend_top_n",
 )
+SEED_COMPONENTS = ("source", "init", "stages", "task")
+"""The random sources of a trial, each seeded from the trial seed unless held fixed: the built-in source
+model's pretraining (``source.pretrain.seed`` holds it), the initialization (method, fallback rows, a
+language encoding's new parameters), the stages (LAPT data order, masks, dropout) and the task
+(fine-tuning data order, head, dropout). ``hold_seeds: {init: 0}`` holds the others."""
+HOLDABLE = SEED_COMPONENTS[1:]
+"""Components ``hold_seeds`` may name (the source is held in its own block: ``source.pretrain.seed``)."""
 NOT_KEYS = {
     # Accepted and ignored before issue 25: it never did anything (the grid's languages are its targets,
     # each task's evaluation languages are in its config), so a file that set it got a grid it did
@@ -106,7 +113,9 @@ class SourceSpec:
     tokenizer: str | None = None
     """Tokenizer path or hub id when it differs from ``model``."""
     pretrain: dict = field(default_factory=dict)
-    """Overrides of :class:`harness.world.pretrain.PretrainConfig` for ``world:`` models."""
+    """Overrides of :class:`harness.world.pretrain.PretrainConfig` for ``world:`` models. Its ``seed``
+    follows the trial seed unless given: each seed of a grid then pretrains its own source model (a
+    replication of the whole procedure); ``seed: 0`` holds one source for every trial."""
 
     def __post_init__(self) -> None:
         kind = self.world_kind
@@ -121,6 +130,26 @@ class SourceSpec:
             _check_tokenizer_path(self.tokenizer, "tokenizer")
         if self.pretrain:
             self.pretrain_config()  # unknown keys, types and ranges of every pretraining setting
+
+    def for_trial(self, seed: int) -> SourceSpec:
+        """This source as trial ``seed`` uses it: a ``world:`` model's pretraining seed resolved.
+
+        The pretraining seed is ``pretrain.seed`` when given (held), else the trial seed. It is
+        written into ``pretrain`` (and so into the trial id) unless it is 0, the pretraining default,
+        so a trial on a source held at 0 keeps the id it had before seeds varied the source.
+
+        Example:
+            >>> SourceSpec().for_trial(3).pretrain, SourceSpec(pretrain={"seed": 0}).for_trial(3).pretrain
+            ({'seed': 3}, {})
+        """
+        if self.world_kind is None:
+            return self
+        pretrain = dict(self.pretrain)
+        held = pretrain.pop("seed", None)
+        effective = seed if held is None else held
+        if effective != 0:
+            pretrain["seed"] = effective
+        return dataclasses.replace(self, pretrain=pretrain)
 
     @property
     def world_kind(self) -> str | None:
@@ -249,8 +278,16 @@ class ExperimentConfig:
     extend_top_n: int = 30000
     description: str = ""
     path: str | None = None
+    hold_seeds: tuple[tuple[str, int], ...] = ()
+    """Components whose seed is held fixed for every trial (``{init: 0}``; :data:`HOLDABLE`), as sorted pairs."""
 
     def __post_init__(self) -> None:
+        for name, value in self.hold_seeds:
+            if name not in HOLDABLE:
+                hint = ("; hold the source model with source.pretrain.seed" if name == "source"
+                        else "".join(f"; did you mean {c!r}?" for c in difflib.get_close_matches(str(name), HOLDABLE, n=1)))
+                raise ConfigError(f"hold_seeds: unknown component {name!r}{hint} (holdable: {', '.join(HOLDABLE)})")
+            _check(registry.check_seed, value, f"hold_seeds.{name}")
         seeds = self.seeds
         if (not isinstance(seeds, (tuple, list)) or not seeds
                 or not all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
@@ -290,9 +327,10 @@ class ExperimentConfig:
                         for seed in self.seeds:
                             out.append(
                                 TrialSpec(
-                                    experiment=self.name, world=self.world, source=self.source, target=target,
-                                    method=method, encoding=enc, stages=self.stages, task=task, seed=seed,
-                                    mode=self.mode, extend_top_n=self.extend_top_n,
+                                    experiment=self.name, world=self.world, source=self.source.for_trial(seed),
+                                    target=target, method=method, encoding=enc, stages=self.stages, task=task,
+                                    seed=seed, mode=self.mode, extend_top_n=self.extend_top_n,
+                                    hold_seeds=self.hold_seeds,
                                 )
                             )
         return out
@@ -313,10 +351,34 @@ class TrialSpec:
     seed: int
     mode: str = "replace"
     extend_top_n: int = 30000
+    hold_seeds: tuple[tuple[str, int], ...] = ()
+
+    def component_seed(self, component: str) -> int | None:
+        """The seed a random source of this trial draws from (:data:`SEED_COMPONENTS`): the trial seed
+        unless held; for ``source`` the built-in model's pretraining seed (``None`` for another model).
+
+        Example:
+            >>> from harness.config import TrialSpec
+            >>> t = TrialSpec("e", None, SourceSpec().for_trial(2), TargetSpec("near"), ComponentSpec("r", "r", {}),
+            ...               ComponentSpec("none", "none", {}), (), ComponentSpec("t", "t", {}), 2,
+            ...               hold_seeds=(("init", 0),))
+            >>> [t.component_seed(c) for c in SEED_COMPONENTS]
+            [2, 0, 2, 2]
+        """
+        if component not in SEED_COMPONENTS:
+            raise KeyError(f"unknown seed component {component!r} (known: {', '.join(SEED_COMPONENTS)})")
+        if component == "source":
+            return int(self.source.pretrain.get("seed", 0)) if self.source.world_kind is not None else None
+        return dict(self.hold_seeds).get(component, self.seed)
+
+    def component_seeds(self) -> dict[str, int | None]:
+        """Every component's seed (what the record's ``seeds`` holds)."""
+        return {c: self.component_seed(c) for c in SEED_COMPONENTS}
 
     def resolved(self) -> dict:
-        """The canonical resolved config (JSON-able), stored in the record."""
-        return {
+        """The canonical resolved config (JSON-able), stored in the record. ``hold_seeds`` appears only
+        when a component is held, so every trial that holds none keeps its id."""
+        out = {
             "world": dataclasses.asdict(self.world) if self.world else None,
             "source": dataclasses.asdict(self.source),
             "target": dataclasses.asdict(self.target),
@@ -328,6 +390,9 @@ class TrialSpec:
             "task": self.task.as_dict(),
             "seed": self.seed,
         }
+        if self.hold_seeds:
+            out["hold_seeds"] = dict(self.hold_seeds)
+        return out
 
     @property
     def trial_id(self) -> str:
@@ -463,11 +528,15 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
             seeds = [seeds]
         if not isinstance(seeds, list):
             raise ConfigError(f"seeds: expected a non-empty list of integers, got {seeds!r}")
+        hold = raw.get("hold_seeds") or {}
+        if not isinstance(hold, dict):
+            raise ConfigError(f"hold_seeds: expected a mapping of component to seed (e.g. {{init: 0}}), got {hold!r}")
         return ExperimentConfig(
             name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
             tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
             world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", 30000),
             description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
+            hold_seeds=tuple(sorted(hold.items(), key=lambda kv: str(kv[0]))),
         )
     except (ValueError, TypeError, KeyError) as e:
         msg = str(e)

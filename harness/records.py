@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -27,9 +28,12 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """1: the first schema. 2: ``seeds`` lists only the derived seeds the runner hands out (``init``);
-schema 1 also named a ``task`` seed that no task used (tasks derive theirs from ``seed``)."""
+schema 1 also named a ``task`` seed that no task used (tasks derive theirs from ``seed``).
+3: ``seeds`` names the seed of every random source of the trial (``source``, ``init``, ``stages``,
+``task``: :data:`harness.config.SEED_COMPONENTS`), each the trial seed unless held; ``examples`` names
+the per-example results stored beside the record (:mod:`harness.examples`)."""
 REQUIRED_FIELDS = ("schema_version", "trial_id", "status")
 
 
@@ -50,7 +54,25 @@ def _drop_unused_task_seed(rec: dict) -> dict:
     return rec
 
 
-MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_unused_task_seed}
+def _seeds_of_every_source(rec: dict) -> dict:
+    """Schema 2 → 3: ``seeds`` becomes the seed of every random source. A schema-2 trial drew its
+    initialization, stages and task from the trial seed, and a built-in source model was pretrained
+    with ``source.pretrain.seed`` (default 0) whatever the trial seed; other sources were not
+    pretrained by tokxfer (``None``). Such records have no per-example results (``examples: null``)."""
+    rec = dict(rec, schema_version=3)
+    config = rec.get("config") if isinstance(rec.get("config"), Mapping) else {}
+    source = config.get("source") if isinstance(config.get("source"), Mapping) else {}
+    model = source.get("model")
+    pretrain = source.get("pretrain") if isinstance(source.get("pretrain"), Mapping) else {}
+    seed = rec.get("seed", config.get("seed"))
+    world = isinstance(model, str) and model.startswith("world:")
+    rec["seeds"] = {"source": int(pretrain.get("seed", 0)) if world else None, "init": seed, "stages": seed,
+                    "task": seed}
+    rec.setdefault("examples", None)
+    return rec
+
+
+MIGRATIONS: dict[int, Callable[[dict], dict]] = {1: _drop_unused_task_seed, 2: _seeds_of_every_source}
 
 
 def migrate(rec: dict, where: str = "record") -> dict:
@@ -77,7 +99,7 @@ def migrate(rec: dict, where: str = "record") -> dict:
 
 
 _SECTIONS = ("git", "config", "seeds", "metrics", "init", "stages", "counts", "curves", "task_info", "encoding",
-             "timings", "revisions", "environment")
+             "timings", "revisions", "environment", "examples")
 """Fields that hold a JSON object (or ``null``)."""
 
 
@@ -97,13 +119,16 @@ class TrialRecord:
         experiment: the experiment's name.
         error: ``{"type", "message", "traceback"}`` of a failed trial.
         config: the resolved config (:meth:`harness.config.TrialSpec.resolved`).
-        seed: the trial seed. seeds: the derived seeds the runner handed out (``{"init": …}``).
+        seed: the trial seed. seeds: the seed of each random source (``{"source", "init", "stages",
+            "task"}``; ``source`` is ``None`` for a model tokxfer did not pretrain).
         metrics: ``{language: {metric: value}}``.
         init: counts, info, directives and gold diagnostics of the initialization.
         stages: per stage id, its metrics, info and counts. counts / curves / task_info: the task's.
         encoding: facts of the language encoding (``None`` for plain models).
         timings / revisions / environment: seconds per phase, model/data revisions, the machine.
         flags: the sanity guards' findings (``[]``: none; ``None``: not checked, as for failed trials).
+        examples: the per-example results beside the record (:func:`harness.examples.write_examples`:
+            file, sha256, layout), ``None`` when the task produced none.
         started_at / finished_at: ISO-8601 times.
         extra: top-level keys this schema does not know (kept as they are, written back unchanged).
 
@@ -111,7 +136,7 @@ class TrialRecord:
         >>> r = TrialRecord.from_json({"schema_version": 1, "trial_id": "t", "status": "ok", "seed": 1,
         ...     "seeds": {"init": 5, "task": 6}, "config": {"method": {"id": "focus"}, "task": {"name": "ner"}}})
         >>> r.schema_version, r.seeds, r.method_id, r.task_name, r.target_language
-        (2, {'init': 5}, 'focus', 'ner', None)
+        (3, {'source': None, 'init': 1, 'stages': 1, 'task': 1}, 'focus', 'ner', None)
         >>> TrialRecord.from_json(r.to_json()) == r
         True
     """
@@ -137,15 +162,19 @@ class TrialRecord:
     revisions: dict | None = None
     environment: dict | None = None
     flags: list | None = None
+    examples: dict | None = None
     started_at: str | None = None
     finished_at: str | None = None
     extra: dict = field(default_factory=dict)
+    example_scores: dict = field(default_factory=dict, compare=False, repr=False)
+    """In memory only: ``{language: {metric: harness.examples.ExampleScores}}`` of a finished trial;
+    :func:`write_record` stores them beside the record and names them in :attr:`examples`."""
 
     # -- JSON
 
     def to_json(self) -> dict:
         """The record as stored: every field (``null`` when unknown) plus :attr:`extra`."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "example_scores")}
         clash = sorted(set(self.extra) & set(out))
         if clash:
             raise RecordError(f"record {self.trial_id}: extra key(s) {', '.join(clash)} shadow record fields")
@@ -169,7 +198,7 @@ class TrialRecord:
         if missing:
             raise RecordError(f"{where}: missing required field(s) {', '.join(missing)}")
         rec = migrate(dict(data), where)
-        known = {f.name for f in fields(cls)} - {"extra"}
+        known = {f.name for f in fields(cls)} - {"extra", "example_scores"}
         for name in _SECTIONS:
             if rec.get(name) is not None and not isinstance(rec[name], Mapping):
                 raise RecordError(f"{where}: field {name!r} must be a JSON object or null, got {type(rec[name]).__name__}")
@@ -316,10 +345,17 @@ def environment() -> dict:
 def write_record(directory: Path, record: TrialRecord | dict) -> Path:
     """Write ``record`` to ``directory/<trial_id>.json`` atomically (temp file + fsync + rename).
 
-    A :class:`TrialRecord` is written as :meth:`TrialRecord.to_json`; a mapping as it is.
+    A :class:`TrialRecord` is written as :meth:`TrialRecord.to_json`; a mapping as it is. The
+    per-example results of a :class:`TrialRecord` (:attr:`TrialRecord.example_scores`) are written
+    first, beside it (:func:`harness.examples.write_examples`), and the record names them with their
+    sha256 under ``examples``: a record never names a file that is not complete.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
+    if isinstance(record, TrialRecord) and record.example_scores:
+        from harness.examples import write_examples
+
+        record = dataclasses.replace(record, examples=write_examples(directory, record.trial_id, record.example_scores))
     record = record.to_json() if isinstance(record, TrialRecord) else dict(record)
     record.setdefault("schema_version", SCHEMA_VERSION)
     if "trial_id" not in record:

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from harness import records, registry, resources, sanity, seeding
+from harness import records, registry, resources, sanity
 from harness.cache import content_hash, file_hash
 from harness.config import TrialSpec, component_config
 from harness.initialize import InitRequest, init_summary, initialize, write_init_info
@@ -55,7 +55,7 @@ def init_cache_key(spec: TrialSpec, source_path: str, model_kind: str, inputs: d
     key = {
         "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": dataclasses.asdict(spec.target),
         "world": dataclasses.asdict(spec.world) if spec.world else None, "method": spec.method.as_dict(),
-        "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.seed, "kind": model_kind,
+        "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.component_seed("init"), "kind": model_kind,
         "version": records.package_version(), "method_code": registry.code_hash("method", spec.method.name),
     }
     if inputs is not None:
@@ -93,10 +93,11 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     transfer = resources.transfer_resources(spec.target, world)
     t_resources = time.perf_counter() - t0
 
+    seeds = spec.component_seeds()
     init_key = init_cache_key(spec, src_path, kind, init_inputs(tgt_tok, transfer))
     init = initialize(InitRequest(
         source_model=src_path, target_tokenizer=tgt_tok, method=spec.method.name,
-        method_config=component_config("method", spec.method), seed=spec.seed, model_kind=kind, resources=transfer,
+        method_config=component_config("method", spec.method), seed=seeds["init"], model_kind=kind, resources=transfer,
         source_tokenizer=spec.source.tokenizer, source_language=world.source_language if world else "src",
         target_language=spec.target.language, mode=spec.mode, extend_top_n=spec.extend_top_n,
     ), world=world, cache_key=init_key)
@@ -104,12 +105,13 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
 
     torch_device = device()
     ctx = TaskContext(
-        model=init.model.to(torch_device), tokenizer=init.tokenizer, languages=[spec.target.language], seed=spec.seed,
+        model=init.model.to(torch_device), tokenizer=init.tokenizer, languages=[spec.target.language], seed=seeds["stages"],
         device=torch_device, data_root=Path(resources.world_dir(spec.world.size, spec.world.seed)) if spec.world else None,
         source_language=world.source_language if world else None, progress=progress, work_dir=artifacts_dir,
     )
-    wrap_encoding(ctx, spec.encoding, src_path, spec.seed)
+    wrap_encoding(ctx, spec.encoding, src_path, seeds["init"])  # a new language's parameters are initialization
     stages = run_stages(ctx, spec, init.result.directives, init_key)
+    ctx.seed = seeds["task"]
     result, t_task = run_task(task, ctx)
     if artifacts_dir is not None:
         artifacts_dir.mkdir(parents=True, exist_ok=True)
@@ -120,7 +122,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
                                 registry.get("method", spec.method.name).cls)
     record = trial_record(
         spec, "ok", started=started, flags=flags,
-        seeds={"init": seeding.derive(spec.seed, "init", spec.method.name)},
+        seeds=seeds,
         metrics=result.metrics, init=init_section, stages=stages.info, counts=result.counts,
         curves={**stages.curves, **result.curves}, task_info=result.info,
         encoding=ctx.model.encoding_info() if getattr(ctx.model, "is_language_encoded", False) else None,
@@ -129,6 +131,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
             "stages_s": stages.seconds, "task_s": t_task, "total_s": time.perf_counter() - t_start,
         },
         revisions={"source_model": str(src_path), "world": _world_revision(spec, world)},
+        example_scores=result.examples,
     )
     sanity.log_flags(record.to_json())
     return record
@@ -186,5 +189,5 @@ def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> dict:
     except Exception as e:  # isolated: recorded, the grid goes on
         log.error("trial %s (%s) failed: %s", spec.trial_id, spec.describe(), e)
         rec = failed_record(spec, e, started)
-    records.write_record(exp_dir / "records", rec)
-    return rec.to_json()
+    path = records.write_record(exp_dir / "records", rec)
+    return records.load_record(path)  # as written: with the section naming its per-example results

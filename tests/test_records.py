@@ -24,11 +24,22 @@ def test_fixtures_cover_every_schema_version():
 def test_schema_1_to_2_drops_the_task_seed_and_keeps_the_rest():
     raw = json.loads((ROOT / "tests" / "fixtures" / "records" / "schema1-seeds.json").read_text())
     assert raw["seeds"] == {"init": 5023, "task": 7311}
-    rec = records.read_record(ROOT / "tests" / "fixtures" / "records" / "schema1-seeds.json")
-    assert rec.schema_version == records.SCHEMA_VERSION == 2
-    assert rec.seeds == {"init": 5023}
-    back = rec.to_json()
-    assert all(back[k] == v for k, v in raw.items() if k not in ("schema_version", "seeds"))
+    rec2 = records.MIGRATIONS[1](raw)
+    assert rec2["schema_version"] == 2 and rec2["seeds"] == {"init": 5023}
+    assert all(rec2[k] == v for k, v in raw.items() if k not in ("schema_version", "seeds"))
+
+
+@pytest.mark.parametrize("source, expected", [
+    ({"model": "world:mlm", "pretrain": {}}, 0),              # pretrained once, whatever the trial seed
+    ({"model": "world:clm", "pretrain": {"seed": 7}}, 7),
+    ({"model": "xlm-roberta-base", "pretrain": {}}, None),   # not pretrained by tokxfer
+])
+def test_schema_2_to_3_names_the_seed_of_every_random_source(source, expected):
+    raw = {"schema_version": 2, "trial_id": "t", "status": "ok", "seed": 3, "seeds": {"init": 123456},
+           "config": {"source": source, "seed": 3}}
+    rec = TrialRecord.from_json(raw)
+    assert rec.schema_version == 3 == records.SCHEMA_VERSION
+    assert rec.seeds == {"source": expected, "init": 3, "stages": 3, "task": 3} and rec.examples is None
 
 
 @pytest.mark.parametrize("path", FIXTURES + COMMITTED, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
@@ -41,11 +52,13 @@ def test_every_kept_record_loads_and_round_trips(path):
     for key, value in raw.items():  # nothing is lost; only the migration changes what was there
         if key == "schema_version":
             continue
-        if key == "seeds" and raw["schema_version"] == 1:
-            assert out["seeds"] == {k: v for k, v in value.items() if k != "task"}
+        if key == "seeds" and raw["schema_version"] < 3:  # migration 2 -> 3 names every source's seed
+            assert set(out["seeds"]) == {"source", "init", "stages", "task"}
+            assert out["seeds"]["task"] == raw.get("seed", (raw.get("config") or {}).get("seed"))
             continue
         assert out[key] == value, key
-    assert all(out[k] is None for k in set(out) - set(raw) - {"schema_version"})
+    added = {"schema_version"} | ({"seeds"} if raw["schema_version"] < 3 else set())  # migration 2 -> 3 adds them
+    assert all(out[k] is None for k in set(out) - set(raw) - added)
 
 
 @pytest.mark.parametrize("path", COMMITTED, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
@@ -54,16 +67,17 @@ def test_committed_trial_ids_are_still_the_hash_of_their_config(path):
     assert config_hash(rec.config) == rec.trial_id
 
 
-def test_committed_records_schema_1_name_both_seeds_and_schema_2_the_init_seed_only():
+def test_committed_records_name_the_seeds_of_their_schema():
     """The reason for migration 1 → 2 (schema-1 records name a task seed no task used), and what the
     records written since say."""
     assert COMMITTED
     raw = [json.loads(p.read_text()) for p in COMMITTED]
     versions = {r["schema_version"] for r in raw}
-    assert 1 in versions and versions <= {1, 2}, versions
+    assert 1 in versions and versions <= {1, 2, 3}, versions
+    expected = {1: {"init", "task"}, 2: {"init"}, 3: {"source", "init", "stages", "task"}}
     for r in raw:
         if r.get("seeds"):
-            assert set(r["seeds"]) == ({"init", "task"} if r["schema_version"] == 1 else {"init"}), r["trial_id"]
+            assert set(r["seeds"]) == expected[r["schema_version"]], r["trial_id"]
 
 
 def test_fields_identify_the_trial():
@@ -76,7 +90,7 @@ def test_fields_identify_the_trial():
         "flags": [{"code": "loss_near_zero", "message": "m"}],
     })
     assert (rec.method_id, rec.encoding_id, rec.task_name, rec.target_language) == ("focus-cbow", "xlp", "ner", "near")
-    assert rec.trial_seed == 3 and not rec.ok and rec.version == "schema 2 / tokxfer None"
+    assert rec.trial_seed == 3 and not rec.ok and rec.version == "schema 3 / tokxfer None"
     assert rec.init_counts == {"copied": 4} and rec.init_diagnostics == {"gold_top1": 0.5}
     assert rec.flag_codes == {"loss_near_zero"} and rec.stage_specs == [{"id": "lapt", "name": "lapt"}]
     assert rec.config_value("target.language") == "near" and rec.config_value("target.nope") is None

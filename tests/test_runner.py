@@ -10,7 +10,7 @@ import pytest
 import torch
 import yaml
 
-from harness import records, seeding
+from harness import records
 from harness.config import load_experiment, parse_experiment
 from harness.experiment import run_experiment
 from harness.runner import execute
@@ -42,8 +42,15 @@ def test_trial_record_is_complete_and_deterministic(tmp_path, tiny_source, tiny_
     m = rec["metrics"]["near"]
     assert np.isfinite(m["loss"]) and 0 <= m["accuracy"] <= 1
     assert rec["init"]["counts"]["copied"] > 0
-    # the seeds section names the seeds the runner handed out: the method's generator, nothing else
-    assert rec["seeds"] == {"init": seeding.derive(spec.seed, "init", "overlap")}
+    # the seeds section names the seed of every random source (the tiny source is held at 0)
+    assert rec["seeds"] == {"source": 0, "init": 1, "stages": 1, "task": 1}
+    # the per-example results lie beside the record, named with their hash, and recompute its metrics
+    section = rec["examples"]
+    assert section["file"] == f"{spec.trial_id}.examples.npz" and section["metrics"]["near"]["loss"]["reducer"] == "ratio"
+    from harness.examples import read_examples
+
+    back = read_examples(runs_dir / "exp" / "records", spec.trial_id, section)
+    assert back["near"]["loss"].value() == pytest.approx(m["loss"], rel=1e-9)
     assert "gold_top1" in rec["init"]["diagnostics"]
     from harness.world import GENERATOR_VERSION
 
