@@ -521,6 +521,13 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 # --------------------------------------------------------------------------------------------
 
 
+def _ours(run: Any, experiment: str, trial_id: str) -> bool:
+    """Whether an MLflow run is tokxfer's mirror of ``trial_id`` of ``experiment`` (its tags say so)."""
+    tags = run.data.tags
+    return (tags.get(ROLE_TAG) == "trial" and tags.get(EXPERIMENT_TAG) == experiment
+            and tags.get(TRIAL_ID_TAG) == trial_id)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
@@ -624,7 +631,7 @@ class MLflowTracker:
                 )
                 for run in page:
                     tid = run.data.tags.get(TRIAL_ID_TAG)
-                    if tid is not None:
+                    if tid is not None and _ours(run, experiment, tid):
                         out.setdefault(tid, []).append((run.info.run_id, run.data.tags.get(DIGEST_TAG)))
                 token = getattr(page, "token", None)
                 if not token:
@@ -775,13 +782,16 @@ class MLflowTracker:
         self._parent_ids[experiment] = run_id
         return run_id
 
-    def _find_children(self, eid: str, trial_id: str) -> list:
-        return list(self.client.search_runs(
+    def _find_children(self, eid: str, trial_id: str, experiment: str | None = None) -> list:
+        """Active trial runs of ``trial_id`` in the MLflow experiment ``eid``, newest first; with
+        ``experiment``, only those tagged as that tokxfer experiment's (:func:`_ours`)."""
+        runs = self.client.search_runs(
             [eid],
             filter_string=f"tags.`{TRIAL_ID_TAG}` = '{_escape(trial_id)}'",
             order_by=["attributes.start_time DESC"],
             max_results=100,
-        ))
+        )
+        return [r for r in runs if experiment is None or _ours(r, experiment, trial_id)]
 
     def _find_child(self, eid: str, trial_id: str) -> Any:
         runs = self._find_children(eid, trial_id)
@@ -800,12 +810,17 @@ class MLflowTracker:
         parent = self._parent_id(experiment, eid)
 
         outcome = "created"
-        existing = self._find_children(eid, trial_id)
-        if len(existing) == 1 and existing[0].data.tags.get(DIGEST_TAG) == digest:
+        # Only runs that are this experiment's mirror of this trial are ever replaced; a run in the
+        # same MLflow experiment tagged otherwise (another tool, another experiment's name) is left alone.
+        existing = self._find_children(eid, trial_id, experiment)
+        current = [r for r in existing if r.data.tags.get(DIGEST_TAG) == digest]
+        if current:
+            for run in existing:  # duplicates of two mirrors that raced on a server: keep the newest
+                if run is not current[0]:
+                    self.client.delete_run(run.info.run_id)
             return "unchanged"
         for run in existing:
-            # The record changed (re-run), the last mirror stopped half-way, or two mirrors raced
-            # on a server: replace them all by one run.
+            # The record changed (re-run) or the last mirror stopped half-way: replace it.
             self.client.delete_run(run.info.run_id)
             outcome = "replaced"
 
@@ -860,14 +875,35 @@ def iter_record_files(records_dir: str | os.PathLike) -> Iterator[tuple[Path, di
     yield from _iter(records_dir)
 
 
-def default_artifacts(records_dir: Path, record: TrialRecord) -> list[Path]:
-    """Files attached to a trial on sync: everything in ``<experiment dir>/artifacts/<trial_id>/``.
+def trial_artifacts(exp_dir: Path, trial_id: str, names: list[str] | None = None) -> list[Path]:
+    """The files of ``<exp_dir>/artifacts/<trial_id>/`` to attach to a trial's run (``names``: only those).
+
+    ``trial_id`` comes from a record's file name, checked (:func:`harness.records.check_identity`),
+    never from what the record says. A file, or the folder itself, that resolves outside
+    ``<exp_dir>/artifacts/<trial_id>/`` (a symbolic link to somewhere else) is refused.
+
+    Raises:
+        harness.safepaths.UnsafePathError: naming the artifact and where it leads.
+    """
+    from harness.safepaths import check_name, require_inside
+
+    art_dir = Path(exp_dir) / "artifacts" / check_name(trial_id, "trial id")
+    if not art_dir.is_dir():
+        return []
+    files = sorted(p for p in art_dir.iterdir() if (names is None or p.name in names) and p.is_file())
+    for f in files:
+        require_inside(f, Path(os.path.realpath(exp_dir)) / "artifacts" / trial_id, f"artifact of trial {trial_id}")
+    return files
+
+
+def default_artifacts(records_dir: Path, record_path: Path) -> list[Path]:
+    """Files attached to a trial on sync: everything in ``<experiment dir>/artifacts/<trial_id>/``,
+    the trial id being the record's file name (see :func:`trial_artifacts`).
 
     The runner writes ``init_info.json`` there.
     """
     exp_dir = records_dir.parent if records_dir.name == "records" else records_dir
-    art_dir = exp_dir / "artifacts" / str(record.trial_id)
-    return sorted(p for p in art_dir.iterdir() if p.is_file()) if art_dir.is_dir() else []
+    return trial_artifacts(exp_dir, Path(record_path).stem)
 
 
 class SyncReport(dict):
@@ -877,15 +913,20 @@ class SyncReport(dict):
 def sync(
     records_dir: str | os.PathLike,
     tracker: Any,
-    artifacts_for: Callable[[Path, TrialRecord], list[Path]] | None = None,
+    artifacts_for: Callable[[Path, Path], list[Path]] | None = None,
 ) -> SyncReport:
     """Re-mirror every record of an experiment to ``tracker`` (idempotent for MLflow).
+
+    Records are untrusted input: the experiment is the folder's (``runs/<experiment>``), the trial
+    id each record's file name, and a record that says otherwise is refused
+    (:func:`harness.records.check_identity`) before anything is mirrored; artifacts come from the
+    trial's own folder only (:func:`trial_artifacts`).
 
     Args:
         records_dir: ``runs/<experiment>`` or ``runs/<experiment>/records``.
         tracker: any :class:`harness.protocols.Tracker`; an :class:`MLflowTracker` reports
             created/replaced/unchanged, others count ``logged``.
-        artifacts_for: ``(records_dir, record) -> files`` to attach; default
+        artifacts_for: ``(records_dir, record file) -> files`` to attach; default
             :func:`default_artifacts`.
 
     Returns:
@@ -905,10 +946,17 @@ def sync(
     failures: list[str] = []
     last_error: TrackingError | None = None
     known: dict[str, dict] = {}  # experiment -> what the store already mirrors
-    for path, data in iter_record_files(root):
+    experiment = root.parent.name if root.name == "records" else root.name
+    from harness.records import check_identity
+    from harness.safepaths import check_name
+
+    check_name(experiment, "experiment folder")
+    checked = list(iter_record_files(root))  # every record is checked before the first is mirrored
+    for path, data in checked:
+        check_identity(data, path, experiment)
+    for path, data in checked:
         record = TrialRecord.from_json(data, where=str(path))
-        experiment = str(record.experiment or root.parent.name)
-        files = artifacts_for(root, record)
+        files = artifacts_for(root, path)
         try:
             if isinstance(tracker, MLflowTracker):
                 if experiment not in known:
