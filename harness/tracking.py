@@ -19,7 +19,9 @@ Artifacts: the record as ``record.json`` plus the files the caller passes (``ini
 The embedded sqlite store is created once, under an exclusive file lock (``mlflow.db.lock``), in
 a temporary file that is moved into place only when MLflow's schema migrations have all run: a
 kill, a second process or a full disk during the first use leaves no half-migrated database.
-A store that is broken anyway (an older tokxfer's half-migrated database, a corrupt file) is
+A writer killed inside a commit leaves a hot journal, which SQLite rolls back on the next
+read-write open: that happens before any health check, so such a store is healed, never called
+broken. A store that is broken anyway (an older tokxfer's half-migrated database, a corrupt file) is
 detected before use and the error names the command that rebuilds it from the records:
 ``tokxfer sync RUNS_DIR/EXPERIMENT --rebuild``. Writes to a sqlite store are serialized between
 processes with the same lock, so concurrent workers of one grid do not fail with
@@ -65,6 +67,7 @@ __all__ = [
     "iter_record_files",
     "ensure_sqlite_store",
     "check_sqlite_store",
+    "recover_sqlite_store",
     "rebuild_sqlite_store",
     "sqlite_path",
 ]
@@ -224,15 +227,47 @@ def _expected_schema() -> tuple[str | None, set[str]]:
         return None, set()
 
 
-def check_sqlite_store(db: str | os.PathLike) -> str | None:
-    """Why an existing sqlite store cannot be used, or ``None`` when it looks healthy.
+def recover_sqlite_store(db: str | os.PathLike) -> str | None:
+    """Let SQLite finish what a killed writer left: roll back a hot journal (or replay a WAL).
 
-    Checks, read-only: it is an SQLite database; it has MLflow's ``alembic_version`` table with
-    exactly the schema revision this MLflow expects; every MLflow table exists.
+    A process killed inside a commit leaves ``<db>-journal`` beside the database; SQLite rolls it
+    back on the next read-write open, and only then is the database what its last commit left. A
+    read-only open cannot roll it back and fails, so every health verdict comes after this.
+    Harmless when nothing is pending (SQLite reads and writes nothing then).
+
+    Returns:
+        ``None`` when the database is readable afterwards, else why SQLite itself cannot open it.
     """
     import sqlite3
 
     db = Path(db)
+    if not any(db.with_name(db.name + suffix).exists() for suffix in ("-journal", "-wal")):
+        return None
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=60)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        return f"SQLite cannot open it to roll back an interrupted transaction ({e})"
+    return None
+
+
+def check_sqlite_store(db: str | os.PathLike) -> str | None:
+    """Why an existing sqlite store cannot be used, or ``None`` when it looks healthy.
+
+    First lets SQLite roll back an interrupted transaction (:func:`recover_sqlite_store`: a kill
+    inside a commit is healed, never called broken); then checks, read-only: it is an SQLite
+    database; it has MLflow's ``alembic_version`` table with exactly the schema revision this
+    MLflow expects; every MLflow table exists.
+    """
+    import sqlite3
+
+    db = Path(db)
+    healed = recover_sqlite_store(db)
+    if healed is not None:
+        return healed
     try:
         con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
     except sqlite3.Error as e:
@@ -315,6 +350,11 @@ def ensure_sqlite_store(db: str | os.PathLike, artifact_root: str | os.PathLike 
     db.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(_lock_path(db), timeout_s=SQLITE_LOCK_TIMEOUT_S):
         if not db.exists() or db.stat().st_size == 0:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            for suffix in ("-journal", "-wal", "-shm"):  # never rolled back into the new store
+                side = db.with_name(db.name + suffix)
+                if side.exists():
+                    os.replace(side, side.with_name(f"{side.name}.orphan-{stamp}"))
             _create_sqlite_store(db, Path(artifact_root) if artifact_root else db.parent / "mlartifacts")
         else:
             reason = check_sqlite_store(db)
