@@ -277,27 +277,42 @@ def run_experiment(
     return ExperimentSummary(len(results), skipped, failed, rec_dir, tracking_errors, by_others=len(by_others))
 
 
+WAIT_REPORT_S = 120.0
+"""While waiting for other processes' trials, say every this many seconds which claims it waits on."""
+
+
 def _wait_for_others(elsewhere: dict, claims, written_by_other, by_others: set, poll_s: float, progress: bool) -> list:
     """Wait until trials claimed by other processes have records; return those whose owner died.
 
     Returns as soon as one claim is stale or gone without a record (then every trial still
-    unfinished is tried again: the ones still owned are simply skipped again).
+    unfinished is tried again: the ones still owned are simply skipped again). The wait is bounded
+    by the claims' own rule: a claim whose heartbeat stops changing is stale after
+    ``claims.stale_after_s`` (:meth:`harness.claims.TrialClaims.stale_reason`), whatever the
+    clocks say; meanwhile a warning every :data:`WAIT_REPORT_S` names the claims waited on.
     """
     waiting = dict(elsewhere)
     if waiting and progress:
         log.info("%d trial(s) are being run by other processes; waiting for them", len(waiting))
+    next_report = time.monotonic() + WAIT_REPORT_S
     while waiting:
         orphaned = False
+        infos = {}
         for tid in list(waiting):
             if written_by_other(tid):
                 by_others.add(tid)
                 del waiting[tid]
                 continue
-            info = claims.read(tid)
+            info = infos[tid] = claims.read(tid)
             if info is None or claims.is_stale(info):
                 orphaned = True
         if orphaned:
             return list(waiting.values())
+        if waiting and time.monotonic() >= next_report:
+            next_report = time.monotonic() + WAIT_REPORT_S
+            shown = [f"{claims.path(t)} ({claims.describe(infos[t])})" for t in list(waiting)[:3] if infos.get(t)]
+            log.warning("still waiting for %d trial(s) run by other processes: %s%s; a claim whose heartbeat stops is "
+                        "taken over after %.0fs", len(waiting), "; ".join(shown), " …" if len(waiting) > 3 else "",
+                        claims.stale_after_s)
         if waiting:
             time.sleep(poll_s)
     return []
