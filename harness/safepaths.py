@@ -67,26 +67,33 @@ def check_name(name: Any, what: str) -> str:
     return name
 
 
-def inside(path: str | os.PathLike, folder: str | os.PathLike) -> bool:
-    """Whether ``path`` lies in ``folder`` (or is it) once both are resolved (links, ``..``).
+def inside(path: str | os.PathLike, folder: str | os.PathLike, *, resolve_folder: bool = True) -> bool:
+    """Whether ``path`` lies in ``folder`` (or is it) once resolved (links, ``..``).
+
+    Args:
+        path: the path to check (resolved).
+        folder: the folder it must lie in; resolved too unless ``resolve_folder`` is false (then it
+            must already be the real path: a folder that is itself a link then does not count as itself).
 
     Example:
         >>> inside("/tmp/a/../b", "/tmp/a")
         False
     """
     real = Path(os.path.realpath(path))
-    base = Path(os.path.realpath(folder))
+    base = Path(os.path.realpath(folder)) if resolve_folder else Path(folder)
     return real == base or base in real.parents
 
 
-def require_inside(path: str | os.PathLike, folder: str | os.PathLike, what: str) -> Path:
-    """``Path(path)`` if it lies in ``folder`` after resolving, else :class:`UnsafePathError` naming both.
+def require_inside(path: str | os.PathLike, folder: str | os.PathLike, what: str, *,
+                   resolve_folder: bool = True) -> Path:
+    """``Path(path)`` if it lies in ``folder`` after resolving (see :func:`inside`), else
+    :class:`UnsafePathError` naming both.
 
     Example:
         >>> require_inside("/tmp/x/y.md", "/tmp/x", "--out")
         PosixPath('/tmp/x/y.md')
     """
-    if not inside(path, folder):
+    if not inside(path, folder, resolve_folder=resolve_folder):
         raise UnsafePathError(
             f"{what}: {path} resolves to {os.path.realpath(path)}, outside {folder} (a symbolic link on the way?); "
             f"refusing to write or delete there"

@@ -932,7 +932,8 @@ def trial_artifacts(exp_dir: Path, trial_id: str, names: list[str] | None = None
         return []
     files = sorted(p for p in art_dir.iterdir() if (names is None or p.name in names) and p.is_file())
     for f in files:
-        require_inside(f, Path(os.path.realpath(exp_dir)) / "artifacts" / trial_id, f"artifact of trial {trial_id}")
+        require_inside(f, Path(os.path.realpath(exp_dir)) / "artifacts" / trial_id, f"artifact of trial {trial_id}",
+                       resolve_folder=False)  # the trial's folder where it should be, not where a link leads
     return files
 
 

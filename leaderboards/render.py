@@ -223,10 +223,23 @@ def csv_safe(text: str) -> str:
 
 
 def render_csv(table: Table) -> str:
-    """Long-format CSV, one line per (row, column), raw record units (no scaling/rounding)."""
+    """Long-format CSV, one line per (row, column), raw record units (no scaling/rounding).
+
+    Text cells are made safe to open in a spreadsheet (:func:`csv_safe`), and a cell holding a
+    line break of either kind is quoted (lines end in ``\\n``; the csv module quotes only the
+    characters of the line terminator, so a lone ``\\r`` would otherwise split a row).
+    """
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    row_buf = io.StringIO()
+    w = csv.DictWriter(row_buf, fieldnames=CSV_FIELDS, lineterminator="\r\n")
+
+    def flush() -> None:
+        buf.write(row_buf.getvalue()[:-2] + "\n")
+        row_buf.seek(0)
+        row_buf.truncate()
+
     w.writeheader()
+    flush()
     best = {c.key: best_methods(table, c) for c in table.columns}
     for row in list(table.rows) + list(table.paper_rows):
         for c in table.columns:
@@ -253,6 +266,7 @@ def render_csv(table: Table) -> str:
                 }
             )
             w.writerow({k: v if k in CSV_NUMBER_FIELDS else csv_safe(str(v)) for k, v in line.items()})
+            flush()
     return buf.getvalue()
 
 
