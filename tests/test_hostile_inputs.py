@@ -28,8 +28,8 @@ import yaml
 from harness import records
 from harness.cache import MARKER, cached_dir, ensure_root, list_entries
 from harness.claims import TrialClaims
-from harness.cli import main
 from harness.config import parse_experiment
+from tests.test_init_cli import cli
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -67,15 +67,6 @@ def snapshot(*roots: Path) -> dict[str, tuple]:
                 else:
                     out[str(p)] = ("file", p.read_bytes(), p.stat().st_mtime_ns)
     return out
-
-
-def cli(capfd, *argv) -> tuple[int, str, str]:
-    try:
-        code = main([str(a) for a in argv])
-    except SystemExit as e:
-        code = e.code
-    out, err = capfd.readouterr()
-    return code, out, err
 
 
 def one_line(err: str) -> str:
@@ -401,6 +392,7 @@ from pathlib import Path
 from harness import records
 from harness.claims import TrialClaims, owner_identity
 from harness.config import parse_experiment
+from tests.test_init_cli import cli
 from harness.executors import LocalExecutor
 from harness.experiment import run_experiment
 
