@@ -36,7 +36,8 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cache_root", "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
+__all__ = ["cache_root", "ensure_root", "cache_subdir", "is_cache_root", "adopt_root", "CacheError", "MARKER",
+           "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
            "list_entries", "remove_entries", "parse_age", "ProcessMemo"]
 
 KEY_FILE = "tokxfer_cache_key.json"
@@ -83,26 +84,120 @@ class ProcessMemo:
         return len(self._values)
 
 
+class CacheError(ValueError):
+    """The cache location or a cache folder cannot be used as asked; the message names the folder."""
+
+
+CACHE_ENV = ("TOKXFER_CACHE", "XDG_CACHE_HOME")
+"""The environment variables that place the cache, in order of precedence."""
+MARKER = ".tokxfer-cache"
+"""The file that makes a folder a tokxfer cache: written when tokxfer creates the cache root (or by
+``tokxfer cache init``); ``tokxfer cache ls | prune`` refuse a folder without it."""
+
+
+def _env_dir(name: str) -> Path | None:
+    """The absolute folder an environment variable names (``~`` expanded), ``None`` when unset or empty.
+
+    Raises:
+        CacheError: for a relative value, which would name a different folder in every process
+            that runs from another directory.
+    """
+    value = os.environ.get(name)
+    if not value:
+        return None
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise CacheError(f"{name}={value!r}: the cache location must be an absolute path (or start with ~), "
+                         f"e.g. {name}={Path.cwd() / value}")
+    return Path(os.path.normpath(path))
+
+
 def cache_root() -> Path:
-    """The root of tokxfer's cache.
+    """The root of tokxfer's cache, as an absolute, normalized path.
 
     In order: ``$TOKXFER_CACHE`` if set and non-empty; else ``$XDG_CACHE_HOME/tokxfer`` if
-    ``XDG_CACHE_HOME`` is set to an absolute path (the XDG base-directory specification says a
-    relative value is to be ignored); else ``~/.cache/tokxfer``.
+    ``XDG_CACHE_HOME`` is set and non-empty; else ``~/.cache/tokxfer``. Both variables are honoured
+    the same way: ``~`` is expanded, and a relative value is refused (:class:`CacheError`), since
+    it would name a different folder for every process that runs from another directory.
 
-    Read on every call (never cached), so tests can monkeypatch the environment variables.
+    Read on every call (never cached), so tests can monkeypatch the environment variables; the
+    command line calls it once at start so that a bad value stops a command before it does anything.
 
     Example:
         >>> cache_root().is_absolute()
         True
     """
-    env = os.environ.get("TOKXFER_CACHE")
-    if env:
-        return Path(env).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / "tokxfer"
+    env = _env_dir("TOKXFER_CACHE")
+    if env is not None:
+        return env
+    xdg = _env_dir("XDG_CACHE_HOME")
+    if xdg is not None:
+        return xdg / "tokxfer"
     return Path("~/.cache/tokxfer").expanduser()
+
+
+_MARKED: set[str] = set()  # roots this process has seen marked (or created); checked once each
+
+
+def is_cache_root(root: str | os.PathLike) -> bool:
+    """Whether ``root`` is a folder tokxfer created as its cache (it holds :data:`MARKER`)."""
+    marker = Path(root) / MARKER
+    return marker.is_file() and not marker.is_symlink()
+
+
+def _write_marker(root: Path, how: str) -> None:
+    from harness.records import now_iso, package_version
+
+    text = json.dumps({"tokxfer_cache": 1, how: now_iso(), "tokxfer_version": package_version()}) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", dir=root)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, root / MARKER)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def ensure_root(root: str | os.PathLike | None = None) -> Path:
+    """The cache root, created (with its :data:`MARKER`) when it does not exist yet or is empty.
+
+    Every writer of the cache goes through this (directly or through :func:`cached_dir`). A folder
+    that exists, is not empty and has no marker (a cache of an older tokxfer, or a folder that is
+    not a cache at all) is used as it is and never marked here: only ``tokxfer cache init`` adopts
+    an existing folder, so ``tokxfer cache prune`` never deletes in a folder it was pointed at by mistake.
+
+    Args:
+        root: the cache root; :func:`cache_root` if None.
+
+    Example:
+        >>> import tempfile
+        >>> r = ensure_root(Path(tempfile.mkdtemp()) / "c")
+        >>> is_cache_root(r)
+        True
+    """
+    root = Path(root if root is not None else cache_root()).expanduser()
+    key = str(root)
+    if key in _MARKED and (root / MARKER).is_file():
+        return root
+    if not root.exists():
+        root.mkdir(parents=True, exist_ok=True)
+    if is_cache_root(root):
+        _MARKED.add(key)
+    elif root.is_dir() and not any(root.iterdir()):
+        _write_marker(root, "created")
+        _MARKED.add(key)
+    return root
+
+
+def cache_subdir(kind: str, root: str | os.PathLike | None = None) -> Path:
+    """``<root>/<kind>``, created (the root through :func:`ensure_root`): where writers put entries of ``kind``."""
+    if not _KIND_RE.match(kind) or kind.startswith("."):
+        raise ValueError(f"cache kind must match {_KIND_RE.pattern} and not start with '.', got {kind!r}")
+    d = ensure_root(root) / kind
+    d.mkdir(parents=True, exist_ok=True)
+    return d
 
 
 def file_hash(path: Path) -> str:
@@ -265,7 +360,7 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
     target = parent / digest[:_HASH_DIR_CHARS]
     if target.is_dir():  # renames are atomic: an existing target is always complete
         return target
-    parent.mkdir(parents=True, exist_ok=True)
+    parent = cache_subdir(kind, parent.parent)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
     try:
         build_fn(tmp)
@@ -299,17 +394,65 @@ _KIND_NOTES = {
 }
 
 
+# What tokxfer writes under ``<root>/<kind>/``. Directory entries: a :func:`cached_dir` entry
+# (``<20 hex>`` holding :data:`KEY_FILE`) or a built-in world (``<size>-s<seed>-<hash>`` holding
+# ``world.json``). File entries of the kinds whose writers store single files (methods/_fasttext.py,
+# methods/_tiktotok_knn.py, methods/_align.py, methods/_wordvectors.py). Temporary entries: ``.`` +
+# the final name + ``.`` + a random suffix (``tempfile.mkstemp``/``mkdtemp`` beside the target).
+_HEX = "[0-9a-f]"
+_DIR_ENTRY_RE = re.compile(rf"^(?:{_HEX}{{{_HASH_DIR_CHARS}}}|[A-Za-z0-9_.-]+-s[0-9]+-{_HEX}{{12}})$")
+_FILE_ENTRY_RES = {
+    "fasttext": re.compile(rf"^(?:pretok-{_HEX}{{24}}\.txt|{_HEX}{{64}}\.bin|{_HEX}{{64}}\.vectors\.npz"
+                           rf"|tokspace-{_HEX}{{32}}\.npz)$"),
+    "alignments": re.compile(rf"^{_HEX}{{32}}\.npz$"),
+    "wechsel": re.compile(rf"^words-{_HEX}{{24}}\.txt$"),
+}
+_DIR_MARKERS = (KEY_FILE, "world.json")  # harness.world.build.MANIFEST
+
+
+_TMP_DIR_RE = re.compile(r"^\.(?P<final>.+)\.tmp-[A-Za-z0-9_]+$")  # mkdtemp(prefix=".<final>.tmp-")
+_TMP_FILE_RE = re.compile(r"^\.(?P<final>.+?)\.[A-Za-z0-9_]{8}(?:\.tmp\.npz)?$")  # mkstemp(prefix=".<final>.")
+
+
+def _temporary_of(name: str, directory: bool) -> str | None:
+    """The final name a temporary entry stands for (``None``: not a temporary)."""
+    m = (_TMP_DIR_RE if directory else _TMP_FILE_RE).match(name)
+    return m.group("final") if m else None
+
+
+def _owned(kind: str, path: Path, st: os.stat_result) -> bool:
+    """Whether ``<root>/<kind>/<name>`` has the shape of something tokxfer wrote there."""
+    import stat as _stat
+
+    name = path.name
+    if _stat.S_ISDIR(st.st_mode):
+        final = _temporary_of(name, True)
+        if final is not None:
+            return bool(_DIR_ENTRY_RE.match(final))
+        return bool(_DIR_ENTRY_RE.match(name)) and any((path / m).is_file() for m in _DIR_MARKERS)
+    if _stat.S_ISREG(st.st_mode):
+        kind_re = _FILE_ENTRY_RES.get(kind)
+        if kind_re is None:
+            return False
+        final = _temporary_of(name, False)
+        return bool(kind_re.match(final if final is not None else name))
+    return False
+
+
 @dataclasses.dataclass(frozen=True)
 class CacheEntry:
     """One entry of the cache: a file or directory directly under ``<root>/<kind>/``.
 
     Attributes:
         kind: the subdirectory it lives in (``tokenizers``, ``fasttext``, ``inits`` …).
-        path: its absolute path.
-        bytes: disk space it takes (allocated blocks, so sparse files count what they use).
+        path: its absolute path (``<root>/<kind>/<name>``, never resolved through a link).
+        bytes: disk space it takes (allocated blocks, so sparse files count what they use; a link: the link).
         mtime: when it was built (modification time of the entry itself, seconds since the epoch).
         what: a short description (``fastText model``, ``pre-tokenized corpus`` …).
         partial: a temporary entry (name starting with ``.``): a build in progress, or one a crash left.
+        owned: it has the shape of something tokxfer writes there (see ``_owned``); prune removes
+            only these, and symbolic links (the link itself, never what it points to).
+        link: a symbolic link (tokxfer never writes one).
     """
 
     kind: str
@@ -318,6 +461,8 @@ class CacheEntry:
     mtime: float
     what: str
     partial: bool
+    owned: bool = True
+    link: bool = False
 
 
 def _disk_bytes(path: Path) -> int:
@@ -350,34 +495,95 @@ def _what(kind: str, path: Path) -> str:
     return _KIND_NOTES.get(kind, kind)
 
 
-def list_entries(root: Path | None = None) -> list[CacheEntry]:
+def _require_cache(root: Path, command: str) -> None:
+    if not is_cache_root(root):
+        raise CacheError(
+            f"{command}: {root} is not a tokxfer cache (it has no {MARKER} file, which tokxfer writes when it creates "
+            f"its cache); tokxfer lists and prunes only folders it created. If it is the cache of an older tokxfer, "
+            f"adopt it with `tokxfer cache init`; otherwise point TOKXFER_CACHE at a folder of tokxfer's own"
+        )
+
+
+def list_entries(root: Path | None = None, *, command: str = "cache ls") -> list[CacheEntry]:
     """Every entry of the cache, sorted by kind and then oldest first.
+
+    Kind folders that are symbolic links are not entered; an entry that is a link is listed as a
+    link (``link=True``), never followed; entries tokxfer does not write are listed with ``owned=False``.
 
     Args:
         root: the cache root; :func:`cache_root` if None.
+        command: names the command in the error for a folder that is not a cache.
 
     Returns:
         One :class:`CacheEntry` per file or directory under ``<root>/<kind>/`` (a missing root: none).
 
+    Raises:
+        CacheError: ``root`` exists but is not a tokxfer cache (no :data:`MARKER`).
+
     Example:
         >>> import tempfile
-        >>> root = Path(tempfile.mkdtemp())
+        >>> root = Path(tempfile.mkdtemp()) / "c"
         >>> _ = cached_dir("demo", {"k": 1}, lambda d: (d / "x.txt").write_text("x"), root=root)
-        >>> [(e.kind, e.partial) for e in list_entries(root)]
-        [('demo', False)]
+        >>> [(e.kind, e.partial, e.owned) for e in list_entries(root)]
+        [('demo', False, True)]
     """
     root = Path(root if root is not None else cache_root()).expanduser()
-    if not root.is_dir():
+    if not root.exists() and not root.is_symlink():
         return []
+    _require_cache(root, command)
+    root = Path(os.path.abspath(root))
     out: list[CacheEntry] = []
-    for kind_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink()):
+    for kind_dir in sorted(p for p in root.iterdir() if p.is_dir() and not p.is_symlink() and _KIND_RE.match(p.name)
+                           and not p.name.startswith(".")):
         for p in kind_dir.iterdir():
             try:
-                out.append(CacheEntry(kind_dir.name, p.resolve(), _disk_bytes(p), p.lstat().st_mtime,
-                                      _what(kind_dir.name, p), p.name.startswith(".")))
+                st = p.lstat()
+                link = p.is_symlink()
+                owned = not link and _owned(kind_dir.name, p, st)
+                what = ("symbolic link (not written by tokxfer)" if link
+                        else _what(kind_dir.name, p) if owned else "not written by tokxfer")
+                out.append(CacheEntry(kind_dir.name, p, _disk_bytes(p), st.st_mtime, what, p.name.startswith("."),
+                                      owned=owned, link=link))
             except FileNotFoundError:  # removed meanwhile (a concurrent build renamed its temp entry)
                 continue
     return sorted(out, key=lambda e: (e.kind, e.mtime, e.path.name))
+
+
+def adopt_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
+    """``tokxfer cache init``: make ``root`` a tokxfer cache, creating it or adopting an older tokxfer's cache.
+
+    A missing or empty folder is created and marked; a folder already marked is left alone; a
+    folder with contents is adopted only when everything in it has tokxfer's layout (kind folders
+    of entries tokxfer writes), so that a home directory or a project folder is never made prunable.
+
+    Returns:
+        ``(root, what happened)``: ``"created"``, ``"already"`` or ``"adopted N entries"``.
+
+    Raises:
+        CacheError: naming the first thing in the folder that tokxfer does not write.
+    """
+    root = Path(root if root is not None else cache_root()).expanduser()
+    if is_cache_root(root):
+        return root, "already"
+    if root.exists() and not root.is_dir():
+        raise CacheError(f"cache init: {root} exists and is not a folder")
+    if not root.exists() or not any(root.iterdir()):
+        ensure_root(root)
+        return root, "created"
+    foreign = []
+    for p in sorted(root.iterdir()):
+        if p.is_symlink() or not p.is_dir() or not _KIND_RE.match(p.name) or p.name.startswith("."):
+            foreign.append(p)
+            continue
+        foreign += [q for q in sorted(p.iterdir()) if q.is_symlink() or not _owned(p.name, q, q.lstat())]
+    if foreign:
+        raise CacheError(
+            f"cache init: {root} is not laid out like a tokxfer cache: {foreign[0]} is not something tokxfer writes"
+            f"{f' (and {len(foreign) - 1} more)' if len(foreign) > 1 else ''}; refusing to adopt it, so that "
+            f"`tokxfer cache prune` never deletes in it (move those away, or point TOKXFER_CACHE at a folder of its own)"
+        )
+    _write_marker(root, "adopted")
+    return root, f"adopted {sum(1 for k in root.iterdir() if k.is_dir() for _ in k.iterdir())} entries"
 
 
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -399,14 +605,42 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _AGE_UNITS[m.group(2)]
 
 
-def remove_entries(entries: list[CacheEntry]) -> int:
-    """Delete the given entries; returns the bytes freed (entries already gone count 0)."""
+def remove_entries(entries: list[CacheEntry], root: Path | None = None) -> int:
+    """Delete the given entries of the cache at ``root``; returns the bytes freed (entries already gone count 0).
+
+    Only entries tokxfer wrote (``owned``) and symbolic links are removed: a link is unlinked
+    itself, never followed. Each entry must still be what was listed (a link is still a link, a
+    folder still a folder) and lie directly in ``<root>/<kind>/`` once every link on the way is
+    resolved, else it is left alone.
+
+    Raises:
+        CacheError: ``root`` is not a tokxfer cache.
+    """
+    import stat as _stat
+
+    root = Path(root if root is not None else cache_root()).expanduser()
+    _require_cache(root, "cache prune")
+    real_root = Path(os.path.realpath(root))
     freed = 0
     for e in entries:
-        if not e.path.exists() and not e.path.is_symlink():
+        if not (e.owned or e.link) or e.path.parent.parent != Path(os.path.abspath(root)):
             continue
-        if e.path.is_dir() and not e.path.is_symlink():
-            shutil.rmtree(e.path, ignore_errors=True)
+        kind_dir = e.path.parent
+        if kind_dir.is_symlink() or Path(os.path.realpath(kind_dir)) != real_root / e.kind:
+            continue  # the kind folder was swapped for a link since it was listed
+        try:
+            st = e.path.lstat()
+        except FileNotFoundError:
+            continue
+        if _stat.S_ISLNK(st.st_mode):
+            if e.link:
+                e.path.unlink(missing_ok=True)
+                freed += e.bytes
+            continue
+        if e.link or not _owned(e.kind, e.path, st):
+            continue  # replaced since it was listed
+        if _stat.S_ISDIR(st.st_mode):
+            shutil.rmtree(e.path, ignore_errors=True)  # removes links inside as links (never follows them)
         else:
             e.path.unlink(missing_ok=True)
         freed += e.bytes

@@ -12,6 +12,8 @@ from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
+CACHE_COMMANDS = frozenset({"run", "validate", "init", "tokenizer", "cache", "world", "quickstart"})
+"""Commands that use the cache (:func:`harness.cache.cache_root`): its location is checked before they start."""
 
 
 def _quiet_libraries() -> None:
@@ -515,6 +517,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _quiet_libraries()
     try:
+        if args.command in CACHE_COMMANDS:
+            from harness.cache import cache_root
+
+            cache_root()  # a relative TOKXFER_CACHE / XDG_CACHE_HOME stops the command here, not in a trial
         _load_plugins(args)
         return args.fn(args)
     except KeyboardInterrupt:

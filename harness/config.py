@@ -36,6 +36,7 @@ import yaml
 from harness import inputs, registry
 from harness.cache import content_hash
 from harness.registry import MAX_VOCAB_SIZE
+from harness.safepaths import name_problem
 
 TOP_LEVEL_KEYS = (
     "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
@@ -566,21 +567,7 @@ def check_name(name: Any, where: str = "<experiment>") -> str:
     if isinstance(name, bool) or not isinstance(name, (str, int)):
         raise ConfigError(f"{where}: name: expected a text naming the experiment, got {name!r}")
     name = str(name)
-    why = None
-    if not name.strip():
-        why = "it is empty"
-    elif name in (".", ".."):
-        why = "it is '.' or '..'"
-    elif "/" in name or "\\" in name:
-        why = "it contains a path separator"
-    elif name[0] in ".-":
-        why = f"it starts with {name[0]!r}"
-    elif name != name.strip():
-        why = "it has leading or trailing spaces"
-    elif any(ord(c) < 32 or ord(c) == 127 for c in name):
-        why = "it contains control characters"
-    elif len(name) > 200:
-        why = "it is longer than 200 characters"
+    why = name_problem(name)
     if why:
         raise ConfigError(
             f"{where}: name: {name!r} cannot be a folder name under the runs dir ({why}); "

@@ -289,7 +289,8 @@ class SlurmExecutor:
 
     Args:
         folder: where submitit keeps job scripts and logs (the CLI default is
-            ``<runs dir>/<experiment>/slurm``).
+            ``<runs dir>/<experiment>/slurm``). It holds the pickled trial functions every job
+            unpickles, so it is made private to the user (mode 0700, :func:`private_folder`).
         slurm: submitit parameters, e.g. ``{"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 120}``.
         cluster: submitit's cluster (``None``: auto-detect; ``"local"`` runs jobs as local processes,
             ``"debug"`` in this process: for tests and dry runs).
@@ -303,6 +304,7 @@ class SlurmExecutor:
         except ImportError as e:
             raise ExecutorError("--executor slurm needs submitit: pip install 'tokxfer[cluster]'") from e
         self.folder = Path(folder)
+        private_folder(self.folder, "--slurm-folder")
         self.executor = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
         try:
             self.executor.update_parameters(**(slurm or {}))
@@ -337,6 +339,32 @@ class SlurmExecutor:
             on_record(rec)
             out.append(rec)
         return out
+
+
+def private_folder(folder: str | os.PathLike, what: str) -> Path:
+    """Create ``folder`` (mode 0700) or make an existing one of ours private; refuse someone else's.
+
+    Submitit's job folder holds pickles that every job loads: whoever can write there runs code
+    as the user. A ``%j``-style placeholder (submitit fills in the job id) starts the part of the
+    path submitit creates itself; the folder above it is the one made private.
+
+    Raises:
+        ExecutorError: the folder belongs to another user, or is not a folder.
+    """
+    folder = Path(folder)
+    parts = folder.parts
+    cut = next((i for i, part in enumerate(parts) if "%" in part), len(parts))
+    base = Path(*parts[:cut]) if cut else Path(".")
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = base.stat()
+    if not base.is_dir():
+        raise ExecutorError(f"{what} {base}: not a folder")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise ExecutorError(f"{what} {base}: belongs to another user (uid {st.st_uid}); submitit's pickles there would "
+                            f"be run as you: use a folder of your own")
+    if st.st_mode & 0o077:
+        os.chmod(base, 0o700)
+    return base
 
 
 def _first_line(e: BaseException) -> str:

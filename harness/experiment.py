@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import records, registry
 from harness.claims import TrialClaims
-from harness.config import ExperimentConfig, TrialSpec
+from harness.config import ExperimentConfig, TrialSpec, config_hash
 from harness.executors import LocalExecutor
 from harness.runner import execute, failed_record
 
@@ -55,13 +55,36 @@ def resume_state(spec: TrialSpec, rec_dir: Path) -> tuple[str, str]:
     """
     path = Path(rec_dir) / f"{spec.trial_id}.json"
     try:
-        return records.trial_state(path, languages=[spec.target.language],
-                                   required_metrics=declared_metrics(spec.task.name))
+        state = records.trial_state(path, languages=[spec.target.language],
+                                    required_metrics=declared_metrics(spec.task.name))
+        if state[0] == "complete":
+            _check_skipped_record(spec, path)
+        return state
     except records.RecordError as e:
         raise records.RecordError(
             f"{e}. Resuming would overwrite this record of trial {spec.describe()}; move it away (or upgrade "
             f"tokxfer for a newer schema) and run again"
         ) from None
+
+
+def _check_skipped_record(spec: TrialSpec, path: Path) -> None:
+    """A record that resume would skip must be this trial's: its id, experiment and config (by hash).
+
+    A record copied under another trial's file name, or edited by hand, would otherwise make
+    resume skip a trial that never ran.
+
+    Raises:
+        RecordError: naming the file and what does not match.
+    """
+    rec = records.load_record(path)
+    records.check_identity(rec, path, spec.experiment)
+    as_stored = json.loads(json.dumps(spec.resolved(), default=records._json_default, allow_nan=True))
+    want, got = config_hash(as_stored), config_hash(rec.get("config") or {})
+    if got != want:
+        raise records.RecordError(
+            f"{path}: its config (hash {got}) is not the config of trial {spec.trial_id} (hash {want}): the record "
+            f"was copied from another trial or edited"
+        )
 
 
 def _resume_todo(specs: list[TrialSpec], rec_dir: Path) -> list[TrialSpec]:
@@ -231,11 +254,10 @@ def run_experiment(
         if tracker is None:
             return
         try:
+            from harness.tracking import trial_artifacts
+
             path = rec_dir / f"{rec['trial_id']}.json"
-            arts = [path]
-            info = exp_dir / "artifacts" / rec["trial_id"] / "init_info.json"
-            if info.is_file():
-                arts.append(info)
+            arts = [path, *trial_artifacts(exp_dir, rec["trial_id"], ["init_info.json"])]
             # mirror the record as stored (and as `tokxfer sync` reads it), so that digests agree
             tracker.log_trial(cfg.name, records.load_record(path), arts)
         except Exception as e:  # the record is already on disk
@@ -255,27 +277,42 @@ def run_experiment(
     return ExperimentSummary(len(results), skipped, failed, rec_dir, tracking_errors, by_others=len(by_others))
 
 
+WAIT_REPORT_S = 120.0
+"""While waiting for other processes' trials, say every this many seconds which claims it waits on."""
+
+
 def _wait_for_others(elsewhere: dict, claims, written_by_other, by_others: set, poll_s: float, progress: bool) -> list:
     """Wait until trials claimed by other processes have records; return those whose owner died.
 
     Returns as soon as one claim is stale or gone without a record (then every trial still
-    unfinished is tried again: the ones still owned are simply skipped again).
+    unfinished is tried again: the ones still owned are simply skipped again). The wait is bounded
+    by the claims' own rule: a claim whose heartbeat stops changing is stale after
+    ``claims.stale_after_s`` (:meth:`harness.claims.TrialClaims.stale_reason`), whatever the
+    clocks say; meanwhile a warning every :data:`WAIT_REPORT_S` names the claims waited on.
     """
     waiting = dict(elsewhere)
     if waiting and progress:
         log.info("%d trial(s) are being run by other processes; waiting for them", len(waiting))
+    next_report = time.monotonic() + WAIT_REPORT_S
     while waiting:
         orphaned = False
+        infos = {}
         for tid in list(waiting):
             if written_by_other(tid):
                 by_others.add(tid)
                 del waiting[tid]
                 continue
-            info = claims.read(tid)
+            info = infos[tid] = claims.read(tid)
             if info is None or claims.is_stale(info):
                 orphaned = True
         if orphaned:
             return list(waiting.values())
+        if waiting and time.monotonic() >= next_report:
+            next_report = time.monotonic() + WAIT_REPORT_S
+            shown = [f"{claims.path(t)} ({claims.describe(infos[t])})" for t in list(waiting)[:3] if infos.get(t)]
+            log.warning("still waiting for %d trial(s) run by other processes: %s%s; a claim whose heartbeat stops is "
+                        "taken over after %.0fs", len(waiting), "; ".join(shown), " …" if len(waiting) > 3 else "",
+                        claims.stale_after_s)
         if waiting:
             time.sleep(poll_s)
     return []

@@ -20,6 +20,7 @@ import datetime as _dt
 import json
 import os
 import platform
+import re
 import socket
 import subprocess
 import tempfile
@@ -35,6 +36,9 @@ schema 1 also named a ``task`` seed that no task used (tasks derive theirs from 
 ``task``: :data:`harness.config.SEED_COMPONENTS`), each the trial seed unless held; ``examples`` names
 the per-example results stored beside the record (:mod:`harness.examples`)."""
 REQUIRED_FIELDS = ("schema_version", "trial_id", "status")
+TRIAL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
+"""The shape of a trial id: tokxfer's are 16 hex digits (:func:`harness.config.config_hash`); records
+written by hand or by tests may use other ids of letters, digits and ``_ . + -``. Never a path."""
 
 
 class RecordError(ValueError):
@@ -351,6 +355,11 @@ def write_record(directory: Path, record: TrialRecord | dict) -> Path:
     sha256 under ``examples``: a record never names a file that is not complete.
     """
     directory = Path(directory)
+    tid = record.trial_id if isinstance(record, TrialRecord) else dict(record).get("trial_id")
+    if tid is None:
+        raise RecordError("record has no 'trial_id'")
+    if not isinstance(tid, str) or not TRIAL_ID_RE.match(tid):  # it names files: never a path
+        raise RecordError(f"record trial_id {tid!r} is not a trial id (letters, digits and _ . + -)")
     directory.mkdir(parents=True, exist_ok=True)
     if isinstance(record, TrialRecord) and record.example_scores:
         from harness.examples import write_examples
@@ -358,8 +367,6 @@ def write_record(directory: Path, record: TrialRecord | dict) -> Path:
         record = dataclasses.replace(record, examples=write_examples(directory, record.trial_id, record.example_scores))
     record = record.to_json() if isinstance(record, TrialRecord) else dict(record)
     record.setdefault("schema_version", SCHEMA_VERSION)
-    if "trial_id" not in record:
-        raise RecordError("record has no 'trial_id'")
     path = directory / f"{record['trial_id']}.json"
     blob = json.dumps(record, indent=2, sort_keys=True, default=_json_default, allow_nan=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{record['trial_id']}.", suffix=".tmp", dir=directory)
@@ -439,11 +446,47 @@ def read_record(path: str | Path) -> TrialRecord:
     return TrialRecord.from_json(load_record(path), where=str(path))
 
 
+def folder_experiment(directory: str | Path) -> str | None:
+    """The experiment a records folder belongs to: ``<experiment>`` of ``…/<experiment>/records``
+    (``None`` for a folder not named ``records``).
+
+    Example:
+        >>> folder_experiment("runs/quickstart/records"), folder_experiment("somewhere")
+        ('quickstart', None)
+    """
+    directory = Path(directory)
+    return directory.parent.name if directory.name == "records" and directory.parent.name else None
+
+
+def check_identity(rec: Mapping, path: Path, experiment: str | None = None) -> None:
+    """Refuse a record that is not what its file says it is.
+
+    A record is untrusted input: its ``trial_id`` must have the shape of a trial id
+    (:data:`TRIAL_ID_RE`) and equal its file name (``records/<trial_id>.json``), and its
+    ``experiment`` (when it names one) must be the experiment whose folder holds it.
+
+    Raises:
+        RecordError: naming the file, the field and what was expected.
+    """
+    tid = rec.get("trial_id")
+    if not isinstance(tid, str) or not TRIAL_ID_RE.match(tid):
+        raise RecordError(f"{path}: trial_id {tid!r} is not a trial id (letters, digits and _ . + -, e.g. 16 hex digits)")
+    if path.stem != tid:
+        raise RecordError(f"{path}: holds trial {tid!r}, but a record is named after its trial ({tid}.json); "
+                          f"was it copied or renamed? Move it away")
+    exp = rec.get("experiment")
+    if experiment is not None and exp is not None and exp != experiment:
+        raise RecordError(f"{path}: a record of experiment {exp!r} in the folder of experiment {experiment!r}; "
+                          f"was it copied from another experiment? Move it away")
+
+
 def iter_record_files(directory: str | Path, *, strict: bool = True) -> Iterator[tuple[Path, dict]]:
     """Yield ``(path, record)`` for a records directory (or an experiment dir containing ``records/``).
 
-    Temp files of atomic writes in progress are ignored. With ``strict=False`` unreadable files
-    are skipped with a warning instead of raising :class:`RecordError`.
+    Temp files of atomic writes in progress are ignored. Every record must be what its file says
+    (:func:`check_identity`: its trial id is its file name, its experiment its folder's). With
+    ``strict=False`` unreadable or foreign files are skipped with a warning instead of raising
+    :class:`RecordError`.
     """
     import warnings
 
@@ -452,15 +495,19 @@ def iter_record_files(directory: str | Path, *, strict: bool = True) -> Iterator
         directory = directory / "records"
     if not directory.is_dir():
         raise FileNotFoundError(f"no records directory at {directory}")
+    experiment = folder_experiment(directory)
     for p in sorted(directory.glob("*.json")):
         if p.name.startswith("."):
             continue
         try:
-            yield p, load_record(p)
+            rec = load_record(p)
+            check_identity(rec, p, experiment)
         except RecordError as e:
             if strict:
                 raise
             warnings.warn(str(e), stacklevel=2)
+            continue
+        yield p, rec
 
 
 def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict]:

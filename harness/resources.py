@@ -23,10 +23,11 @@ class ResourceError(ValueError):
 
 
 def cache_dir() -> Path:
-    """The user's tokxfer cache (``$TOKXFER_CACHE`` or ``~/.cache/tokxfer``)."""
-    from harness.cache import cache_root
+    """The user's tokxfer cache (:func:`harness.cache.cache_root`), created with its marker if missing
+    (:func:`harness.cache.ensure_root`): what every writer of the cache is handed."""
+    from harness.cache import ensure_root
 
-    return cache_root()
+    return ensure_root()
 
 
 @functools.lru_cache(maxsize=8)

@@ -119,7 +119,7 @@ def train_tokenizer_command(args: argparse.Namespace) -> int:
 
 
 def add_cache_arguments(sp: argparse.ArgumentParser) -> None:
-    """``tokxfer cache ls`` and ``tokxfer cache prune``."""
+    """``tokxfer cache ls``, ``tokxfer cache prune`` and ``tokxfer cache init``."""
     sub = sp.add_subparsers(dest="action", required=True)
     ls = sub.add_parser("ls", help="list the cache's entries: kind, size, age")
     ls.add_argument("--kind", action="append", help="only this kind (repeatable), e.g. fasttext")
@@ -128,10 +128,14 @@ def add_cache_arguments(sp: argparse.ArgumentParser) -> None:
     pr.add_argument("--older-than", default=None, metavar="AGE", help="entries built longer ago than AGE, e.g. 30d, 12h, 90m")
     pr.add_argument("--all", action="store_true", help="every entry")
     pr.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-    for p in (ls, pr):
-        p.description = ("The cache lives in $TOKXFER_CACHE, else $XDG_CACHE_HOME/tokxfer, else ~/.cache/tokxfer. "
-                         "Entries are named by the content hash of what they were built from; a deleted entry is "
-                         "rebuilt when needed. Do not prune while a run that uses the cache is going on.")
+    init = sub.add_parser("init", help="create the cache folder, or adopt the cache of an older tokxfer (marks it as tokxfer's)")
+    for p in (ls, pr, init):
+        p.description = ("The cache lives in $TOKXFER_CACHE, else $XDG_CACHE_HOME/tokxfer, else ~/.cache/tokxfer (absolute "
+                         "paths; a relative value is refused). Entries are named by the content hash of what they were "
+                         "built from; a deleted entry is rebuilt when needed. Do not prune while a run that uses the cache "
+                         "is going on. `ls` and `prune` work only in a folder tokxfer created (it holds a .tokxfer-cache "
+                         "file); `init` adopts a cache made by an older tokxfer, after checking that everything in it is "
+                         "tokxfer's. Prune deletes only entries tokxfer wrote, and symbolic links as links.")
 
 
 def _size(n: float) -> str:
@@ -150,20 +154,25 @@ def _age(seconds: float) -> str:
 
 
 def cache_command(args: argparse.Namespace) -> int:
-    """``tokxfer cache ls | prune``."""
+    """``tokxfer cache ls | prune | init``."""
     from rich.console import Console
     from rich.table import Table
 
-    from harness.cache import cache_root, list_entries, parse_age, remove_entries
+    from harness.cache import adopt_root, cache_root, list_entries, parse_age, remove_entries
 
     root = cache_root()
-    entries = list_entries(root)
+    con = Console(soft_wrap=True)
+    if args.action == "init":
+        root, what = adopt_root(root)
+        con.print({"created": f"created the tokxfer cache {root}",
+                   "already": f"{root} is already a tokxfer cache"}.get(what, f"{root}: {what} (now a tokxfer cache)"))
+        return 0
+    entries = list_entries(root, command=f"cache {args.action}")
     now = time.time()
     kinds = sorted({e.kind for e in entries})
     for k in getattr(args, "kind", None) or []:
         if k not in kinds:
             raise InitInputError(f"--kind {k!r}: no such kind in the cache {root} (kinds: {', '.join(kinds) or 'none, the cache is empty'})")
-    con = Console(soft_wrap=True)
     if args.action == "ls":
         chosen = [e for e in entries if not args.kind or e.kind in args.kind]
         t = Table(title=f"tokxfer cache {root}", title_justify="left")
@@ -181,14 +190,20 @@ def cache_command(args: argparse.Namespace) -> int:
     if not (args.all or args.kind or args.older_than):
         raise InitInputError("cache prune: say what to delete: --kind K, --older-than AGE, --all (with --dry-run to look first)")
     older = parse_age(args.older_than) if args.older_than else None
-    chosen = [e for e in entries if (args.all or not args.kind or e.kind in args.kind)
-              and (older is None or now - e.mtime > older)]
+    matching = [e for e in entries if (args.all or not args.kind or e.kind in args.kind)
+                and (older is None or now - e.mtime > older)]
+    chosen = [e for e in matching if e.owned or e.link]
+    foreign = [e for e in matching if not (e.owned or e.link)]
+    links = sum(1 for e in chosen if e.link)
     total = sum(e.bytes for e in chosen)
+    kept = (f"; left alone {len(foreign)} entr{'y' if len(foreign) == 1 else 'ies'} tokxfer did not write "
+            f"({', '.join(f'{e.kind}/{e.path.name}' for e in foreign[:3])}{' …' if len(foreign) > 3 else ''})" if foreign else "")
+    linked = f" ({links} of them symbolic links: the links only, never what they point to)" if links else ""
     if args.dry_run:
         for e in chosen:
             con.print(f"would delete {e.kind}/{e.path.name} ({e.what}, {_size(e.bytes)}, {_age(now - e.mtime)} old)")
-        con.print(f"dry run: {len(chosen)} of {len(entries)} entries, {_size(total)} would be freed in {root}")
+        con.print(f"dry run: {len(chosen)} of {len(entries)} entries{linked}, {_size(total)} would be freed in {root}{kept}")
         return 0
-    freed = remove_entries(chosen)
-    con.print(f"deleted {len(chosen)} of {len(entries)} entries, freed {_size(freed)} in {root}")
+    freed = remove_entries(chosen, root)
+    con.print(f"deleted {len(chosen)} of {len(entries)} entries{linked}, freed {_size(freed)} in {root}{kept}")
     return 0

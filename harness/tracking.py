@@ -19,7 +19,9 @@ Artifacts: the record as ``record.json`` plus the files the caller passes (``ini
 The embedded sqlite store is created once, under an exclusive file lock (``mlflow.db.lock``), in
 a temporary file that is moved into place only when MLflow's schema migrations have all run: a
 kill, a second process or a full disk during the first use leaves no half-migrated database.
-A store that is broken anyway (an older tokxfer's half-migrated database, a corrupt file) is
+A writer killed inside a commit leaves a hot journal, which SQLite rolls back on the next
+read-write open: that happens before any health check, so such a store is healed, never called
+broken. A store that is broken anyway (an older tokxfer's half-migrated database, a corrupt file) is
 detected before use and the error names the command that rebuilds it from the records:
 ``tokxfer sync RUNS_DIR/EXPERIMENT --rebuild``. Writes to a sqlite store are serialized between
 processes with the same lock, so concurrent workers of one grid do not fail with
@@ -65,6 +67,7 @@ __all__ = [
     "iter_record_files",
     "ensure_sqlite_store",
     "check_sqlite_store",
+    "recover_sqlite_store",
     "rebuild_sqlite_store",
     "sqlite_path",
 ]
@@ -224,15 +227,47 @@ def _expected_schema() -> tuple[str | None, set[str]]:
         return None, set()
 
 
-def check_sqlite_store(db: str | os.PathLike) -> str | None:
-    """Why an existing sqlite store cannot be used, or ``None`` when it looks healthy.
+def recover_sqlite_store(db: str | os.PathLike) -> str | None:
+    """Let SQLite finish what a killed writer left: roll back a hot journal (or replay a WAL).
 
-    Checks, read-only: it is an SQLite database; it has MLflow's ``alembic_version`` table with
-    exactly the schema revision this MLflow expects; every MLflow table exists.
+    A process killed inside a commit leaves ``<db>-journal`` beside the database; SQLite rolls it
+    back on the next read-write open, and only then is the database what its last commit left. A
+    read-only open cannot roll it back and fails, so every health verdict comes after this.
+    Harmless when nothing is pending (SQLite reads and writes nothing then).
+
+    Returns:
+        ``None`` when the database is readable afterwards, else why SQLite itself cannot open it.
     """
     import sqlite3
 
     db = Path(db)
+    if not any(db.with_name(db.name + suffix).exists() for suffix in ("-journal", "-wal")):
+        return None
+    try:
+        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=60)
+        try:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        finally:
+            con.close()
+    except sqlite3.Error as e:
+        return f"SQLite cannot open it to roll back an interrupted transaction ({e})"
+    return None
+
+
+def check_sqlite_store(db: str | os.PathLike) -> str | None:
+    """Why an existing sqlite store cannot be used, or ``None`` when it looks healthy.
+
+    First lets SQLite roll back an interrupted transaction (:func:`recover_sqlite_store`: a kill
+    inside a commit is healed, never called broken); then checks, read-only: it is an SQLite
+    database; it has MLflow's ``alembic_version`` table with exactly the schema revision this
+    MLflow expects; every MLflow table exists.
+    """
+    import sqlite3
+
+    db = Path(db)
+    healed = recover_sqlite_store(db)
+    if healed is not None:
+        return healed
     try:
         con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
     except sqlite3.Error as e:
@@ -315,6 +350,11 @@ def ensure_sqlite_store(db: str | os.PathLike, artifact_root: str | os.PathLike 
     db.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(_lock_path(db), timeout_s=SQLITE_LOCK_TIMEOUT_S):
         if not db.exists() or db.stat().st_size == 0:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            for suffix in ("-journal", "-wal", "-shm"):  # never rolled back into the new store
+                side = db.with_name(db.name + suffix)
+                if side.exists():
+                    os.replace(side, side.with_name(f"{side.name}.orphan-{stamp}"))
             _create_sqlite_store(db, Path(artifact_root) if artifact_root else db.parent / "mlartifacts")
         else:
             reason = check_sqlite_store(db)
@@ -521,6 +561,13 @@ def _chunks(items: list, size: int) -> Iterator[list]:
 # --------------------------------------------------------------------------------------------
 
 
+def _ours(run: Any, experiment: str, trial_id: str) -> bool:
+    """Whether an MLflow run is tokxfer's mirror of ``trial_id`` of ``experiment`` (its tags say so)."""
+    tags = run.data.tags
+    return (tags.get(ROLE_TAG) == "trial" and tags.get(EXPERIMENT_TAG) == experiment
+            and tags.get(TRIAL_ID_TAG) == trial_id)
+
+
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("'", "\\'")
 
@@ -629,7 +676,7 @@ class MLflowTracker:
                 )
                 for run in page:
                     tid = run.data.tags.get(TRIAL_ID_TAG)
-                    if tid is not None:
+                    if tid is not None and _ours(run, experiment, tid):
                         out.setdefault(tid, []).append((run.info.run_id, run.data.tags.get(DIGEST_TAG)))
                 token = getattr(page, "token", None)
                 if not token:
@@ -780,13 +827,16 @@ class MLflowTracker:
         self._parent_ids[experiment] = run_id
         return run_id
 
-    def _find_children(self, eid: str, trial_id: str) -> list:
-        return list(self.client.search_runs(
+    def _find_children(self, eid: str, trial_id: str, experiment: str | None = None) -> list:
+        """Active trial runs of ``trial_id`` in the MLflow experiment ``eid``, newest first; with
+        ``experiment``, only those tagged as that tokxfer experiment's (:func:`_ours`)."""
+        runs = self.client.search_runs(
             [eid],
             filter_string=f"tags.`{TRIAL_ID_TAG}` = '{_escape(trial_id)}'",
             order_by=["attributes.start_time DESC"],
             max_results=100,
-        ))
+        )
+        return [r for r in runs if experiment is None or _ours(r, experiment, trial_id)]
 
     def _find_child(self, eid: str, trial_id: str) -> Any:
         runs = self._find_children(eid, trial_id)
@@ -805,12 +855,17 @@ class MLflowTracker:
         parent = self._parent_id(experiment, eid)
 
         outcome = "created"
-        existing = self._find_children(eid, trial_id)
-        if len(existing) == 1 and existing[0].data.tags.get(DIGEST_TAG) == digest:
+        # Only runs that are this experiment's mirror of this trial are ever replaced; a run in the
+        # same MLflow experiment tagged otherwise (another tool, another experiment's name) is left alone.
+        existing = self._find_children(eid, trial_id, experiment)
+        current = [r for r in existing if r.data.tags.get(DIGEST_TAG) == digest]
+        if current:
+            for run in existing:  # duplicates of two mirrors that raced on a server: keep the newest
+                if run is not current[0]:
+                    self.client.delete_run(run.info.run_id)
             return "unchanged"
         for run in existing:
-            # The record changed (re-run), the last mirror stopped half-way, or two mirrors raced
-            # on a server: replace them all by one run.
+            # The record changed (re-run) or the last mirror stopped half-way: replace it.
             self.client.delete_run(run.info.run_id)
             outcome = "replaced"
 
@@ -865,14 +920,36 @@ def iter_record_files(records_dir: str | os.PathLike) -> Iterator[tuple[Path, di
     yield from _iter(records_dir)
 
 
-def default_artifacts(records_dir: Path, record: TrialRecord) -> list[Path]:
-    """Files attached to a trial on sync: everything in ``<experiment dir>/artifacts/<trial_id>/``.
+def trial_artifacts(exp_dir: Path, trial_id: str, names: list[str] | None = None) -> list[Path]:
+    """The files of ``<exp_dir>/artifacts/<trial_id>/`` to attach to a trial's run (``names``: only those).
+
+    ``trial_id`` comes from a record's file name, checked (:func:`harness.records.check_identity`),
+    never from what the record says. A file, or the folder itself, that resolves outside
+    ``<exp_dir>/artifacts/<trial_id>/`` (a symbolic link to somewhere else) is refused.
+
+    Raises:
+        harness.safepaths.UnsafePathError: naming the artifact and where it leads.
+    """
+    from harness.safepaths import check_name, require_inside
+
+    art_dir = Path(exp_dir) / "artifacts" / check_name(trial_id, "trial id")
+    if not art_dir.is_dir():
+        return []
+    files = sorted(p for p in art_dir.iterdir() if (names is None or p.name in names) and p.is_file())
+    for f in files:
+        require_inside(f, Path(os.path.realpath(exp_dir)) / "artifacts" / trial_id, f"artifact of trial {trial_id}",
+                       resolve_folder=False)  # the trial's folder where it should be, not where a link leads
+    return files
+
+
+def default_artifacts(records_dir: Path, record_path: Path) -> list[Path]:
+    """Files attached to a trial on sync: everything in ``<experiment dir>/artifacts/<trial_id>/``,
+    the trial id being the record's file name (see :func:`trial_artifacts`).
 
     The runner writes ``init_info.json`` there.
     """
     exp_dir = records_dir.parent if records_dir.name == "records" else records_dir
-    art_dir = exp_dir / "artifacts" / str(record.trial_id)
-    return sorted(p for p in art_dir.iterdir() if p.is_file()) if art_dir.is_dir() else []
+    return trial_artifacts(exp_dir, Path(record_path).stem)
 
 
 class SyncReport(dict):
@@ -882,15 +959,20 @@ class SyncReport(dict):
 def sync(
     records_dir: str | os.PathLike,
     tracker: Any,
-    artifacts_for: Callable[[Path, TrialRecord], list[Path]] | None = None,
+    artifacts_for: Callable[[Path, Path], list[Path]] | None = None,
 ) -> SyncReport:
     """Re-mirror every record of an experiment to ``tracker`` (idempotent for MLflow).
+
+    Records are untrusted input: the experiment is the folder's (``runs/<experiment>``), the trial
+    id each record's file name, and a record that says otherwise is refused
+    (:func:`harness.records.check_identity`) before anything is mirrored; artifacts come from the
+    trial's own folder only (:func:`trial_artifacts`).
 
     Args:
         records_dir: ``runs/<experiment>`` or ``runs/<experiment>/records``.
         tracker: any :class:`harness.protocols.Tracker`; an :class:`MLflowTracker` reports
             created/replaced/unchanged, others count ``logged``.
-        artifacts_for: ``(records_dir, record) -> files`` to attach; default
+        artifacts_for: ``(records_dir, record file) -> files`` to attach; default
             :func:`default_artifacts`.
 
     Returns:
@@ -910,10 +992,17 @@ def sync(
     failures: list[str] = []
     last_error: TrackingError | None = None
     known: dict[str, dict] = {}  # experiment -> what the store already mirrors
-    for path, data in iter_record_files(root):
+    experiment = root.parent.name if root.name == "records" else root.name
+    from harness.records import check_identity
+    from harness.safepaths import check_name
+
+    check_name(experiment, "experiment folder")
+    checked = list(iter_record_files(root))  # every record is checked before the first is mirrored
+    for path, data in checked:
+        check_identity(data, path, experiment)
+    for path, data in checked:
         record = TrialRecord.from_json(data, where=str(path))
-        experiment = str(record.experiment or root.parent.name)
-        files = artifacts_for(root, record)
+        files = artifacts_for(root, path)
         try:
             if isinstance(tracker, MLflowTracker):
                 if experiment not in known:

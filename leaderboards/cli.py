@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from harness.safepaths import check_name, require_inside
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
@@ -168,7 +169,8 @@ def collect_records(specs: list[Path], runs_dir: Path, records_dir: Path = RECOR
             files = sorted(src.glob("*.json"))
             if not files:
                 continue
-            dst = Path(records_dir) / exp / "records"
+            dst = Path(records_dir) / check_name(exp, "experiment") / "records"
+            require_inside(dst, records_dir, "--collect")  # <exp>/ or <exp>/records may be a link elsewhere
             tmp = dst.with_name("records.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
@@ -187,13 +189,14 @@ def _write_plots(table, records: list[dict], out: Path) -> list[tuple[str, str]]
     A figure that cannot be made (or matplotlib itself failing) is a warning on stderr naming the
     spec and the figure, never a failed command: the tables are already written.
     """
-    name = table.spec.name
+    name = check_name(table.spec.name, "leaderboard spec name")
+    folder = require_inside(out / "plots" / name, out, "--out")  # plots/ or plots/<spec> may be a link elsewhere
     if not table.rows:
         print(f"warning: spec {name!r}: no measured rows, no plots", file=sys.stderr)
     try:
         from leaderboards.plots import write_spec_plots
 
-        plots = write_spec_plots(table, records, out / "plots" / name)
+        plots = write_spec_plots(table, records, folder)
     except Exception as e:  # e.g. a broken matplotlib install: the tables still stand
         print(f"warning: spec {name!r}: no plots written ({type(e).__name__}: {e})", file=sys.stderr)
         return []

@@ -28,7 +28,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from harness.records import TrialRecord
+from harness.safepaths import name_problem
 from leaderboards.aggregate import AnyRecord, Table, matches_where, summarize
+from leaderboards.render import write_text_atomic
 
 __all__ = ["plot_language_bars", "plot_curves", "plot_gold_alignment", "SpecPlot", "write_spec_plots", "lapt_curves"]
 
@@ -45,8 +47,10 @@ def _save(fig: Figure, path: str | os.PathLike) -> Path:
     # Written beside and renamed, so a failed save never leaves a truncated image behind.
     metadata = {"Software": None} if fmt == "png" else None
     tmp = path.with_name(f".{path.name}.tmp")
+    tmp.unlink(missing_ok=True)
     try:
-        fig.savefig(tmp, format=fmt, bbox_inches="tight", dpi=DPI, metadata=metadata)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # never through a link
+            fig.savefig(f, format=fmt, bbox_inches="tight", dpi=DPI, metadata=metadata)
         tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -367,8 +371,9 @@ def write_spec_plots(table: Table, records: Iterable[AnyRecord], out_dir: str | 
       (top-1 and, where recorded, top-5).
 
     Only the records behind the table are used (the spec's filter, tasks, row methods and required
-    seeds), and methods appear in row order under their row labels. Stale ``*.png`` files in
-    ``out_dir`` (figures of an earlier render) are removed first, so give each spec its own folder.
+    seeds), and methods appear in row order under their row labels. The figures of an earlier
+    render are removed first: only the files its manifest (:data:`PLOTS_MANIFEST` in ``out_dir``)
+    lists, never any other file, and never through a symbolic link.
 
     Args:
         table: the aggregated table.
@@ -385,16 +390,35 @@ def write_spec_plots(table: Table, records: Iterable[AnyRecord], out_dir: str | 
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.png"):
-        old.unlink()
-    if not table.rows:  # no measured method: nothing to draw (the caller says so once)
-        return []
-    recs = _spec_records(table, records)
+    for old in _manifest(out):
+        (out / old).unlink(missing_ok=True)  # a link is removed itself, never what it points to
     results = []
-    for name, caption, draw in _planned(table, recs):
-        path = out / f"{name}.png"
-        try:
-            results.append(SpecPlot(name, caption, draw(path)))
-        except Exception as e:  # one figure never stops the others, nor the tables
-            results.append(SpecPlot(name, caption, None, f"{type(e).__name__}: {e}"))
+    if table.rows:  # no measured method: nothing to draw (the caller says so once)
+        for name, caption, draw in _planned(table, _spec_records(table, records)):
+            path = out / f"{name}.png"
+            try:
+                results.append(SpecPlot(name, caption, draw(path)))
+            except Exception as e:  # one figure never stops the others, nor the tables
+                results.append(SpecPlot(name, caption, None, f"{type(e).__name__}: {e}"))
+    written = sorted(p.path.name for p in results if p.path is not None)
+    write_text_atomic(out / PLOTS_MANIFEST, json.dumps({"written": written}, indent=1) + "\n", within=out)
     return results
+
+
+PLOTS_MANIFEST = ".tokxfer-plots.json"
+"""The file in a spec's figure folder that lists the figures :func:`write_spec_plots` wrote there
+(``{"written": [file names]}``): the only files the next render deletes."""
+
+
+def _manifest(out: Path) -> list[str]:
+    """The figure file names an earlier render listed in ``out``'s manifest (``[]``: none, or not a manifest)."""
+    path = out / PLOTS_MANIFEST
+    if path.is_symlink() or not path.is_file():
+        return []
+    try:
+        names = json.loads(path.read_text(encoding="utf-8")).get("written")
+    except (ValueError, AttributeError, OSError):
+        return []
+    if not isinstance(names, list):
+        return []
+    return [n for n in names if isinstance(n, str) and name_problem(n) is None and n.endswith(".png")]

@@ -18,6 +18,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from harness.safepaths import check_name, require_inside
 from leaderboards.aggregate import FLAGS, NONDETERMINISTIC_PREFIX, Cell, Row, Table, best_methods
 from leaderboards.separation import separation_lines
 from leaderboards.spec import Column, MetricSpec
@@ -205,16 +206,45 @@ def _csv_num(x: float | None) -> str:
     return "" if x is None else repr(float(x))
 
 
+CSV_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+"""First characters that make a spreadsheet read a CSV cell as a formula (OWASP "CSV injection")."""
+CSV_NUMBER_FIELDS = frozenset({"spec_version", "mean", "std", "n", "failed", "best"})
+"""Fields that hold numbers tokxfer formats itself (``-0.35`` stays a number); every other field is text."""
+
+
+def csv_safe(text: str) -> str:
+    """A text cell a spreadsheet shows as text: one that starts like a formula gets a leading ``'``.
+
+    Example:
+        >>> csv_safe("=SUM(A1:A9)"), csv_safe("focus"), csv_safe("-x")
+        ("'=SUM(A1:A9)", 'focus', "'-x")
+    """
+    return "'" + text if text.startswith(CSV_FORMULA_START) else text
+
+
 def render_csv(table: Table) -> str:
-    """Long-format CSV, one line per (row, column), raw record units (no scaling/rounding)."""
+    """Long-format CSV, one line per (row, column), raw record units (no scaling/rounding).
+
+    Text cells are made safe to open in a spreadsheet (:func:`csv_safe`), and a cell holding a
+    line break of either kind is quoted (lines end in ``\\n``; the csv module quotes only the
+    characters of the line terminator, so a lone ``\\r`` would otherwise split a row).
+    """
     buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=CSV_FIELDS, lineterminator="\n")
+    row_buf = io.StringIO()
+    w = csv.DictWriter(row_buf, fieldnames=CSV_FIELDS, lineterminator="\r\n")
+
+    def flush() -> None:
+        buf.write(row_buf.getvalue()[:-2] + "\n")
+        row_buf.seek(0)
+        row_buf.truncate()
+
     w.writeheader()
+    flush()
     best = {c.key: best_methods(table, c) for c in table.columns}
     for row in list(table.rows) + list(table.paper_rows):
         for c in table.columns:
             cell = row.cells[c.key]
-            w.writerow(
+            line = (
                 {
                     "table": table.spec.name,
                     "spec_version": table.spec.version,
@@ -235,6 +265,8 @@ def render_csv(table: Table) -> str:
                     "source": row.source,
                 }
             )
+            w.writerow({k: v if k in CSV_NUMBER_FIELDS else csv_safe(str(v)) for k, v in line.items()})
+            flush()
     return buf.getvalue()
 
 
@@ -483,6 +515,7 @@ def write_all(table: Table, out_dir: str | os.PathLike) -> dict[str, Path]:
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    check_name(table.spec.name, "leaderboard spec name")
     paths = {}
     for ext, text in (
         ("md", render_markdown(table)),
@@ -491,16 +524,38 @@ def write_all(table: Table, out_dir: str | os.PathLike) -> dict[str, Path]:
         ("html", render_html(table, title=f"tokxfer leaderboard: {table.spec.name}")),
     ):
         p = out / f"{table.spec.name}.{ext}"
-        write_text_atomic(p, text)
+        write_text_atomic(p, text, within=out)
         paths[ext] = p
     return paths
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write UTF-8 text beside ``path`` and rename it into place (a crash never leaves half a file)."""
+def write_text_atomic(path: Path, text: str, *, within: str | os.PathLike | None = None) -> None:
+    """Write UTF-8 text beside ``path`` and rename it into place (a crash never leaves half a file).
+
+    The temporary file is created afresh (``O_EXCL``: never written through a link planted in its
+    place), and the rename replaces a link at ``path`` instead of writing where it points.
+
+    Args:
+        path: the file to write.
+        text: its content.
+        within: the folder ``path`` must lie in once links are resolved (``--out``); checked first.
+
+    Raises:
+        harness.safepaths.UnsafePathError: ``path`` lies outside ``within``.
+    """
+    path = Path(path)
+    if within is not None:
+        require_inside(path.parent, within, "--out")
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_index(
@@ -521,5 +576,5 @@ def write_index(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "index.html"
-    write_text_atomic(path, render_html(list(tables), title=title, figures=figures or {}, skipped=skipped))
+    write_text_atomic(path, within=out, text=render_html(list(tables), title=title, figures=figures or {}, skipped=skipped))
     return path

@@ -43,6 +43,7 @@ from typing import Any
 import yaml
 
 from harness.inputs import InputFileError, load_yaml, one_line, read_text_file
+from harness.safepaths import name_problem
 
 __all__ = [
     "SpecError",
@@ -470,6 +471,9 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
     name = raw["name"]
     if not isinstance(name, str) or not name:
         raise SpecError(f"{origin}: name must be a non-empty string")
+    if name_problem(name):
+        raise SpecError(f"{origin}: name: {name!r} cannot be a file name ({name_problem(name)}): it names the table's "
+                        f"files under --out; use letters, digits and - _ . +")
     version = raw["version"]
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise SpecError(f"{origin}: version must be a positive integer, got {version!r}")
@@ -480,6 +484,10 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
     if exps is None:
         raise SpecError(f"{origin}: missing required key 'experiments'")
     experiments = _str_list(exps, origin, "experiments")
+    for e in experiments:
+        if name_problem(e):
+            raise SpecError(f"{origin}: experiments: {e!r} cannot be an experiment name ({name_problem(e)}): "
+                            f"records are read from RUNS_DIR/<experiment>/records")
 
     fmt = _check_keys(raw.get("format") or {}, {"decimals", "scale"}, origin, "format")
     metrics_raw = raw.get("metrics") or {}

@@ -15,7 +15,7 @@ import numpy as np
 
 from harness import progress
 from harness import vocab as _canon
-from harness.cache import cache_root
+from harness.cache import ensure_root
 from methods import _fasttext
 
 
@@ -40,7 +40,7 @@ def focus_forecast(cfg: Any, paths: dict, source_tok: Any, target_tok: Any, n_so
     additional[pairs[:, 0] if len(pairs) else []] = False
     additional[ov.specials[:, 0] if len(ov.specials) else []] = False
     with tempfile.TemporaryDirectory(prefix="tokxfer-init-") as tmp:
-        pretok = _fasttext.pretokenize_cached(paths["target_corpus"], target_tok, cache_root(), Path(tmp),
+        pretok = _fasttext.pretokenize_cached(paths["target_corpus"], target_tok, ensure_root(), Path(tmp),
                                               token_format=cfg.aux_token_format)  # a progress bar of its own
         counts: Counter = Counter()
         with open(pretok, encoding="utf-8", newline="\n") as f, progress.heartbeat("FOCUS forecast: counting tokens"):

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from harness import vocab as _canon
-from harness.cache import list_entries
+from harness.cache import ensure_root, list_entries
 from harness.protocols import FALLBACK, TransferInputs
 from harness.sanity import check_record
 from methods import _fasttext
@@ -104,7 +104,7 @@ def test_compact_vectors_answer_like_the_model_and_refuse_what_they_do_not_hold(
 
 def test_compact_cache_hit_extension_and_old_bin_conversion(wechsel_data, tmp_path, caplog):
     text = wechsel_data["target"]
-    kw = dict(dim=16, epoch=1, min_count=1, bucket=B16, seed=4, cache_dir=tmp_path, compact=True)
+    kw = dict(dim=16, epoch=1, min_count=1, bucket=B16, seed=4, cache_dir=ensure_root(tmp_path), compact=True)
     first: dict = {}
     a = _fasttext.train_fasttext(text, report=first, strings=["zzq"], **kw)
     assert first["cache"] == "miss" and first["stored"] == "compact" and first["path"].endswith(".vectors.npz")

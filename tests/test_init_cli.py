@@ -429,8 +429,9 @@ def test_s10_cache_respects_xdg_and_tokxfer_cache_wins(monkeypatch, tmp_path):
     assert cache_root() == tmp_path / "mine"
     monkeypatch.delenv("TOKXFER_CACHE")
     assert cache_root() == tmp_path / "xdg" / "tokxfer"
-    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # the XDG spec: ignore a relative value
-    assert cache_root() == Path.home() / ".cache" / "tokxfer"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # refused, like a relative TOKXFER_CACHE (never ignored)
+    with pytest.raises(ValueError, match=r"XDG_CACHE_HOME='relative/path': .*absolute path"):
+        cache_root()
 
 
 def test_s10_cache_ls_and_prune(monkeypatch, tmp_path, capfd):
@@ -440,7 +441,7 @@ def test_s10_cache_ls_and_prune(monkeypatch, tmp_path, capfd):
     monkeypatch.setenv("TOKXFER_CACHE", str(root))
     old = cached_dir("tokenizers", {"k": 1}, lambda d: (d / "t.json").write_bytes(b"x" * 5000))
     new = cached_dir("inits", {"k": 2}, lambda d: (d / "m.npz").write_bytes(b"y" * 100))
-    ft = root / "fasttext" / "abc.bin"
+    ft = root / "fasttext" / f"{'ab' * 32}.bin"  # a whole fastText model, named by its key
     ft.parent.mkdir()
     ft.write_bytes(b"z" * 20000)
     os.utime(old, (time.time() - 40 * 86400,) * 2)

@@ -112,8 +112,9 @@ def test_plots_and_index_for_one_spec(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
     for ext in ("md", "csv", "tex", "html"):
         assert (out / f"qs.{ext}").is_file()
-    pngs = sorted(p.stem for p in (out / "plots" / "qs").iterdir())
+    pngs = sorted(p.stem for p in (out / "plots" / "qs").glob("*.png"))
     assert pngs == sorted(EXPECTED)
+    assert json.loads((out / "plots" / "qs" / ".tokxfer-plots.json").read_text())["written"] == sorted(f"{n}.png" for n in EXPECTED)
     index = (out / "index.html").read_text(encoding="utf-8")
     for name in EXPECTED:
         data = (out / "plots" / "qs" / f"{name}.png").read_bytes()

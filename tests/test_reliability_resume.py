@@ -32,8 +32,9 @@ def _cfg(task="mlm-at-init", seeds=(1, 2, 3)):
 
 
 def _ok(spec, metrics=None) -> dict:
+    """An ok record as the runner writes it (with its trial's resolved config, which resume checks)."""
     return {"schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "status": "ok", "seed": spec.seed,
-            "experiment": "exp", "metrics": {"near": {"loss": 6.0, "accuracy": 0.2, "perplexity": 403.4}} if metrics is None else metrics}
+            "experiment": "exp", "config": json.loads(json.dumps(spec.resolved())), "metrics": {"near": {"loss": 6.0, "accuracy": 0.2, "perplexity": 403.4}} if metrics is None else metrics}
 
 
 def _write(runs: Path, rec: dict) -> Path:

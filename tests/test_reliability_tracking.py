@@ -156,7 +156,8 @@ def test_resume_mirrors_records_the_store_does_not_hold(tmp_path):
     runs = tmp_path / "runs"
     trials = cfg.trials()
     tracker = make_tracker(default_tracking_uri(runs), runs)
-    recs = [_record("exp", s.trial_id, seed=s.seed) for s in trials]
+    # the records the runner writes: each with its trial's resolved config (resume checks it)
+    recs = [dict(_record("exp", s.trial_id, seed=s.seed), config=json.loads(json.dumps(s.resolved()))) for s in trials]
     _write(runs, "exp", recs[:1])
     tracker.log_trial("exp", json.loads((runs / "exp" / "records" / f"{trials[0].trial_id}.json").read_text()))
     _write(runs, "exp", recs[1:])  # written, then killed before the mirror

@@ -32,7 +32,7 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-from harness.cache import cache_root
+from harness.cache import cache_subdir
 
 from .config import GENERATOR_VERSION, SPLITS, WorldConfig, world_config
 from .grammar import SentenceSampler, build
@@ -58,8 +58,8 @@ FORMAT = "tokxfer-world"
 
 
 def default_root() -> Path:
-    """``<cache root>/world``: ``$TOKXFER_CACHE/world`` if set, else ``~/.cache/tokxfer/world``."""
-    return cache_root() / "world"
+    """``<cache root>/world`` (:func:`harness.cache.cache_root`; created, the root with its marker, if missing)."""
+    return cache_subdir("world")
 
 
 def world_dir_name(config: WorldConfig, seed: int) -> str:
