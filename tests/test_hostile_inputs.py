@@ -405,7 +405,7 @@ def fake(spec, runs_dir, progress=False):
         f.write(spec.trial_id + " " + label + "\n")
     rec = {"schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "experiment": spec.experiment,
            "status": "ok", "seed": spec.seed, "config": json.loads(json.dumps(spec.resolved())),
-           "metrics": {spec.target.language: {"loss": 1.0, "accuracy": 0.1}}}
+           "metrics": {spec.target.language: {"loss": 1.0, "accuracy": 0.1, "perplexity": 2.7}}}  # complete: resume skips it
     records.write_record(Path(runs_dir) / spec.experiment / "records", rec)
     return rec
 
@@ -489,7 +489,7 @@ def test_workers_in_real_pid_namespaces_run_each_trial_once(tmp_path):
 def _fake_trial(spec, runs_dir, progress=False):
     rec = {"schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "experiment": spec.experiment,
            "status": "ok", "seed": spec.seed, "config": json.loads(json.dumps(spec.resolved())),
-           "metrics": {spec.target.language: {"loss": 1.0, "accuracy": 0.1}}}
+           "metrics": {spec.target.language: {"loss": 1.0, "accuracy": 0.1, "perplexity": 2.7}}}  # complete: resume skips it
     records.write_record(Path(runs_dir) / spec.experiment / "records", rec)
     return rec
 
