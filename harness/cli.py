@@ -344,6 +344,11 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("check-regression", help="compare records against golden values; non-zero exit on regression")
     sp.add_argument("--records", required=True, nargs="+")
     sp.add_argument("--golden", required=True)
+    sp.add_argument("--mode", choices=["exact", "statistical"], default="exact",
+                    help="exact: within the golden's tolerances (CI's determinism check, default); statistical: "
+                         "fail only on a drop beyond the golden's seed noise (one-sided Welch per cell, Holm over "
+                         "cells) — for runs that are not bit-identical, e.g. on a GPU")
+    sp.add_argument("--alpha", type=float, default=0.05, help="statistical mode: family-wise level (default 0.05)")
     sp.set_defaults(fn=cmd_check_regression)
 
     sp = sub.add_parser("golden", help="golden files")
@@ -353,11 +358,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--golden", default=None, help="default: leaderboards/golden/<spec name>.json")
     sp.set_defaults(fn=cmd_golden)
 
-    sp = sub.add_parser("compare", help="a method against baselines, with significance tests over seeds")
+    sp = sub.add_parser("compare", help="a method against baselines: difference, 95 % CI, Holm-adjusted p and "
+                                         "P(A > B) per column (paired by seed)")
     sp.add_argument("experiment_dir")
     sp.add_argument("--method", required=True)
     sp.add_argument("--against", nargs="+", required=True)
-    sp.add_argument("--alpha", type=float, default=0.05)
+    sp.add_argument("--alpha", type=float, default=0.05, help="family-wise level over all the comparisons (Holm)")
     sp.add_argument("--spec", default=None, help="leaderboard spec defining the cells (default: every metric found)")
     sp.set_defaults(fn=cmd_compare)
 

@@ -170,8 +170,10 @@ def leaderboard_command(args) -> int:
 
 
 def check_regression_command(args) -> int:
+    if not 0 < args.alpha < 0.5:
+        raise SpecError(f"--alpha: expected a number in (0, 0.5), got {args.alpha}")
     records = load_records(args.records)
-    report = check_regression(records, args.golden)
+    report = check_regression(records, args.golden, mode=args.mode, alpha=args.alpha)
     print(report.format())
     return report.exit_code
 
@@ -186,12 +188,15 @@ def golden_update_command(args) -> int:
 
 
 def compare_command(args) -> int:
+    """``tokxfer compare``: the method vs each baseline, per column, Holm-adjusted over all of them."""
     from leaderboards.compare import compare_table, render_comparison_markdown
     from leaderboards.spec import parse_spec
 
     records = load_records(args.experiment_dir)
     if not any(r.get("status") == "ok" for r in records):
         raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
+    if not 0 < args.alpha < 0.5:
+        raise SpecError(f"--alpha: expected a number in (0, 0.5), got {args.alpha}")
     spec = load_spec(args.spec) if getattr(args, "spec", None) else parse_spec(_auto_spec(records), origin="<compare>")
     table = aggregate(records, spec)
     rows = sorted(r.method for r in table.rows)
@@ -200,9 +205,7 @@ def compare_command(args) -> int:
         if unknown:
             raise SpecError(f"{flag}: method(s) {', '.join(map(repr, unknown))} not in the records of "
                             f"{args.experiment_dir} (methods: {', '.join(rows)})")
-    for base in args.against:
-        print(render_comparison_markdown(compare_table(table, base, [args.method], alpha=args.alpha)))
-        print()
+    print(render_comparison_markdown(table, compare_table(table, args.method, args.against, alpha=args.alpha)))
     return 0
 
 
