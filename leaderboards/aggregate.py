@@ -30,7 +30,7 @@ import numpy as np
 
 from harness.records import TrialRecord
 from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
-from leaderboards.stats import Interval, TableStats, analyze, mean_interval
+from leaderboards.stats import Interval, Sample, TableStats, analyze, mean_interval
 
 AnyRecord = TrialRecord | Mapping
 """A trial record, typed or as its JSON mapping (what :func:`load_records` returns)."""
@@ -480,19 +480,12 @@ def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...],
         failed=failed,
         versions=versions,
         guards=tuple(guards),
-        ci=mean_interval(_Seeds(tuple(seeds), values, examples)) if n else None,
+        ci=mean_interval(Sample(tuple(seeds), values, examples)) if n else None,
         examples=examples,
         examples_note=note,
         dirty=dirty,
         other_world=other,
     )
-
-
-@dataclass(frozen=True)
-class _Seeds:
-    seeds: tuple
-    values: tuple[float, ...]
-    examples: tuple[np.ndarray, ...] | None
 
 
 def _average_cell(components: list[tuple[list[Observation], int]], required: tuple[int, ...],
@@ -547,7 +540,7 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
         failed=failed,
         versions=tuple(sorted(versions)),
         guards=tuple(sorted(guards)),
-        ci=mean_interval(_Seeds(tuple(complete), values, examples)) if n else None,
+        ci=mean_interval(Sample(tuple(complete), values, examples)) if n else None,
         examples=examples,
         examples_note=note,
         dirty=dirty,
