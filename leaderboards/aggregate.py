@@ -362,7 +362,8 @@ class Provenance:
         records: ok records of the spec's tasks and required seeds (the ones behind the cells).
         dirty: how many of them were written from a dirty git tree.
         world: the table's world fingerprint (the most common one; ``None`` when no record has one).
-        other_world: how many records lack that fingerprint (``0`` when no record has world revisions).
+        other_world: how many records lack that fingerprint — none, or another one (``0`` when no
+            record has world revisions: a table of real models).
         sources: one sentence saying which random sources vary with the seed (:func:`random_sources`).
     """
 
@@ -441,10 +442,15 @@ def _example_block(obs: list[Observation]) -> tuple[np.ndarray | None, str]:
     return np.stack(arrays), ""
 
 
+def _other_world(fingerprint: str | None, world: str | None) -> bool:
+    """Whether a record's world build is not the table's: no fingerprint, or another one."""
+    return fingerprint is None or fingerprint != world
+
+
 def _provenance_flags(obs: Iterable[Observation], world: str | None, world_table: bool) -> tuple[set[str], int, int]:
     obs = list(obs)
     dirty = sum(o.dirty for o in obs)
-    other = sum(o.world != world for o in obs) if world_table else 0
+    other = sum(_other_world(o.world, world) for o in obs) if world_table else 0
     return {f for f, k in (("dirty", dirty), ("world", other)) if k}, dirty, other
 
 
@@ -712,7 +718,7 @@ def aggregate(
         records=len(used),
         dirty=sum(bool((r.git or {}).get("dirty")) for r in used),
         world=world,
-        other_world=sum(_world(r) != world for r in used) if world_table else 0,
+        other_world=sum(_other_world(_world(r), world) for r in used) if world_table else 0,
         sources=random_sources(used, spec.row_by),
     )
     table = Table(

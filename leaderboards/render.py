@@ -148,7 +148,8 @@ def _provenance_line(table: Table) -> str | None:
     else:
         parts.append(f"all {prov.records} records were written from clean git trees")
     if prov.world is None and prov.other_world:
-        parts.append(f"no record carries a world fingerprint, so no cell's world build can be checked ({FLAGS['world'][0]})")
+        parts.append(f"no record carries a world fingerprint (revisions.world.fingerprint), so no cell's world "
+                     f"build can be checked ({FLAGS['world'][0]} on every cell)")
     elif prov.other_world:
         parts.append(f"{prov.other_world} of {prov.records} records lack the table's world build {prov.world} "
                      f"(no fingerprint or another one; {FLAGS['world'][0]})")

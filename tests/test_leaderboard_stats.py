@@ -159,6 +159,16 @@ def test_dirty_tree_and_other_world_builds_are_marked_and_counted():
     assert "2 of 18 records lack the table's world build aaa" in md
 
 
+def test_world_records_without_a_fingerprint_are_all_marked():
+    recs = all_records()
+    for r in recs:
+        r["revisions"] = {"world": {"seed": 0, "size": "small"}}  # records from before world fingerprints
+    table = aggregate(recs, _spec())
+    assert table.provenance.world is None and table.provenance.other_world == 18
+    assert all("world" in c.flags for row in table.rows for c in row.cells.values() if c.n)
+    assert "no record carries a world fingerprint" in render_markdown(table)
+
+
 def test_records_without_world_revisions_get_no_world_marks_and_clean_ones_are_said_clean():
     table = aggregate(all_records(), _spec())
     assert table.provenance.other_world == 0 and "world" not in table.flags_used()

@@ -236,9 +236,10 @@ def test_single_seed_shown_as_n1(spec):
     recs = [make_record("focus", "near", 1, 6.1)]
     table = aggregate(recs, spec)
     cell = table.rows[0].cells[f"{TASK}/near/loss"]
-    assert cell.n == 1 and cell.std is None
+    assert cell.n == 1 and cell.std is None and cell.ci is not None and not cell.ci.defined
     md = render_markdown(table)
-    assert "6.10 (n=1)†" in md and "±" not in md.split("\n")[4]
+    row = next(line for line in md.splitlines() if line.startswith("| FOCUS"))
+    assert "6.10 (n=1)†" in row and "[" not in row  # one value: no interval
 
 
 def test_mixed_versions_flagged(spec):
