@@ -9,8 +9,10 @@ difference's 95 % CI, the probability of improvement P(A > B) and the minimum de
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 
 from leaderboards.aggregate import Table, aggregate
+from leaderboards.render import render_comparisons_markdown
 from leaderboards.spec import LeaderboardSpec, SpecError
 from leaderboards.stats import TableStats, analyze
 
@@ -62,10 +64,6 @@ def compare(
 
 def render_comparison_markdown(table: Table, comparison: TableStats) -> str:
     """The comparisons as the leaderboards show them: difference [CI], Holm p, P(A > B), MDE, verdict."""
-    from dataclasses import replace
-
-    from leaderboards.render import render_comparisons_markdown
-
     view = replace(table, stats=comparison)
-    return "\n".join([f"### {table.spec.name}: declared comparisons (α = {comparison.alpha:g})", "",
+    return "\n".join([f"### {table.spec.name}: comparisons (α = {comparison.alpha:g})", "",
                       *render_comparisons_markdown(view)]) + "\n"
