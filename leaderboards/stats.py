@@ -105,6 +105,13 @@ __all__ = [
     "rank_intervals",
     "not_worse_than_best",
     "regression_test",
+    "BETTER",
+    "WORSE",
+    "NO_DIFFERENCE",
+    "UNTESTABLE",
+    "Verdict",
+    "TableStats",
+    "analyze",
 ]
 
 ALPHA = 0.05
