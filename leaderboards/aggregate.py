@@ -6,7 +6,14 @@ whose records come from different schema/tokxfer versions, or that holds two rec
 seed (two configurations mixed in one cell) still shows its mean but carries a flag, and failed
 trials are counted separately (never averaged, never dropped without a trace). Cells built from
 records that :mod:`harness.sanity` flagged (the record's ``flags``) carry the ``sanity`` or
-``nondeterministic`` flag and the codes behind it (:attr:`Cell.guards`).
+``nondeterministic`` flag and the codes behind it (:attr:`Cell.guards`). Provenance is marked too:
+a cell holding a record written from a dirty git tree (``git.dirty``) carries ``dirty``, one holding
+a record of another world build than the table's (``revisions.world.fingerprint`` differing from the
+most common one, or missing) carries ``world``.
+
+Every cell gets its 95 % CI and the table its declared comparisons, bold sets and rank intervals
+from :mod:`leaderboards.stats` (:attr:`Table.stats`). Records may carry per-example results
+(:func:`record_examples`); a cell whose every seed has them uses them (the Multi-Bootstrap).
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import math
 import os
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +30,7 @@ import numpy as np
 
 from harness.records import TrialRecord
 from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
+from leaderboards.stats import Interval, Sample, TableStats, analyze, mean_interval
 
 AnyRecord = TrialRecord | Mapping
 """A trial record, typed or as its JSON mapping (what :func:`load_records` returns)."""
@@ -45,6 +53,10 @@ __all__ = [
     "rounded",
     "Observation",
     "record_flag_codes",
+    "record_examples",
+    "ExampleReader",
+    "Provenance",
+    "random_sources",
 ]
 
 FLAGS: dict[str, tuple[str, str]] = {
@@ -54,6 +66,9 @@ FLAGS: dict[str, tuple[str, str]] = {
     "failed": ("¶", "some trials of this cell failed (counted, not averaged)"),
     "sanity": ("!", "a sanity guard flagged a trial of this cell (the number is kept; see the records' flags)"),
     "nondeterministic": ("?", "a trial of this cell used a component that is not reproducible from the seed"),
+    "dirty": ("◊", "a record of this cell was written from a git tree with uncommitted changes (git.dirty)"),
+    "world": ("≠", "a record of this cell has no world fingerprint or another world build than the table's "
+                   "(revisions.world.fingerprint)"),
 }
 """Flag name → (footnote marker, legend text), in rendering order."""
 
@@ -156,6 +171,9 @@ class Observation:
     version: str
     trial_id: str
     guards: frozenset[str] = frozenset()
+    dirty: bool = False
+    world: str | None = None
+    examples: np.ndarray | None = field(default=None, compare=False)
 
 
 _INIT_SECTIONS: dict[str, Callable[[TrialRecord], Mapping]] = {
@@ -176,6 +194,42 @@ def _value(record: TrialRecord, column: Column, language: str) -> float | None:
     return float(v) if _is_number(v) else None
 
 
+ExampleReader = Callable[[TrialRecord, Column, str], "np.ndarray | None"]
+"""Reads a record's per-example results for one column and language (``None``: the record has none)."""
+
+
+def record_examples(record: TrialRecord, column: Column, language: str) -> np.ndarray | None:
+    """A record's per-example results for a column: ``examples[language][metric key]`` (1-D floats).
+
+    The default :data:`ExampleReader`: it reads arrays stored inline in the record, under a top-level
+    ``examples`` mapping ``{language: {metric key: [float, …]}}``, whose mean is the record's metric
+    and whose order is the same for every trial of the column. A reader of arrays stored beside the
+    record is passed to :func:`aggregate` instead. Metrics not read from ``metrics`` have none.
+
+    Example:
+        >>> from leaderboards.spec import MetricSpec
+        >>> r = TrialRecord.from_json({"trial_id": "t", "status": "ok", "examples": {"near": {"accuracy": [1, 0, 1]}}})
+        >>> record_examples(r, Column("xnli", "near", MetricSpec("accuracy")), "near")
+        array([1., 0., 1.])
+    """
+    if column.metric.source != "metrics":
+        return None
+    data = getattr(record, "examples", None) or record.extra.get("examples")
+    if not isinstance(data, Mapping):
+        return None
+    arr = (data.get(language) or {}).get(column.metric.record_key)
+    if arr is None:
+        return None
+    out = np.asarray(arr, dtype=np.float64)
+    return out if out.ndim == 1 and out.size else None
+
+
+def _world(record: TrialRecord) -> str | None:
+    world = (record.revisions or {}).get("world")
+    fp = world.get("fingerprint") if isinstance(world, Mapping) else None
+    return str(fp) if fp else None
+
+
 def _in_column_task(record: TrialRecord, column: Column) -> bool:
     """Whether a record is of the column's task (and, for a column with a ``task_id``, of that task id)."""
     if record.task_name != column.task:
@@ -191,7 +245,12 @@ def _applies(record: TrialRecord, column: Column, language: str) -> bool:
 
 
 def cell_observations(
-    records: Iterable[AnyRecord], method: str, column: Column, language: str | None = None, row_by: str = "method"
+    records: Iterable[AnyRecord],
+    method: str,
+    column: Column,
+    language: str | None = None,
+    row_by: str = "method",
+    examples: ExampleReader | None = record_examples,
 ) -> tuple[list[Observation], int]:
     """Values of ``method`` for one (non-average) column, and the number of failed trials.
 
@@ -201,6 +260,7 @@ def cell_observations(
         column: the column (its ``language`` is used unless ``language`` is given).
         language: override the language (for average components).
         row_by: the spec's ``row_by``.
+        examples: reader of per-example results (``None``: ignore them).
 
     Returns:
         ``(observations of ok records, failed trial count)``.
@@ -217,7 +277,9 @@ def cell_observations(
         v = _value(r, column, lang)
         if v is None:
             continue
-        obs.append(Observation(r.trial_seed, v, r.version, str(r.trial_id), r.flag_codes))
+        ex = examples(r, column, lang) if examples is not None else None
+        obs.append(Observation(r.trial_seed, v, r.version, str(r.trial_id), r.flag_codes,
+                               dirty=bool((r.git or {}).get("dirty")), world=_world(r), examples=ex))
     return obs, failed
 
 
@@ -241,6 +303,12 @@ class Cell:
         versions: distinct record versions behind the values.
         reference: whether this is a paper number (not measured here).
         guards: codes of the sanity flags of the records behind the values (:mod:`harness.sanity`).
+        ci: the mean's 95 % CI (:func:`leaderboards.stats.mean_interval`; ``None`` for paper and empty cells).
+        examples: per-example results behind the values, one ``(n seeds, n examples)`` array per
+            language (several for an average column), or ``None`` (:func:`record_examples`).
+        examples_note: why per-example results present in the records were not used (else ``""``).
+        dirty: how many of the records behind the values come from a dirty git tree.
+        other_world: how many of them lack the table's world fingerprint.
     """
 
     mean: float | None
@@ -253,6 +321,11 @@ class Cell:
     versions: tuple[str, ...] = ()
     reference: bool = False
     guards: tuple[str, ...] = ()
+    ci: Interval | None = None
+    examples: tuple[np.ndarray, ...] | None = field(default=None, compare=False, repr=False)
+    examples_note: str = ""
+    dirty: int = 0
+    other_world: int = 0
 
     @property
     def empty(self) -> bool:
@@ -282,6 +355,26 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Provenance:
+    """Where a table's records come from, and which random sources its intervals cover.
+
+    Attributes:
+        records: ok records of the spec's tasks and required seeds (the ones behind the cells).
+        dirty: how many of them were written from a dirty git tree.
+        world: the table's world fingerprint (the most common one; ``None`` when no record has one).
+        other_world: how many records lack that fingerprint — none, or another one (``0`` when no
+            record has world revisions: a table of real models).
+        sources: one sentence saying which random sources vary with the seed (:func:`random_sources`).
+    """
+
+    records: int = 0
+    dirty: int = 0
+    world: str | None = None
+    other_world: int = 0
+    sources: str = ""
+
+
+@dataclass(frozen=True)
 class Table:
     """An aggregated leaderboard.
 
@@ -293,6 +386,8 @@ class Table:
         notes: facts about the inputs (ignored records, versions present …).
         n_records: records considered (after the spec's ``where`` filter).
         versions: distinct record versions among them.
+        stats: the declared comparisons, bold sets and rank intervals (:func:`leaderboards.stats.analyze`).
+        provenance: dirty-tree and world-build counts, and the random sources the CIs cover.
     """
 
     spec: LeaderboardSpec
@@ -302,6 +397,8 @@ class Table:
     notes: tuple[str, ...] = ()
     n_records: int = 0
     versions: tuple[str, ...] = field(default=())
+    stats: TableStats | None = None
+    provenance: Provenance = field(default_factory=Provenance)
 
     def flags_used(self) -> list[str]:
         """Flag names that occur in the table, in :data:`FLAGS` order."""
@@ -331,7 +428,34 @@ def summarize(values: Iterable[float]) -> tuple[float | None, float | None, int]
     return mean, std, n
 
 
-def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...]) -> Cell:
+def _example_block(obs: list[Observation]) -> tuple[np.ndarray | None, str]:
+    """The ``(seeds, examples)`` array of one language's observations, or ``None`` and why not."""
+    arrays = [o.examples for o in obs]
+    if all(a is None for a in arrays):
+        return None, ""
+    if any(a is None for a in arrays):
+        return None, "only some seeds have per-example results"
+    if len({a.size for a in arrays}) != 1:
+        return None, "per-example arrays of different lengths"
+    if any(abs(float(a.mean()) - o.value) > 1e-6 * max(1.0, abs(o.value)) for a, o in zip(arrays, obs)):
+        return None, "per-example results do not average to the metric"
+    return np.stack(arrays), ""
+
+
+def _other_world(fingerprint: str | None, world: str | None) -> bool:
+    """Whether a record's world build is not the table's: no fingerprint, or another one."""
+    return fingerprint is None or fingerprint != world
+
+
+def _provenance_flags(obs: Iterable[Observation], world: str | None, world_table: bool) -> tuple[set[str], int, int]:
+    obs = list(obs)
+    dirty = sum(o.dirty for o in obs)
+    other = sum(_other_world(o.world, world) for o in obs) if world_table else 0
+    return {f for f, k in (("dirty", dirty), ("world", other)) if k}, dirty, other
+
+
+def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...],
+                 world: str | None = None, world_table: bool = False) -> Cell:
     flags: set[str] = set()
     if required:
         obs = [o for o in obs if o.seed in required]
@@ -347,24 +471,34 @@ def _single_cell(obs: list[Observation], failed: int, required: tuple[int, ...])
         flags.add("failed")
     guards = sorted({g for o in obs for g in o.guards})
     flags |= _cell_flags(guards)
+    prov, dirty, other = _provenance_flags(obs, world, world_table)
     mean, std, n = summarize(o.value for o in obs)
+    block, note = _example_block(obs) if len(set(seeds)) == len(seeds) else (None, "")
+    examples = None if block is None else (block,)
+    values = tuple(o.value for o in obs)
     return Cell(
         mean=mean,
         std=std,
         n=n,
         seeds=tuple(seeds),
-        values=tuple(o.value for o in obs),
-        flags=frozenset(flags),
+        values=values,
+        flags=frozenset(flags | prov),
         failed=failed,
         versions=versions,
         guards=tuple(guards),
+        ci=mean_interval(Sample(tuple(seeds), values, examples)) if n else None,
+        examples=examples,
+        examples_note=note,
+        dirty=dirty,
+        other_world=other,
     )
 
 
-def _average_cell(components: list[tuple[list[Observation], int]], required: tuple[int, ...]) -> Cell:
+def _average_cell(components: list[tuple[list[Observation], int]], required: tuple[int, ...],
+                  world: str | None = None, world_table: bool = False) -> Cell:
     """Average over languages per seed, then mean ± std over the seeds that have every language."""
     flags: set[str] = set()
-    per_lang: list[dict[Any, list[float]]] = []
+    per_lang: list[dict[Any, list[Observation]]] = []
     versions: set[str] = set()
     guards: set[str] = set()
     failed = 0
@@ -372,9 +506,9 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
         failed += f
         if required:
             obs = [o for o in obs if o.seed in required]
-        by_seed: dict[Any, list[float]] = defaultdict(list)
+        by_seed: dict[Any, list[Observation]] = defaultdict(list)
         for o in obs:
-            by_seed[o.seed].append(o.value)
+            by_seed[o.seed].append(o)
             versions.add(o.version)
             guards |= o.guards
         if any(len(v) > 1 for v in by_seed.values()):
@@ -389,30 +523,128 @@ def _average_cell(components: list[tuple[list[Observation], int]], required: tup
     if failed:
         flags.add("failed")
     flags |= _cell_flags(guards)
-    values = [float(np.mean([np.mean(d[s]) for d in per_lang])) for s in complete]
+    used = [o for d in per_lang for s in complete for o in d[s]]
+    prov, dirty, other = _provenance_flags(used, world, world_table)
+    values = tuple(float(np.mean([np.mean([o.value for o in d[s]]) for d in per_lang])) for s in complete)
     mean, std, n = summarize(values)
+    blocks, notes = [], []
+    if "duplicate_seeds" not in flags:
+        for d in per_lang:
+            block, note = _example_block([d[s][0] for s in complete])
+            blocks.append(block)
+            notes.append(note)
+    examples = tuple(blocks) if blocks and all(b is not None for b in blocks) else None
+    note = next((n_ for n_ in notes if n_), "") or ("only some languages have per-example results"
+                                                    if examples is None and any(b is not None for b in blocks) else "")
     return Cell(
         mean=mean,
         std=std,
         n=n,
         seeds=tuple(complete),
-        values=tuple(values),
-        flags=frozenset(flags),
+        values=values,
+        flags=frozenset(flags | prov),
         failed=failed,
         versions=tuple(sorted(versions)),
         guards=tuple(sorted(guards)),
+        ci=mean_interval(Sample(tuple(complete), values, examples)) if n else None,
+        examples=examples,
+        examples_note=note,
+        dirty=dirty,
+        other_world=other,
     )
 
 
-def aggregate(records: Iterable[AnyRecord], spec: LeaderboardSpec) -> Table:
+SEED_COMPONENTS = {
+    "source": "source pretraining",
+    "pretrain": "source pretraining",
+    "init": "initialization",
+    "lapt": "LAPT",
+    "finetune": "fine-tuning",
+    "task": "fine-tuning",
+    "data": "data order",
+}
+"""Display names of the per-component seeds a record may carry under ``seeds``."""
+
+
+def random_sources(records: Iterable[AnyRecord], row_by: str = "method") -> str:
+    """One sentence: which random sources vary across a table's seeds (what its CIs cover).
+
+    Per cell (row, task, task id, target language), a component seed under ``seeds`` that takes
+    several values across the cell's trial seeds varies; one that never does is held fixed. The
+    source model counts as pretrained once when no record has a ``source``/``pretrain`` seed and every
+    cell's records share one ``revisions.source_model``.
+
+    Example:
+        >>> recs = [{"trial_id": f"t{s}", "status": "ok", "seed": s, "seeds": {"init": 10 + s},
+        ...          "revisions": {"source_model": "src/abc"}, "config": {"method": {"id": "focus"}, "task": {"name": "ner"}}}
+        ...         for s in (1, 2, 3)]
+        >>> random_sources(recs)
+        'The CIs cover the seeds that vary per trial: initialization and, where the pipeline trains, LAPT and fine-tuning (seeded from the trial seed); the source model was pretrained once (one checkpoint for every seed of a row), so its variance is not in them.'
+    """
+    groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
+    for r in map(TrialRecord.of, records):
+        if r.ok:
+            key = (record_row(r, row_by), r.task_name, r.config_value("task.id"), r.target_language)
+            groups[key].append(r)
+    if not groups:
+        return ""
+    order = list(SEED_COMPONENTS)
+    keys = sorted({k for g in groups.values() for r in g for k in (r.seeds or {})},
+                  key=lambda k: (order.index(k) if k in order else len(order), k))
+
+    def varies(get: Callable[[TrialRecord], Any]) -> bool:
+        return any(len({repr(get(r)) for r in g}) > 1 for g in groups.values() if len({r.trial_seed for r in g}) > 1)
+
+    vary = [k for k in keys if varies(lambda r, k=k: (r.seeds or {}).get(k))]
+    fixed = [k for k in keys if k not in vary]
+    names = [SEED_COMPONENTS.get(k, k) for k in vary]
+    source_key = next((k for k in ("source", "pretrain") if k in keys), None)
+    if source_key is None:
+        src_varies = varies(lambda r: (r.revisions or {}).get("source_model"))
+        source = ("" if src_varies else
+                  "; the source model was pretrained once (one checkpoint for every seed of a row), so its "
+                  "variance is not in them")
+        if src_varies:
+            names.insert(0, "the source model (its checkpoint differs across seeds)")
+    else:
+        source = ""
+    covered = ", ".join(dict.fromkeys(names)) or "no per-component seed"
+    trains = "" if {"lapt", "finetune", "task"} & set(vary) else (
+        " and, where the pipeline trains, LAPT and fine-tuning (seeded from the trial seed)")
+    text = f"The CIs cover the seeds that vary per trial: {covered}{trains}"
+    if fixed:
+        text += f"; held fixed across seeds: {', '.join(dict.fromkeys(SEED_COMPONENTS.get(k, k) for k in fixed))}"
+    return text + source + "."
+
+
+def _majority_world(recs: list[TrialRecord]) -> tuple[str | None, bool]:
+    """The most common world fingerprint among records (ties: the smallest), and whether any record
+    has world revisions at all (a table of real models has none and gets no world marks)."""
+    world_table = any(isinstance((r.revisions or {}).get("world"), Mapping) for r in recs)
+    counts: dict[str, int] = defaultdict(int)
+    for r in recs:
+        if (fp := _world(r)) is not None:
+            counts[fp] += 1
+    world = min(counts, key=lambda k: (-counts[k], k)) if counts else None
+    return world, world_table
+
+
+def aggregate(
+    records: Iterable[AnyRecord], spec: LeaderboardSpec, examples: ExampleReader | None = record_examples
+) -> Table:
     """Build the table of a spec from trial records (pure: no I/O).
 
     Args:
         records: trial records (:class:`~harness.records.TrialRecord` values or their JSON mappings).
         spec: the leaderboard spec.
+        examples: reader of per-example results (default: arrays inline in the record,
+            :func:`record_examples`; ``None``: seeds only).
 
     Returns:
-        The :class:`Table`; render it with :mod:`leaderboards.render`.
+        The :class:`Table` with its statistics (:attr:`Table.stats`); render it with :mod:`leaderboards.render`.
+
+    Raises:
+        leaderboards.spec.SpecError: a declared comparison names a row the records do not have.
 
     Example:
         >>> from leaderboards.spec import parse_spec
@@ -445,16 +677,20 @@ def aggregate(records: Iterable[AnyRecord], spec: LeaderboardSpec) -> Table:
     else:
         methods = found
 
+    used = [r for r in recs if r.ok and r.task_name in tasks and record_row(r, spec.row_by) in methods
+            and (not spec.required_seeds or r.trial_seed in spec.required_seeds)]
+    world, world_table = _majority_world(used)
+
     rows = []
     for method in methods:
         cells: dict[str, Cell] = {}
         for col in spec.columns:
             if col.is_average:
-                comps = [cell_observations(recs, method, col, lang, spec.row_by) for lang in col.components]
-                cells[col.key] = _average_cell(comps, spec.required_seeds)
+                comps = [cell_observations(recs, method, col, lang, spec.row_by, examples) for lang in col.components]
+                cells[col.key] = _average_cell(comps, spec.required_seeds, world, world_table)
             else:
-                obs, failed = cell_observations(recs, method, col, row_by=spec.row_by)
-                cells[col.key] = _single_cell(obs, failed, spec.required_seeds)
+                obs, failed = cell_observations(recs, method, col, row_by=spec.row_by, examples=examples)
+                cells[col.key] = _single_cell(obs, failed, spec.required_seeds, world, world_table)
         failed_total = sum(
             1
             for r in recs
@@ -475,7 +711,17 @@ def aggregate(records: Iterable[AnyRecord], spec: LeaderboardSpec) -> Table:
     versions = tuple(sorted({r.version for r in recs}))
     if len(versions) > 1:
         notes.append(f"Records come from several versions: {'; '.join(versions)}.")
-    return Table(
+    ignored = sorted({c.examples_note for row in rows for c in row.cells.values() if c.examples_note})
+    if ignored:
+        notes.append(f"Per-example results not used in some cells (CIs over seeds there): {'; '.join(ignored)}.")
+    provenance = Provenance(
+        records=len(used),
+        dirty=sum(bool((r.git or {}).get("dirty")) for r in used),
+        world=world,
+        other_world=sum(_other_world(_world(r), world) for r in used) if world_table else 0,
+        sources=random_sources(used, spec.row_by),
+    )
+    table = Table(
         spec=spec,
         columns=spec.columns,
         rows=tuple(rows),
@@ -483,7 +729,9 @@ def aggregate(records: Iterable[AnyRecord], spec: LeaderboardSpec) -> Table:
         notes=tuple(notes),
         n_records=len(recs),
         versions=versions,
+        provenance=provenance,
     )
+    return replace(table, stats=analyze(table))
 
 
 def rounded(value: float, metric: MetricSpec) -> float:

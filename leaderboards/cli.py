@@ -251,8 +251,10 @@ def leaderboard_command(args) -> int:
 
 
 def check_regression_command(args) -> int:
+    if not 0 < args.alpha < 0.5:
+        raise SpecError(f"--alpha: expected a number in (0, 0.5), got {args.alpha}")
     records = load_records(args.records)
-    report = check_regression(records, args.golden)
+    report = check_regression(records, args.golden, mode=args.mode, alpha=args.alpha)
     print(report.format())
     return report.exit_code
 
@@ -268,6 +270,7 @@ def golden_update_command(args) -> int:
 
 
 def compare_command(args) -> int:
+    """``tokxfer compare``: the method vs each baseline, per column, Holm-adjusted over all of them."""
     from leaderboards.compare import compare_table, render_comparison_markdown
     from leaderboards.spec import parse_spec
 
@@ -279,6 +282,8 @@ def compare_command(args) -> int:
     records = load_records(args.experiment_dir)
     if not any(r.get("status") == "ok" for r in records):
         raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
+    if not 0 < args.alpha < 0.5:
+        raise SpecError(f"--alpha: expected a number in (0, 0.5), got {args.alpha}")
     spec = load_spec(args.spec) if getattr(args, "spec", None) else parse_spec(_auto_spec(records), origin="<compare>")
     if getattr(args, "spec", None):
         check_spec_names(spec, records, getattr(args, "known_names", None))
@@ -289,9 +294,7 @@ def compare_command(args) -> int:
         if unknown:
             raise SpecError(f"{flag}: method(s) {', '.join(map(repr, unknown))} not in the records of "
                             f"{args.experiment_dir}{_did_you_mean(unknown[0], rows)} (methods: {', '.join(rows)})")
-    for base in args.against:
-        print(render_comparison_markdown(compare_table(table, base, [args.method], alpha=args.alpha)))
-        print()
+    print(render_comparison_markdown(table, compare_table(table, args.method, args.against, alpha=args.alpha)))
     return 0
 
 

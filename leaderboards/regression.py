@@ -18,7 +18,19 @@ Format (``format_version`` 1)::
                 "source": "metrics", "components": [], "direction": "lower",
                 "value": 6.1, "std": 0.05, "n": 3, "abs_tol": 0.1, "rel_tol": 0.01}, ...]}
 
-A value passes when it is not worse than ``value`` by more than ``max(abs_tol, rel_tol * |value|)``.
+Two modes (``tokxfer check-regression --mode``):
+
+* ``exact`` (default, CI's determinism check): a value passes when it is not worse than ``value`` by
+  more than ``max(abs_tol, rel_tol * |value|)``.
+* ``statistical`` (for runs that are not bit-identical to the golden's, e.g. on a GPU or another
+  library build): a cell regresses only when its fresh seeds are significantly worse than the
+  golden's seeds — a one-sided Welch t-test from the golden's stored mean, std and n
+  (:func:`leaderboards.stats.regression_test`), Holm-adjusted over all the golden's cells at
+  ``alpha``. Unpaired, because a seed on another device shares the seed number but not the noise;
+  a test, not "below the golden's lower CI bound", because that rule ignores the fresh runs' own
+  noise and has no known false-alarm rate. A cell whose test is undefined (fewer than two seeds, or
+  no spread on either side) falls back to the exact rule, and its line says so. Each line states
+  the drop the test would detect with 80 % power (MDE), so a pass reads "no drop larger than X".
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ import json
 import math
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -35,6 +47,7 @@ from typing import Any
 from leaderboards.aggregate import FLAGS, aggregate, matches_where
 from leaderboards.render import write_text_atomic
 from leaderboards.spec import Column, LeaderboardSpec, MetricSpec, RowSpec
+from leaderboards.stats import ALPHA, holm, regression_test
 
 __all__ = [
     "GOLDEN_DIR",
@@ -48,7 +61,11 @@ __all__ = [
     "load_golden",
     "golden_spec",
     "provenance_of",
+    "MODES",
 ]
+
+MODES = ("exact", "statistical")
+"""Regression-check modes (see the module docstring)."""
 
 GOLDEN_DIR = Path(__file__).resolve().parent / "golden"
 """Where the committed golden files live (``<spec name>.json``)."""
@@ -121,6 +138,9 @@ class CellCheck:
         status: ``ok``, ``improved``, ``regressed``, ``missing``, ``incomplete`` or ``nonfinite``.
         detail: human-readable reason.
         warnings: non-failing remarks (mixed versions, duplicate seeds).
+        p: statistical mode: the Holm-adjusted one-sided p of "worse than the golden" (``None``:
+            exact mode, or the test was undefined and the exact rule decided).
+        mde: statistical mode: the drop detectable with 80 % power (record units).
     """
 
     method: str
@@ -132,6 +152,8 @@ class CellCheck:
     status: str
     detail: str = ""
     warnings: tuple[str, ...] = ()
+    p: float | None = None
+    mde: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -154,10 +176,14 @@ class Report:
     Attributes:
         checks: one entry per golden cell.
         golden_provenance: the golden file's provenance.
+        mode: one of :data:`MODES`.
+        alpha: statistical mode: the family-wise level.
     """
 
     checks: tuple[CellCheck, ...]
     golden_provenance: Mapping[str, Any] = field(default_factory=dict)
+    mode: str = "exact"
+    alpha: float = ALPHA
 
     @property
     def ok(self) -> bool:
@@ -180,7 +206,11 @@ class Report:
         n_fail = len(self.failures)
         n_imp = sum(c.status == "improved" for c in self.checks)
         head = "REGRESSION CHECK FAILED" if n_fail else "regression check passed"
-        lines.append(f"{head}: {len(self.checks)} cells, {n_fail} failing, {n_imp} improved beyond tolerance")
+        beyond = "tolerance" if self.mode == "exact" else "the golden's seed noise"
+        lines.append(f"{head}: {len(self.checks)} cells, {n_fail} failing, {n_imp} improved beyond {beyond}")
+        if self.mode == "statistical":
+            lines.append(f"mode statistical: one-sided Welch t-test of the fresh seeds vs the golden's, Holm over "
+                         f"the cells, alpha = {self.alpha:g}")
         prov = self.golden_provenance
         if prov:
             sha = (prov.get("git") or {}).get("sha")
@@ -191,7 +221,13 @@ class Report:
                 continue
             mark = "FAIL" if c.failed else ("IMPROVED" if c.status == "improved" else "ok")
             cur = "—" if c.current is None else f"{c.current:.6g}"
-            delta = "" if c.delta is None else f" (Δ {c.delta:+.4g}, allowed ±{c.allowed:.4g}, {c.direction} is better)"
+            if c.delta is None:
+                delta = ""
+            elif c.p is not None:
+                mde = "" if c.mde is None else f", MDE {c.mde:.4g}"
+                delta = f" (Δ {c.delta:+.4g}, p(Holm) {c.p:.3g}{mde}, {c.direction} is better)"
+            else:
+                delta = f" (Δ {c.delta:+.4g}, allowed ±{c.allowed:.4g}, {c.direction} is better)"
             lines.append(f"  [{mark:8}] {c.method:<16} {c.column:<32} golden {c.golden:.6g} → {cur}{delta}")
             if c.detail:
                 lines.append(f"             {c.detail}")
@@ -203,36 +239,59 @@ class Report:
 
     def to_dict(self) -> dict:
         """JSON-serializable form."""
-        return {"ok": self.ok, "checks": [asdict(c) for c in self.checks], "golden_provenance": dict(self.golden_provenance)}
+        return {"ok": self.ok, "mode": self.mode, "checks": [asdict(c) for c in self.checks],
+                "golden_provenance": dict(self.golden_provenance)}
 
 
 def _allowed(cell: Mapping) -> float:
     return max(float(cell.get("abs_tol") or 0.0), float(cell.get("rel_tol") or 0.0) * abs(float(cell["value"])))
 
 
-def check_regression(records: Iterable[Mapping], golden: Mapping | str | os.PathLike) -> Report:
+def _exact_status(worse: float, allowed: float) -> tuple[str, str]:
+    if worse > allowed:
+        return "regressed", f"worse by {worse:.4g} > allowed {allowed:.4g}"
+    if -worse > allowed:
+        return "improved", f"better by {-worse:.4g} > tolerance {allowed:.4g}"
+    return "ok", ""
+
+
+def check_regression(
+    records: Iterable[Mapping], golden: Mapping | str | os.PathLike, mode: str = "exact", alpha: float = ALPHA
+) -> Report:
     """Recompute the golden cells from ``records`` and compare.
 
     Args:
         records: fresh trial records.
         golden: a golden dict or the path of a golden file.
+        mode: ``exact`` (tolerances) or ``statistical`` (beyond the golden's seed noise); see the
+            module docstring.
+        alpha: statistical mode: family-wise level over the cells.
 
     Returns:
         The :class:`Report` (``report.exit_code`` is the CLI's exit status; ``report.format()``
         the readable diff).
 
+    Raises:
+        ValueError: an unknown mode or an alpha outside (0, 0.5).
+
     Example:
         >>> report = check_regression(load_records("runs/quickstart"), "leaderboards/golden/quickstart.json")  # doctest: +SKIP
         >>> print(report.format()); raise SystemExit(report.exit_code)  # doctest: +SKIP
     """
+    if mode not in MODES:
+        raise ValueError(f"check_regression: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if not 0 < alpha < 0.5:
+        raise ValueError(f"check_regression: alpha must be in (0, 0.5), got {alpha!r}")
     if not isinstance(golden, Mapping):
         golden = load_golden(golden)
     spec = golden_spec(golden)
     table = aggregate(records, spec)
     rows = {r.method: r for r in table.rows}
-    checks = []
+    checks: list[CellCheck] = []
+    tests: dict[int, tuple] = {}  # index in checks -> regression_test arguments (statistical mode)
     for g in golden["cells"]:
-        key = f"{g['task']}/{g['language']}/{g['metric']}"
+        task = g["task"] if g.get("task_id") is None else f"{g['task']}[{g['task_id']}]"
+        key = f"{task}/{g['language']}/{g['metric']}"
         value = float(g["value"])
         allowed = _allowed(g)
         direction = g["direction"]
@@ -253,14 +312,32 @@ def check_regression(records: Iterable[Mapping], golden: Mapping | str | os.Path
             checks.append(CellCheck(**common, current=cell.mean, status="nonfinite", detail="value is not finite"))
             continue
         worse = (value - cell.mean) if direction == "higher" else (cell.mean - value)
-        if worse > allowed:
-            status, detail = "regressed", f"worse by {worse:.4g} > allowed {allowed:.4g}"
-        elif -worse > allowed:
-            status, detail = "improved", f"better by {-worse:.4g} > tolerance {allowed:.4g}"
-        else:
-            status, detail = "ok", ""
+        status, detail = _exact_status(worse, allowed)
+        if mode == "statistical":
+            std = g.get("std")
+            args = ((cell.mean, cell.std, cell.n), (value, None if std is None else float(std), int(g.get("n") or 0)),
+                    direction == "higher")
+            if regression_test(*args)["p_worse"] is None:
+                detail = (detail + "; " if detail else "") + "statistical test undefined (fewer than two seeds or no spread): tolerance rule"
+            else:
+                tests[len(checks)] = args
         checks.append(CellCheck(**common, current=cell.mean, status=status, detail=detail, warnings=warnings))
-    return Report(checks=tuple(checks), golden_provenance=golden.get("provenance") or {})
+    if tests:
+        # the MDE at the Bonferroni level: the strictest Holm step, so "no drop larger than X" holds for every cell
+        results = {i: regression_test(*args, mde_alpha=alpha / len(tests)) for i, args in tests.items()}
+        q_worse = holm([r["p_worse"] for r in results.values()], alpha)
+        q_better = holm([r["p_better"] for r in results.values()], alpha)
+        for (i, res), qw, qb in zip(results.items(), q_worse, q_better):
+            c = checks[i]
+            worse = (c.golden - c.current) if c.direction == "higher" else (c.current - c.golden)
+            if qw < alpha:
+                status, detail = "regressed", f"worse by {worse:.4g}, beyond the golden's seed noise (Holm p {qw:.3g} < {alpha:g})"
+            elif qb < alpha:
+                status, detail = "improved", f"better by {-worse:.4g}, beyond the golden's seed noise (Holm p {qb:.3g})"
+            else:
+                status, detail = "ok", ""
+            checks[i] = replace(c, status=status, detail=detail, p=qw, mde=res["mde"])
+    return Report(checks=tuple(checks), golden_provenance=golden.get("provenance") or {}, mode=mode, alpha=alpha)
 
 
 def _merge(values: Iterable[Any]) -> Any:

@@ -25,7 +25,16 @@ Example spec::
     row_by: method                 # or method+encoding (the methods x encodings cross) or encoding
     where: {encoding.name: none}   # optional filter on the resolved config (dotted paths)
     paper_numbers: []              # paths relative to this file, e.g. ../paper_numbers/focus.yaml
-    separation: {baseline: random, threshold: 3}   # optional: does the best row beat it by 3 pooled stds?
+    against: random                # declared comparisons: every row vs random, in every column …
+    comparisons: [{a: focus, b: wechsel}]   # … and/or named pairs (a vs b); only these get a verdict
+    alpha: 0.05                    # family-wise level of the declared comparisons (Holm); default 0.05
+    test: t                        # paired t over seeds (default) or permutation (exact sign flips)
+
+The hypotheses are declared before the run: only declared comparisons get a verdict, tested paired
+by seed and Holm-adjusted over all of them (:mod:`leaderboards.stats`). A spec that declares
+comparisons needs ``required_seeds`` with at least :data:`MIN_SEEDS` seeds, and enough for its test
+to reach ``alpha`` at all; a comparison naming a row the spec does not have is an error (at load for
+listed ``rows``, when the table is built for ``rows: all``).
 
 Unknown keys anywhere are errors naming the key and the file.
 """
@@ -44,6 +53,7 @@ import yaml
 
 from harness.inputs import InputFileError, load_yaml, one_line, read_text_file
 from harness.safepaths import name_problem
+from leaderboards.stats import ALPHA, TESTS, min_achievable_p
 
 __all__ = [
     "SpecError",
@@ -60,6 +70,7 @@ __all__ = [
     "ROW_KEY_SEPARATOR",
     "AVERAGE",
     "PACKAGED_SPECS",
+    "MIN_SEEDS",
 ]
 
 SOURCES = ("metrics", "init.diagnostics", "init.counts")
@@ -73,6 +84,9 @@ AVERAGE = "avg"
 """The language label of an average column."""
 PACKAGED_SPECS = Path(__file__).resolve().parent / "specs"
 """Directory of the specs shipped with tokxfer."""
+MIN_SEEDS = 3
+"""Fewest required seeds for a spec with declared comparisons: a paired test over n seeds has n − 1
+degrees of freedom for the spread, and n = 2 leaves it one."""
 
 
 class SpecError(ValueError):
@@ -103,8 +117,8 @@ class MetricSpec:
     display: str = ""
     key: str = ""
     chance: float | None = None
-    """The metric's chance level in record units (e.g. 1/3 for 3-way accuracy), shown by the
-    separation summary (:mod:`leaderboards.separation`); ``None``: not stated."""
+    """The metric's chance level in record units (e.g. 1/3 for 3-way accuracy), stated under the
+    table's comparisons; ``None``: not stated."""
 
     @property
     def record_key(self) -> str:
@@ -229,8 +243,10 @@ class LeaderboardSpec:
         required_seeds: seeds each cell must have; fewer are flagged.
         where: ``((dotted config path, value), …)`` filter applied to every record.
         paper: reference-number files.
-        separation: ``(baseline row, threshold)``: print, per column, whether the best row beats the
-            baseline by ``threshold`` pooled seed stds (:mod:`leaderboards.separation`); ``None``: not shown.
+        comparisons: declared ``(a, b)`` row pairs, in order (each tested in every column).
+        against: a declared baseline row: every other row is compared with it (after ``comparisons``).
+        alpha: family-wise significance level of the declared comparisons (Holm).
+        test: the verdict test, one of :data:`leaderboards.stats.TESTS`.
         source: the spec file (``None`` when parsed from a dict).
     """
 
@@ -245,8 +261,34 @@ class LeaderboardSpec:
     required_seeds: tuple[int, ...] = ()
     where: tuple[tuple[str, Any], ...] = ()
     paper: tuple[PaperNumbers, ...] = ()
-    separation: tuple[str, float] | None = None
+    comparisons: tuple[tuple[str, str], ...] = ()
+    against: str | None = None
+    alpha: float = ALPHA
+    test: str = "t"
     source: Path | None = field(default=None, compare=False)
+
+    @property
+    def origin(self) -> str:
+        """The spec file (or ``<spec name>``), for error messages."""
+        return str(self.source) if self.source is not None else f"<spec {self.name}>"
+
+    def declared_pairs(self, rows: list[str]) -> list[tuple[str, str]]:
+        """The declared comparisons among ``rows`` (the table's row keys): ``comparisons`` then, with
+        ``against``, every other row vs it, without repeats.
+
+        Raises:
+            SpecError: a comparison names a row not in ``rows`` (naming the spec and the rows it has).
+        """
+        pairs = list(self.comparisons)
+        if self.against is not None:
+            pairs += [(r, self.against) for r in rows if r != self.against]
+        unknown = sorted({m for pair in pairs for m in pair if m not in rows})
+        if unknown and rows:
+            raise SpecError(
+                f"{self.origin}: declared comparisons name row(s) {', '.join(map(repr, unknown))} that the table "
+                f"does not have (rows: {', '.join(rows)})"
+            )
+        return list(dict.fromkeys(p for p in pairs if p[0] in rows and p[1] in rows))
 
     def label(self, method: str) -> str:
         """Display label of a method id."""
@@ -339,16 +381,52 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _separation(raw: Any, origin: str) -> tuple[str, float] | None:
-    if raw is None:
-        return None
-    raw = _check_keys(raw, {"baseline", "threshold"}, origin, "separation", required={"baseline"})
-    baseline, threshold = raw["baseline"], raw.get("threshold", 3)
-    if not isinstance(baseline, str) or not baseline:
-        raise SpecError(f"{origin}: separation.baseline must be a row's method id, got {baseline!r}")
-    if not _finite_number(threshold) or not threshold > 0:
-        raise SpecError(f"{origin}: separation.threshold must be a finite positive number, got {threshold!r}")
-    return baseline, float(threshold)
+def _comparisons(raw: Mapping, origin: str, rows: tuple[RowSpec, ...] | None, seeds: list[int]) -> dict:
+    """The declared comparisons (``comparisons``, ``against``, ``alpha``, ``test``), checked."""
+    pairs: list[tuple[str, str]] = []
+    comps = raw.get("comparisons") or []
+    if not isinstance(comps, list):
+        raise SpecError(f"{origin}: comparisons must be a list of {{a: row, b: row}}")
+    for i, c in enumerate(comps):
+        c = _check_keys(c, {"a", "b"}, origin, f"comparisons[{i}]", required={"a", "b"})
+        a, b = c["a"], c["b"]
+        if not isinstance(a, str) or not isinstance(b, str) or not a or not b:
+            raise SpecError(f"{origin}: comparisons[{i}]: a and b must be row names, got {a!r} and {b!r}")
+        if a == b:
+            raise SpecError(f"{origin}: comparisons[{i}] compares {a!r} with itself")
+        if (a, b) in pairs or (b, a) in pairs:
+            raise SpecError(f"{origin}: comparisons[{i}] ({a} vs {b}) is declared twice")
+        pairs.append((a, b))
+    against = raw.get("against")
+    if against is not None and (not isinstance(against, str) or not against):
+        raise SpecError(f"{origin}: against must be a row name, got {against!r}")
+    alpha = raw.get("alpha", ALPHA)
+    if not _finite_number(alpha) or not 0 < alpha < 0.5:
+        raise SpecError(f"{origin}: alpha must be a number in (0, 0.5), got {alpha!r}")
+    test = raw.get("test", "t")
+    if test not in TESTS:
+        raise SpecError(f"{origin}: test must be one of {', '.join(TESTS)}, got {test!r}")
+    declared = bool(pairs) or against is not None
+    if declared and len(seeds) < MIN_SEEDS:
+        got = f"{len(seeds)} ({seeds})" if seeds else "none (all seeds found)"
+        raise SpecError(
+            f"{origin}: required_seeds: declared comparisons need at least {MIN_SEEDS} required seeds "
+            f"(a paired test over n seeds has n - 1 degrees of freedom), got {got}"
+        )
+    if declared and min_achievable_p(len(seeds), test) > alpha:
+        raise SpecError(
+            f"{origin}: test: {test} over {len(seeds)} seeds cannot reach p <= alpha = {alpha:g} (its smallest "
+            f"two-sided p is {min_achievable_p(len(seeds), test):.4g}); use test: t or more seeds"
+        )
+    if rows is not None:
+        names = [r.method for r in rows]
+        unknown = sorted(({m for pair in pairs for m in pair} | ({against} if against else set())) - set(names))
+        if unknown:
+            raise SpecError(
+                f"{origin}: declared comparisons name row(s) {', '.join(map(repr, unknown))} that are not in "
+                f"rows ({', '.join(names)})"
+            )
+    return {"comparisons": tuple(pairs), "against": against, "alpha": float(alpha), "test": test}
 
 
 _TOP_KEYS = {
@@ -366,7 +444,10 @@ _TOP_KEYS = {
     "format",
     "where",
     "paper_numbers",
-    "separation",
+    "comparisons",
+    "against",
+    "alpha",
+    "test",
 }
 _COLUMN_KEYS = {"task", "id", "languages", "language", "metrics", "metric", "average"}
 _ROW_KEYS = {"method", "display"}
@@ -467,6 +548,11 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         >>> [c.key for c in s.columns]
         ['mlm-at-init/near/loss']
     """
+    if isinstance(data, Mapping) and "separation" in data:
+        raise SpecError(
+            f"{origin}: 'separation' (best row vs a baseline in pooled stds, chosen after the fact) was removed; "
+            f"declare the comparisons instead, e.g. 'against: random' (see leaderboards/stats.py)"
+        )
     raw = _check_keys(data, _TOP_KEYS, origin, "", required={"name", "version", "columns"})
     name = raw["name"]
     if not isinstance(name, str) or not name:
@@ -533,7 +619,7 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         required_seeds=tuple(sorted(seeds_raw)),
         where=tuple((str(k), v) for k, v in where_raw.items()),
         paper=paper,
-        separation=_separation(raw.get("separation"), origin),
+        **_comparisons(raw, origin, rows, seeds_raw),
         source=None if origin == "<spec>" else Path(origin),
     )
 

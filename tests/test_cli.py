@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import yaml
@@ -50,7 +51,7 @@ def test_quickstart_leaderboard_sync_and_regression(tmp_path, tiny_source, tiny_
     out = capsys.readouterr().out
     assert "FOCUS" in out and "mlflow ui --backend-store-uri sqlite:///" in out
     md = (runs / "quickstart" / "quickstart.md").read_text()
-    assert "Overlap copy" in md and "±" in md
+    assert "Overlap copy" in md and re.search(r"\d \[-?\d+\.\d+, -?\d+\.\d+\]", md)  # mean [95 % CI]
     for ext in ("csv", "tex", "html"):
         assert (runs / "quickstart" / f"quickstart.{ext}").is_file()
     recs = list((runs / "quickstart" / "records").glob("*.json"))
@@ -75,6 +76,7 @@ def test_quickstart_leaderboard_sync_and_regression(tmp_path, tiny_source, tiny_
     spec = tmp_path / "spec.yaml"
     raw = yaml.safe_load((PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml").read_text())
     raw["required_seeds"] = [1, 2]
+    raw.pop("against")  # two seeds are too few for declared comparisons (a spec error): the golden needs none
     spec.write_text(yaml.safe_dump(raw))
     assert main(["golden", "update", "--records", str(runs / "quickstart"), "--spec", str(spec), "--golden", str(golden)]) == 0
     assert main(["check-regression", "--records", str(runs / "quickstart"), "--golden", str(golden)]) == 0

@@ -202,9 +202,9 @@ CASES = [
      ["task 'mlm-at-int'", "did you mean 'mlm-at-init'"]),
     # --- compare -------------------------------------------------------------------------------
     ("compare-alpha-7", lambda t, e: _records(t / "runs"),
-     ["compare", "{runs}/bad", "--method", "overlap", "--against", "random", "--alpha", "7"], ["--alpha", "(0, 1)", "'7'"]),
+     ["compare", "{runs}/bad", "--method", "overlap", "--against", "random", "--alpha", "7"], ["--alpha", "(0, 0.5)", "'7'"]),
     ("compare-alpha-zero", lambda t, e: _records(t / "runs"),
-     ["compare", "{runs}/bad", "--method", "overlap", "--against", "random", "--alpha", "0"], ["--alpha", "(0, 1)"]),
+     ["compare", "{runs}/bad", "--method", "overlap", "--against", "random", "--alpha", "0"], ["--alpha", "(0, 0.5)"]),
     ("compare-alpha-nan", lambda t, e: _records(t / "runs"),
      ["compare", "{runs}/bad", "--method", "overlap", "--against", "random", "--alpha", "nan"], ["--alpha", "'nan'"]),
     ("compare-against-itself", lambda t, e: _records(t / "runs"),

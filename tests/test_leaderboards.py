@@ -16,7 +16,7 @@ import pytest
 from scipy import stats
 
 from leaderboards.aggregate import aggregate, best_methods, load_records, summarize
-from leaderboards.compare import compare, compare_cells, render_comparison_markdown
+from leaderboards.compare import compare, compare_table, render_comparison_markdown
 from leaderboards.regression import check_regression, load_golden, update_golden
 from leaderboards.render import render_csv, render_html, render_latex, render_markdown, write_all
 from leaderboards.spec import PACKAGED_SPECS, SpecError, load_spec, parse_spec
@@ -236,9 +236,10 @@ def test_single_seed_shown_as_n1(spec):
     recs = [make_record("focus", "near", 1, 6.1)]
     table = aggregate(recs, spec)
     cell = table.rows[0].cells[f"{TASK}/near/loss"]
-    assert cell.n == 1 and cell.std is None
+    assert cell.n == 1 and cell.std is None and cell.ci is not None and not cell.ci.defined
     md = render_markdown(table)
-    assert "6.10 (n=1)†" in md and "±" not in md.split("\n")[4]
+    row = next(line for line in md.splitlines() if line.startswith("| FOCUS"))
+    assert "6.10 (n=1)†" in row and "[" not in row  # one value: no interval
 
 
 def test_mixed_versions_flagged(spec):
@@ -307,10 +308,14 @@ def test_load_records_reads_dir(tmp_path):
 
 
 def _md_table_lines(md: str) -> list[str]:
-    return [line for line in md.splitlines() if line.startswith("|")]
+    """The lines of the first Markdown table (the leaderboard; comparisons and ranks follow it)."""
+    lines = md.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("|")), len(lines))
+    return lines[start:end]
 
 
-def test_markdown_is_valid_and_bolds_best(spec):
+def test_markdown_is_valid_and_bolds_rows_not_worse_than_the_best(spec):
     table = aggregate(all_records(), spec)
     md = render_markdown(table)
     lines = _md_table_lines(md)
@@ -321,14 +326,24 @@ def test_markdown_is_valid_and_bolds_best(spec):
     header = [h.strip() for h in lines[0].strip("|").split("|")]
     rows = {cells[0].strip(): [c.strip() for c in cells] for line in lines[2:] for cells in [line.strip("|").split("|")]}
     col = header.index("loss ↓ near")
-    # Lower loss is better: overlap (6.01) beats FOCUS (6.18) in near; FOCUS wins script.
+    # Lower loss is better: overlap (6.01) has the best near mean; FOCUS (6.18) is behind it by a paired
+    # difference whose t-test is not significant after Holm over the two comparisons with the best, so it
+    # is bold too; random (8.22) is significantly worse.
+    p_focus = stats.ttest_rel(LOSSES[("focus", "near")], LOSSES[("overlap", "near")]).pvalue
+    p_random = stats.ttest_rel(LOSSES[("random", "near")], LOSSES[("overlap", "near")]).pvalue
+    assert p_random < p_focus and max(2 * p_random, p_focus) >= 0.05 > 2 * p_random  # Holm, by hand
     assert rows["overlap"][col].startswith("**6.01**")
-    assert not rows["FOCUS"][col].startswith("**")
+    assert rows["FOCUS"][col].startswith("**6.18**")
+    assert not rows["random"][col].startswith("**")
     col = header.index("loss ↓ script")
     assert rows["FOCUS"][col].startswith("**6.97**")
+    assert not rows["overlap"][col].startswith("**") and not rows["random"][col].startswith("**")
     col = header.index("gold_top1 ↑ near")
     assert rows["FOCUS"][col].startswith("**47.0**")  # scaled ×100, 1 decimal
-    assert "±" in rows["FOCUS"][col]
+    # the 95 % CI of the mean, in display units: the t-interval over the three seeds
+    ci = stats.ttest_1samp(np.array([0.46, 0.47, 0.48]) * 100, 0).confidence_interval(0.95)
+    assert f"[{ci.low:.1f}, {ci.high:.1f}]" in rows["FOCUS"][col]
+    assert "#### Ranks (95 % rank intervals)" in md and "No comparisons are declared" in md
 
 
 def test_csv_roundtrips_raw_values(spec):
@@ -338,7 +353,10 @@ def test_csv_roundtrips_raw_values(spec):
     r = next(r for r in rows if r["method"] == "focus" and r["language"] == "near" and r["metric"] == "loss")
     assert float(r["mean"]) == pytest.approx(np.mean(LOSSES[("focus", "near")]))
     assert float(r["std"]) == pytest.approx(np.std(LOSSES[("focus", "near")], ddof=1))
-    assert r["n"] == "3" and r["seeds"] == "1 2 3" and r["best"] == "0"
+    assert r["n"] == "3" and r["seeds"] == "1 2 3" and r["best"] == "0" and r["bold"] == "1"
+    ci = stats.ttest_1samp(LOSSES[("focus", "near")], 0).confidence_interval(0.95)
+    assert float(r["ci_low"]) == pytest.approx(ci.low) and float(r["ci_high"]) == pytest.approx(ci.high)
+    assert r["ci_method"] == "t over seeds" and (r["rank"], r["rank_low"]) == ("2", "1")
     best = [r for r in rows if r["language"] == "near" and r["metric"] == "loss" and r["best"] == "1"]
     assert [b["method"] for b in best] == ["overlap"]
 
@@ -356,7 +374,7 @@ def test_latex_is_balanced_booktabs_with_best_bold(spec):
     for line in body:
         assert line.endswith(r"\\") and line.count("&") == ncols - 1
     overlap = next(line for line in body if line.startswith("overlap"))
-    assert r"\textbf{6.01}{\small${}\pm{}$" in overlap
+    assert r"\textbf{6.01}{\small~[" in overlap
     assert r"\_" in render_latex(aggregate(all_records(), parse_spec(dict(SPEC, display_names={"focus": "FO_CUS"}))))
 
 
@@ -367,7 +385,7 @@ def test_html_page_is_self_contained(spec, tmp_path):
     assert "<strong>6.01</strong>" in page and "x &amp; y" in page
     assert "<script" not in page and "http" not in page
     paths = write_all(table, tmp_path / "out")
-    assert sorted(paths) == ["csv", "html", "md", "tex"] and all(p.exists() for p in paths.values())
+    assert sorted(paths) == ["comparisons.csv", "csv", "html", "md", "tex"] and all(p.exists() for p in paths.values())
 
 
 def test_best_ties_at_display_precision(spec):
@@ -444,36 +462,46 @@ def test_update_golden_refuses_incomplete_cells(spec, tmp_path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_compare_matches_scipy(spec):
-    cmp = compare(all_records(), spec, baseline="random")
-    c = cmp.get("focus", f"{TASK}/near/loss")
+def test_compare_matches_scipy_and_adjusts_over_all_comparisons(spec):
+    table, cmp = compare(all_records(), spec, "focus", ["random", "overlap"])
+    by = {(v.b, v.column): v for v in cmp.verdicts}
+    v = by[("random", f"{TASK}/near/loss")]
     a, b = LOSSES[("focus", "near")], LOSSES[("random", "near")]
-    welch = stats.ttest_ind(a, b, equal_var=False)
     paired = stats.ttest_rel(a, b)
-    assert c.diff == pytest.approx(np.mean(a) - np.mean(b))
-    assert c.welch_t == pytest.approx(welch.statistic) and c.welch_p == pytest.approx(welch.pvalue)
-    assert c.paired_t == pytest.approx(paired.statistic) and c.paired_p == pytest.approx(paired.pvalue)
-    assert c.n_paired == 3 and c.test == "paired"
-    assert c.verdict == "win"  # lower loss, p < 0.05
-    # Accuracy of FOCUS vs random: higher is better → win too.
-    assert cmp.get("focus", f"{TASK}/near/accuracy").verdict == "win"
-    md = render_comparison_markdown(cmp)
-    assert "▲" in md and "Δ vs random" in md
+    ci = paired.confidence_interval(0.95)
+    d = v.difference
+    assert d.diff == pytest.approx(np.mean(a) - np.mean(b)) and d.n == 3 and d.test == "paired t"
+    assert d.p == pytest.approx(paired.pvalue) and (d.low, d.high) == pytest.approx((ci.low, ci.high))
+    # Holm over every comparison of the call (2 baselines × the columns with values on both sides)
+    testable = [x for x in cmp.verdicts if x.difference.p is not None]
+    assert v.family == len(testable) == 2 * len(spec.columns)
+    from statsmodels.stats.multitest import multipletests
+
+    ref = multipletests([x.difference.p for x in testable], method="holm")[1]
+    assert [x.p_holm for x in testable] == pytest.approx(list(ref))
+    assert v.verdict == "better"  # lower loss, significant after Holm
+    assert d.improvement.estimate == 1.0  # every FOCUS seed beats every random seed
+    md = render_comparison_markdown(table, cmp)
+    assert "FOCUS vs random" in md and "p (Holm)" in md and "P(A > B)" in md and "FOCUS better" in md
 
 
-def test_compare_welch_without_shared_seeds_and_loss():
-    from leaderboards.aggregate import Cell
-    from leaderboards.spec import Column, MetricSpec
+def test_compare_unpaired_seeds_are_untestable_not_silently_unpaired():
+    from leaderboards.stats import Sample, paired_difference
 
-    col = Column(TASK, "near", MetricSpec("accuracy", direction="higher"))
-    a = Cell(mean=float(np.mean([0.40, 0.42, 0.41])), n=3, seeds=(4, 5, 6), values=(0.40, 0.42, 0.41))
-    b = Cell(mean=float(np.mean([0.50, 0.52, 0.51])), n=3, seeds=(1, 2, 3), values=(0.50, 0.52, 0.51))
-    c = compare_cells(a, b, col, "m")
-    ref = stats.ttest_ind(a.values, b.values, equal_var=False)
-    assert c.test == "welch" and c.paired_p is None and c.welch_p == pytest.approx(ref.pvalue)
-    assert c.verdict == "loss"
-    single = Cell(mean=0.4, n=1, seeds=(1,), values=(0.4,))
-    assert compare_cells(single, b, col).verdict == "n/a"
+    a = Sample((4, 5, 6), (0.40, 0.42, 0.41))
+    b = Sample((1, 2, 3), (0.50, 0.52, 0.51))
+    d = paired_difference(a, b)
+    assert d.p is None and d.n == 0 and "nothing to pair" in d.note
+    assert d.diff == pytest.approx(np.mean(a.values) - np.mean(b.values))
+    assert d.improvement.estimate == 0.0  # still descriptive: no seed of A beats one of B
+    single = Sample((1,), (0.4,))
+    assert paired_difference(single, b).p is None
+
+
+def test_compare_unknown_method_is_an_error(spec):
+    table = aggregate(all_records(), spec)
+    with pytest.raises(SpecError, match="'nope' are not rows"):
+        compare_table(table, "nope", ["random"])
 
 
 # ---------------------------------------------------------------------------------------------
