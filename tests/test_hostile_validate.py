@@ -189,8 +189,7 @@ CASES = [
     ("spec-row-encoding-typo", _records_and_spec(rows=["random + nonee"], row_by="method+encoding"),
      LB, ["rows[0]", "encoding 'nonee'", "did you mean 'none'"]),
     ("spec-scale-nan", _records_and_spec(format={"scale": float("nan")}), LB, ["spec.yaml", "scale", "finite"]),
-    ("spec-threshold-inf", _records_and_spec(separation={"baseline": "random", "threshold": float("inf")}), LB,
-     ["separation.threshold", "finite"]),
+    ("spec-alpha-inf", _records_and_spec(alpha=float("inf")), LB, ["alpha", "(0, 0.5)"]),
     ("paper-number-inf",
      lambda t, e: (_records(t / "runs"), _write(t / "paper.yaml", yaml.safe_dump(
          {"paper": "p", "table": "t", "rows": [{"method": "random", "values": {"mlm-at-init/near/loss": float("inf")}}]})),
