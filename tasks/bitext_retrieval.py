@@ -38,9 +38,9 @@ from harness.registry import register_task
 from tasks.sentence_embeddings import (
     SentenceConfig,
     efficiency,
-    embed,
     eval_path,
     read_pairs,
+    student_embeddings,
     teacher_embeddings,
     text_digest,
 )
@@ -130,8 +130,7 @@ class BitextRetrieval:
             pairs = read_pairs("bitext-retrieval", path, src_lang, lang, cfg.max_eval_examples)
             sources, targets = [s for s, _ in pairs], [t for _, t in pairs]
             src = teacher_embeddings("bitext-retrieval", ctx, sources, cfg, description=f"bitext {src_lang} (original)")
-            tgt = embed(ctx.model, ctx.tokenizer, targets, cfg, device=ctx.device, encoding=ctx.encoding,
-                        language=lang, show_progress=ctx.progress, description=f"bitext {lang}")
+            tgt = student_embeddings(ctx, targets, cfg, lang, description=f"bitext {lang}")
             hits = retrieval_hits(tgt, src, cfg.margin_k)
             rows = {
                 "accuracy_t2s": hits["t2s"], "accuracy_s2t": hits["s2t"],

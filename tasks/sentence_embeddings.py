@@ -11,6 +11,10 @@ What both tasks share, measured one way:
   (``TaskContext.source_model`` / ``source_tokenizer``), computed once per process for the same
   model, tokenizer, texts and pooling, so every method and seed of a grid compares with identical
   teacher vectors;
+* :func:`student_embeddings` — :func:`embed` of the trial's model, kept per process under the sha256
+  of the model's weights and the tokenizer's state: the two tasks of a trial's initialization read
+  the same target sentences (the real lane's ``test.txt`` is the target side of ``test.jsonl``, the
+  world's teacher-agreement reads its translation pairs' target side), so the second computes nothing;
 * :func:`read_pairs`, :func:`read_texts` — the evaluation data: JSON lines in the translation
   format ``{"translation": {SRC: …, LANG: …}}`` (the world's ``translation`` task files and the real
   lane's ``test.jsonl``), or plain text, one example a line;
@@ -40,8 +44,8 @@ from harness.tokenizers import tokenizer_state
 from tasks.data import added_tokens, batch_preparer
 from tasks.loop import length_batches, progress
 
-__all__ = ["SentenceConfig", "POOLINGS", "embed", "teacher_embeddings", "read_pairs", "read_texts", "eval_path",
-           "efficiency", "text_digest"]
+__all__ = ["SentenceConfig", "POOLINGS", "embed", "teacher_embeddings", "student_embeddings", "model_fingerprint",
+           "read_pairs", "read_texts", "eval_path", "efficiency", "text_digest"]
 
 POOLINGS = ("mean", "cls")
 
@@ -253,6 +257,39 @@ def teacher_embeddings(task: str, ctx: TaskContext, texts: Sequence[str], cfg: S
                      description=description)
 
     return _TEACHER_MEMO.get(key, build)
+
+
+_STUDENT_MEMO = ProcessMemo(MEMO_ENTRIES)
+
+
+def model_fingerprint(model: Any) -> str:
+    """sha256 of a model's state (every parameter and buffer, names, dtypes, shapes and bytes, in order).
+
+    Example:
+        >>> a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+        >>> _ = b.load_state_dict(a.state_dict())
+        >>> model_fingerprint(a) == model_fingerprint(b)
+        True
+    """
+    h = hashlib.sha256()
+    for name, t in model.state_dict().items():
+        t = t.detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def student_embeddings(ctx: TaskContext, texts: Sequence[str], cfg: SentenceConfig, language: str, *,
+                       description: str = "student") -> np.ndarray:
+    """:func:`embed` of ``ctx.model`` under ``ctx.tokenizer``, kept per process under the model's
+    :func:`model_fingerprint`, the tokenizer's state, the language, the texts and the pooling (the
+    same model state, tokenizer and texts give the same vectors, whichever task asks)."""
+    state = tokenizer_state(ctx.tokenizer)
+    key = None if state is None else (model_fingerprint(ctx.model), state, language, text_digest(texts), cfg.pooling,
+                                      cfg.prefix, cfg.max_length)
+    return _STUDENT_MEMO.get(key, lambda: embed(ctx.model, ctx.tokenizer, texts, cfg, device=ctx.device,
+                                                encoding=ctx.encoding, language=language, show_progress=ctx.progress,
+                                                description=description))
 
 
 def efficiency(ctx: TaskContext, texts: Sequence[str]) -> Scores:

@@ -15,8 +15,10 @@ nor parallel text. Each metric carries per-example rows (:mod:`harness.examples`
 tokenizer efficiency on the same texts rides along (:mod:`harness.efficiency`). The ``original``
 method (the source tokenizer itself) scores 1 on both: the ceiling.
 
-Data: the world's held-out target text (``split``), or ``eval_file``: plain text, or translation JSON
-lines whose target side is read (the real lane: ``real:data/{lang}/test.txt``).
+Data: the target side of the world's held-out translation pairs (``split``; the sentences
+``bitext-retrieval`` reads, so a trial's two tasks share the student's embeddings), or ``eval_file``:
+plain text, or translation JSON lines whose target side is read (the real lane:
+``real:data/{lang}/test.txt``, the target side of its ``test.jsonl``).
 """
 
 from __future__ import annotations
@@ -31,9 +33,9 @@ from harness.registry import register_task
 from tasks.sentence_embeddings import (
     SentenceConfig,
     efficiency,
-    embed,
     eval_path,
     read_texts,
+    student_embeddings,
     teacher_embeddings,
     text_digest,
 )
@@ -84,11 +86,10 @@ class TeacherAgreement:
         cfg = self.config
         metrics, counts, examples, files = {}, {}, {}, {}
         for lang in ctx.languages:
-            path = eval_path("teacher-agreement", cfg, ctx, lang, "text")
+            path = eval_path("teacher-agreement", cfg, ctx, lang, "translation")
             texts = read_texts("teacher-agreement", path, lang, cfg.max_eval_examples)
             teacher = teacher_embeddings("teacher-agreement", ctx, texts, cfg, description=f"teacher {lang}")
-            student = embed(ctx.model, ctx.tokenizer, texts, cfg, device=ctx.device, encoding=ctx.encoding,
-                            language=lang, show_progress=ctx.progress, description=f"student {lang}")
+            student = student_embeddings(ctx, texts, cfg, lang, description=f"student {lang}")
             agree = agreement(student, teacher)
             eff = efficiency(ctx, texts)
             scores = Scores({"cosine": float(agree["cosine"].mean()), "nn_accuracy": float(agree["nn"].mean()), **eff},

@@ -458,3 +458,31 @@ def test_lane_scores_from_records():
             rec("b", 1, "ru", 0.3), rec("b", 2, "de", 0.9, status="failed"), rec("a", 3, "de", 1.0, task="other")]
     # seed 2 of "a" lacks ru: left out, never averaged over de alone
     assert lane_scores(recs, "bitext-retrieval", "accuracy") == {"a": [pytest.approx(0.3)], "b": [pytest.approx(0.2)]}
+
+
+def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, bert_dir, monkeypatch):
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from harness.protocols import TaskContext
+    from tasks import sentence_embeddings as se
+    from tasks.bitext_retrieval import BitextRetrieval, BitextRetrievalConfig
+    from tasks.teacher_agreement import TeacherAgreement, TeacherAgreementConfig
+
+    calls: list[str] = []
+    real_embed = se.embed
+    monkeypatch.setattr(se, "embed", lambda *a, **k: calls.append(k["description"].split()[0]) or real_embed(*a, **k))
+    tok = AutoTokenizer.from_pretrained(bert_dir)
+    model = AutoModel.from_pretrained(bert_dir)
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": e, "xx": x}}) + "\n" for e, x in zip(EN, XX)))
+    ctx = TaskContext(model=model, tokenizer=tok, languages=["xx"], seed=1, progress=False, source_model=str(bert_dir),
+                      source_tokenizer=tok)
+    path = str(tmp_path / "test.jsonl")
+    BitextRetrieval(BitextRetrievalConfig(eval_file=path, source_language="en", prefix="q: ")).run(ctx)
+    assert calls == ["bitext", "bitext"]  # the original on the English side, the student on the target side
+    TeacherAgreement(TeacherAgreementConfig(eval_file=path, prefix="q: ")).run(ctx)
+    assert calls[2:] == ["teacher"]  # the student's embeddings of the same sentences are reused
+    with torch.no_grad():
+        model.embeddings.word_embeddings.weight[5] += 1.0  # another model state is another key
+    TeacherAgreement(TeacherAgreementConfig(eval_file=path, prefix="q: ")).run(ctx)
+    assert calls[3:] == ["student"]

@@ -28,7 +28,7 @@ __all__ = ["PREFIX", "Source", "SOURCES", "MODELS", "LANGUAGES", "RealLaneError"
 PREFIX = "real:"
 CONVERTER_VERSION = 1
 """Part of the model's cache key: bump when the conversion changes what it writes."""
-DATA_VERSION = 1
+DATA_VERSION = 2
 """Part of the data's cache key: bump when the catalogue processing changes what it writes."""
 
 
