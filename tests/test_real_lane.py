@@ -486,3 +486,26 @@ def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, 
         model.embeddings.word_embeddings.weight[5] += 1.0  # another model state is another key
     TeacherAgreement(TeacherAgreementConfig(eval_file=path, prefix="q: ")).run(ctx)
     assert calls[3:] == ["student"]
+
+
+def test_cli_real_commands(tmp_path, monkeypatch, capsys):
+    from harness.cli import main
+
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))
+    assert main(["real", "info"]) == 2
+    assert "tokxfer real fetch" in capsys.readouterr().err
+    assert main(["real", "fetch", "--wheels", str(tmp_path / "nowhere")]) == 2
+    assert "--wheels" in capsys.readouterr().err
+    for lane, order in (("world", ["random", "overlap", "focus"]), ("real", ["random", "focus", "overlap"])):
+        d = tmp_path / lane
+        d.mkdir()
+        for rank, method in enumerate(order):
+            for seed in (1, 2):
+                rec = {"status": "ok", "seed": seed, "trial_id": f"{method}{seed}", "schema_version": 1,
+                       "config": {"task": {"name": "bitext-retrieval"}, "method": {"id": method, "name": method}},
+                       "metrics": {"xx": {"accuracy": 0.1 * rank + 0.01 * seed}}}
+                (d / f"{method}{seed}.json").write_text(json.dumps(rec))
+    monkeypatch.setattr("harness.records.iter_records", lambda d, strict=True: (json.loads(p.read_text()) for p in sorted(Path(d).glob("*.json"))))
+    assert main(["real", "agreement", "--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "50"]) == 0
+    out = capsys.readouterr().out
+    assert "bitext-retrieval   accuracy" in out and "0.33" in out and "focus/overlap" in out
