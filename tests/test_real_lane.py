@@ -509,3 +509,18 @@ def test_cli_real_commands(tmp_path, monkeypatch, capsys):
     assert main(["real", "agreement", "--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "50"]) == 0
     out = capsys.readouterr().out
     assert "bitext-retrieval   accuracy" in out and "0.33" in out and "focus/overlap" in out
+
+
+def test_both_tasks_run_on_the_world(tiny_world, tiny_pretrain_overrides):
+    from harness.config import parse_experiment
+    from harness.runner import run_trial
+
+    raw = {"name": "w", "world": {"size": "tiny"}, "source": {"model": "world:mlm", "pretrain": tiny_pretrain_overrides},
+           "targets": [{"language": "near", "tokenizer": {"algorithm": "unigram", "vocab_size": 300}}], "seeds": [1],
+           "methods": ["overlap"], "tasks": [{"name": "bitext-retrieval", "config": {"max_eval_examples": 10}},
+                                             {"name": "teacher-agreement", "config": {"max_eval_examples": 10}}]}
+    bitext, teacher = (run_trial(spec, progress=False) for spec in parse_experiment(raw).trials())
+    assert bitext.task_info["source_language"] == "src" and bitext.counts["near"]["test"] == 10
+    assert 0 <= bitext.metrics["near"]["accuracy"] <= 1 and 0 < teacher.metrics["near"]["cosine"] <= 1
+    # the teacher-agreement sentences are the target side of the pairs bitext-retrieval reads
+    assert teacher.task_info["eval_files"]["near"]["file"] == bitext.task_info["eval_files"]["near"]["file"]
