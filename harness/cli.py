@@ -1,4 +1,4 @@
-"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | tokenizer | cache | overlap | world | quickstart | sync."""
+"""The ``tokxfer`` command line: run | ls | validate | leaderboard | check-regression | init | tokenizer | cache | real | overlap | world | quickstart | sync."""
 
 from __future__ import annotations
 
@@ -249,6 +249,12 @@ def cmd_cache(args) -> int:
     return cache_command(args)
 
 
+def cmd_real(args) -> int:
+    from harness.real.fetch import command
+
+    return command(args)
+
+
 def cmd_overlap(args) -> int:
     from harness import resources
     from harness.vocab import compute_overlap
@@ -424,6 +430,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp = sub.add_parser("cache", help="list or prune tokxfer's cache (`cache ls`, `cache prune`)")
     add_cache_arguments(sp)
     sp.set_defaults(fn=cmd_cache)
+
+    sp = sub.add_parser("real", help="the real-model lane: `real fetch` (e5-small + catalogue text, into the cache), `real info`")
+    from harness.real.fetch import add_arguments as add_real_arguments
+
+    add_real_arguments(sp)
+    sp.set_defaults(fn=cmd_real)
 
     sp = sub.add_parser("overlap", help="overlap report (exact and fuzzy) of two tokenizers")
     sp.add_argument("source")

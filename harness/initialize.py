@@ -38,7 +38,7 @@ from harness.extension import extend_tokenizer, keep_original_rows
 from harness.protocols import PROVENANCE_NAMES, InitResult, TokenMapping, TransferInputs, TransferResources
 from harness.vocab import special_ids, vocab_size
 
-__all__ = ["InitRequest", "Initialized", "load_source", "initialize", "initialize_model", "cached_init",
+__all__ = ["InitRequest", "Initialized", "load_source", "check_head", "initialize", "initialize_model", "cached_init",
            "init_summary", "provenance_string", "write_init_info", "INIT_CACHE_KIND"]
 
 INIT_CACHE_KIND = "inits"
@@ -63,6 +63,8 @@ class InitRequest:
             tokenizer is extended with the ``extend_top_n`` most frequent target tokens).
         extend_top_n: tokens added in extension mode.
         bias: how an MLM head's bias is set for new rows (see :func:`harness.surgery.install`).
+        head_needed_by: who needs the ``model_kind`` head (a task or stage, for the message); a
+            checkpoint without it is then refused (:func:`harness.resources.load_source_model`).
     """
 
     source_model: str
@@ -78,6 +80,7 @@ class InitRequest:
     mode: str = "replace"
     extend_top_n: int = 30000
     bias: str = "map"
+    head_needed_by: str | None = None
 
 
 @dataclass
@@ -97,12 +100,17 @@ class Initialized:
 # build the model
 
 
-def load_source(source_model: str, source_tokenizer: str | None, model_kind: str) -> tuple[Any, Any, torch.Tensor]:
+def load_source(source_model: str, source_tokenizer: str | None, model_kind: str, *,
+                head_needed_by: str | None = None) -> tuple[Any, Any, torch.Tensor]:
     """``(model, tokenizer, input embeddings as a float32 CPU copy)`` of a source model.
 
     Raises:
         SurgeryError: the tokenizer has more tokens than the model has embedding rows.
+        ResourceError: ``head_needed_by`` is given and the checkpoint lacks the ``model_kind`` head
+            (:func:`check_head`).
     """
+    if head_needed_by is not None:
+        check_head(source_model, model_kind, head_needed_by)
     model = resources.load_source_model(source_model, model_kind)
     tok = resources.load_tokenizer(source_tokenizer or source_model)
     emb = model.get_input_embeddings().weight.detach().float().cpu().clone()
@@ -111,6 +119,41 @@ def load_source(source_model: str, source_tokenizer: str | None, model_kind: str
             f"source tokenizer has {len(tok)} tokens but the model has only {emb.shape[0]} embedding rows"
         )
     return model, tok, emb
+
+
+_HEAD_MEMO: dict[tuple, tuple[list[str], list[str]] | None] = {}
+
+
+def check_head(source_model: str, model_kind: str, needed_by: str) -> None:
+    """Refuse a local checkpoint without the ``model_kind`` head that ``needed_by`` (a task or stage) reads,
+    instead of letting transformers add a random head (:func:`harness.init_checks.missing_head`; the
+    answer is kept per process for a directory whose files did not change). Hub ids pass.
+
+    Raises:
+        ResourceError: naming ``needed_by``, the head, the checkpoint and what it holds.
+    """
+    if model_kind not in ("mlm", "clm"):
+        return
+    from harness.init_checks import InitInputError, missing_head
+
+    d = Path(source_model).expanduser()
+    files = sorted(p for p in d.iterdir() if p.is_file()) if d.is_dir() else []
+    key = (str(d.resolve()), model_kind, tuple((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in files))
+    if key not in _HEAD_MEMO:
+        try:
+            _HEAD_MEMO[key] = missing_head(source_model, model_kind)
+        except InitInputError as e:
+            raise resources.ResourceError(f"{needed_by} needs a {model_kind} head: {e}") from None
+    found = _HEAD_MEMO[key]
+    if found is not None and found[0]:
+        head = {"mlm": "masked-LM head", "clm": "causal-LM head"}[model_kind]
+        arch = ", ".join(found[1]) or "a model"
+        raise resources.ResourceError(
+            f"{needed_by} needs the source model's {head}, but {source_model} holds {arch} without it (missing "
+            f"{', '.join(found[0][:3])}{' …' if len(found[0]) > 3 else ''}); a random head would make its numbers "
+            "meaningless. Use a checkpoint with its head, or a task that reads the encoder only "
+            "(bitext-retrieval, teacher-agreement)"
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -132,7 +175,8 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
     """
     r = request
     t0 = time.perf_counter()
-    model, src_tok, src_emb = load_source(r.source_model, r.source_tokenizer, r.model_kind)
+    model, src_tok, src_emb = load_source(r.source_model, r.source_tokenizer, r.model_kind,
+                                          head_needed_by=r.head_needed_by)
     t_load = time.perf_counter() - t0
 
     t0 = time.perf_counter()

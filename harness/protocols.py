@@ -291,6 +291,10 @@ class TaskContext:
         source_language: language of the source model (cross-lingual transfer settings).
         progress: whether to show progress bars.
         work_dir: a scratch directory owned by this trial.
+        source_model: the *original* source model the trial started from (a local directory or hub
+            id), for tasks that compare with it (``bitext-retrieval`` embeds the English side with
+            it, ``teacher-agreement`` uses it as the teacher); ``None`` outside a trial.
+        source_tokenizer: the original source tokenizer (loaded), ``None`` outside a trial.
     """
 
     model: Any
@@ -303,14 +307,22 @@ class TaskContext:
     source_language: str | None = None
     progress: bool = True
     work_dir: Path | None = None
+    source_model: str | None = None
+    source_tokenizer: Any = None
 
 
 @runtime_checkable
 class Task(Protocol):
-    """A task adapter (mlm-at-init, xnli, qa, ner, perplexity, iwslt-bleu …)."""
+    """A task adapter (mlm-at-init, xnli, qa, ner, perplexity, iwslt-bleu …).
+
+    Optional class attribute ``needs_lm_head`` (also on stages): ``True`` when the task reads the
+    source model's LM head (``mlm-at-init``, ``lapt``); the runner then refuses a checkpoint that
+    lacks it instead of letting transformers add a random one.
+    """
 
     model_kind: ClassVar[str]
-    """Which source model the task needs: ``"mlm"`` (encoder), ``"clm"`` (decoder) or ``"seq2seq"``."""
+    """Which source model the task needs: ``"mlm"`` (encoder with its masked-LM head), ``"clm"``
+    (decoder), ``"seq2seq"`` or ``"encoder"`` (the transformer body alone, e.g. sentence embeddings)."""
 
     def __init__(self, config: Any) -> None: ...
 

@@ -1,8 +1,10 @@
 """Resources: models, tokenizers, corpora and auxiliary files, by local path, hub id or ``world:`` name.
 
 ``world:mlm`` / ``world:clm`` name the built-in source models (pretrained and cached by the harness);
-anything else is a local path when it exists, or a hub id handed to ``from_pretrained`` /
-``datasets.load_dataset`` (which fails offline — tests set ``HF_HUB_OFFLINE=1`` so it fails fast).
+``real:model/<name>`` and ``real:data/<lang>/<file>`` the real lane's converted models and text
+(:mod:`harness.real`, fetched once by ``tokxfer real fetch``); anything else is a local path when it
+exists, or a hub id handed to ``from_pretrained`` / ``datasets.load_dataset`` (which fails offline —
+tests set ``HF_HUB_OFFLINE=1`` so it fails fast).
 """
 
 from __future__ import annotations
@@ -47,6 +49,22 @@ def world_for(spec: WorldSpec | None) -> Any:
     return World(world_dir(spec.size, spec.seed))
 
 
+def local_name(value: str) -> str:
+    """``value`` with a ``real:`` name replaced by its local path (:func:`harness.real.resolve`); other values unchanged.
+
+    Raises:
+        ResourceError: a ``real:`` name that is malformed or not fetched yet (naming ``tokxfer real fetch``).
+    """
+    from harness.real import RealLaneError, is_real_name, resolve
+
+    if not is_real_name(value):
+        return value
+    try:
+        return str(resolve(value))
+    except RealLaneError as e:
+        raise ResourceError(str(e)) from None
+
+
 def model_kind_of(name: str) -> str | None:
     """``mlm``/``clm`` for world model names, ``None`` for paths and hub ids."""
     if name.startswith("world:"):
@@ -66,6 +84,8 @@ def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: b
     """
     kind = model_kind_of(source.model)
     if kind is None:
+        if source.model.startswith("real:"):
+            return local_name(source.model)
         if not Path(source.model).exists() and "/" not in source.model and os.environ.get("HF_HUB_OFFLINE") == "1":
             raise ResourceError(f"source.model: {source.model!r} is neither a local path nor reachable on the hub (HF_HUB_OFFLINE=1)")
         return source.model
@@ -88,11 +108,17 @@ def check_model_dir(path: str) -> None:
 
 
 def load_source_model(path: str, kind: str):
-    """Load a source model of ``kind`` (mlm | clm | seq2seq) from a directory or hub id."""
+    """Load a source model of ``kind`` (mlm | clm | seq2seq | encoder) from a directory or hub id.
+
+    ``encoder`` is the transformer body without a head (``AutoModel``): what sentence-embedding
+    tasks use, and what a checkpoint saved without a head (a ``BertModel``) holds. A checkpoint that
+    lacks the ``kind`` head gets a random one from transformers; :func:`harness.initialize.load_source`
+    refuses that when a task or stage needs the head.
+    """
     import transformers
 
     cls = {"mlm": transformers.AutoModelForMaskedLM, "clm": transformers.AutoModelForCausalLM,
-           "seq2seq": transformers.AutoModelForSeq2SeqLM}[kind]
+           "seq2seq": transformers.AutoModelForSeq2SeqLM, "encoder": transformers.AutoModel}[kind]
     check_model_dir(path)
     try:
         return cls.from_pretrained(path)
@@ -111,7 +137,7 @@ def target_tokenizer(target: TargetSpec, world: Any, *, progress: bool = True):
     """The target tokenizer: loaded from ``tokenizer.path`` or trained on the target corpus."""
     tok: TokenizerSpec = target.tokenizer
     if tok.path:
-        return load_tokenizer(tok.path)
+        return load_tokenizer(local_name(tok.path))
     from harness.tokenizers import train_tokenizer
 
     corpus = target_corpus(target, world)
@@ -127,7 +153,7 @@ def _file(value: str | None, field: str) -> Path | None:
     if value is None:
         return None
     try:
-        return inputs.check_input_file(value, field)
+        return inputs.check_input_file(local_name(value), field)
     except inputs.InputFileError as e:
         raise ResourceError(str(e)) from None
 

@@ -34,7 +34,8 @@ from harness.trial import run_stages, run_task, wrap_encoding
 
 log = logging.getLogger("tokxfer")
 
-__all__ = ["device", "init_cache_key", "init_inputs", "run_trial", "trial_record", "failed_record", "execute"]
+__all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run_trial", "trial_record", "failed_record",
+           "execute"]
 
 
 def device() -> str:
@@ -74,16 +75,34 @@ def init_inputs(target_tokenizer: Any, transfer: Any) -> dict:
     return {"target_tokenizer": state, "files": files}
 
 
+def model_requirements(spec: TrialSpec) -> tuple[str, str | None]:
+    """The kind of model a trial loads, and who needs its head (``None``: nobody).
+
+    The kind is the task's ``model_kind``; an ``encoder`` task (sentence embeddings) behind a stage
+    that trains through the masked-LM head (LAPT) loads the masked LM instead. A task or stage class
+    whose ``needs_lm_head`` is true (``mlm-at-init``, ``lapt``) refuses a checkpoint without that head
+    rather than receiving a random one (:func:`harness.resources.load_source_model`).
+    """
+    task_cls = registry.get("task", spec.task.name).cls
+    kind = task_cls.model_kind
+    needed_by = f"task {spec.task.name!r}" if getattr(task_cls, "needs_lm_head", False) else None
+    for st in spec.stages:
+        if getattr(registry.get("stage", st.name).cls, "needs_lm_head", False):
+            kind = "mlm" if kind == "encoder" else kind
+            needed_by = needed_by or f"stage {st.name!r}"
+    return kind, needed_by
+
+
 def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | None = None) -> TrialRecord:
     """Run one trial and return its record (status ``ok``); exceptions propagate to the caller."""
     started = records.now_iso()
     t_start = time.perf_counter()
     task_entry = registry.get("task", spec.task.name)
     task = task_entry.make(component_config("task", spec.task))
-    kind = task_entry.cls.model_kind
+    kind, head_needed_by = model_requirements(spec)
     world = resources.world_for(spec.world)
     src_kind = resources.model_kind_of(spec.source.model)
-    if src_kind is not None and src_kind != kind:
+    if src_kind is not None and src_kind != kind and not (kind == "encoder" and src_kind == "mlm"):
         raise ValueError(
             f"task {spec.task.name!r} needs a {kind} source model but source.model is {spec.source.model!r}"
         )
@@ -98,8 +117,10 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     init = initialize(InitRequest(
         source_model=src_path, target_tokenizer=tgt_tok, method=spec.method.name,
         method_config=component_config("method", spec.method), seed=seeds["init"], model_kind=kind, resources=transfer,
-        source_tokenizer=spec.source.tokenizer, source_language=world.source_language if world else "src",
+        source_tokenizer=resources.local_name(spec.source.tokenizer) if spec.source.tokenizer else None,
+        source_language=world.source_language if world else "src",
         target_language=spec.target.language, mode=spec.mode, extend_top_n=spec.extend_top_n,
+        head_needed_by=head_needed_by,
     ), world=world, cache_key=init_key)
     sanity.check_ids(init.tokenizer, init.model)  # ids beyond the embedding matrix can only be a bug
 
@@ -108,6 +129,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
         model=init.model.to(torch_device), tokenizer=init.tokenizer, languages=[spec.target.language], seed=seeds["stages"],
         device=torch_device, data_root=Path(resources.world_dir(spec.world.size, spec.world.seed)) if spec.world else None,
         source_language=world.source_language if world else None, progress=progress, work_dir=artifacts_dir,
+        source_model=str(src_path), source_tokenizer=init.source_tokenizer,
     )
     wrap_encoding(ctx, spec.encoding, src_path, seeds["init"])  # a new language's parameters are initialization
     stages = run_stages(ctx, spec, init.result.directives, init_key)

@@ -280,9 +280,11 @@ def _pad_id(tok, n: int) -> int | None:
 def check_special_tokens(tokenizer, model_kind: str, where: str = "tokenizer") -> None:
     """Raise when the tokenizer lacks the special tokens a model kind needs.
 
-    MLM encoders need pad and mask tokens; causal LMs need an eos token.
+    MLM encoders need pad and mask tokens; causal LMs need an eos token; a bare encoder (sentence
+    embeddings) needs a pad token.
     """
-    needed = {"mlm": ("pad_token", "mask_token"), "clm": ("eos_token",), "seq2seq": ("pad_token", "eos_token")}[model_kind]
+    needed = {"mlm": ("pad_token", "mask_token"), "clm": ("eos_token",), "seq2seq": ("pad_token", "eos_token"),
+              "encoder": ("pad_token",)}[model_kind]
     missing = [n for n in needed if getattr(tokenizer, n, None) is None or getattr(tokenizer, n + "_id", None) is None]
     if missing:
         raise SurgeryError(f"{where}: lacks special token(s) {', '.join(missing)} that a {model_kind} model needs")

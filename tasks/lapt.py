@@ -513,6 +513,9 @@ def check_reload(trained: Any, reloaded: Any) -> None:
 class Lapt:
     """Continued pretraining on target-language text; TransInner freezing from the method's directives."""
 
+    needs_lm_head = True
+    """Trains through the source model's LM head: a checkpoint without one is refused (never a random head)."""
+
     def __init__(self, config: LaptConfig) -> None:
         self.config = config
 

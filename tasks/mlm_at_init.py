@@ -328,6 +328,8 @@ class MlmAtInit:
     """Masked-LM loss and accuracy on held-out target-language text, with fixed evaluation masks."""
 
     model_kind = "mlm"
+    needs_lm_head = True
+    """Scores the source model's own masked-LM head: a checkpoint without one is refused (never a random head)."""
     metrics = ("loss", "accuracy", "perplexity")
     """Metrics every language of a complete record carries (resume re-runs a record lacking one)."""
 

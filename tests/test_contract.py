@@ -113,7 +113,7 @@ def test_method_deterministic_under_disturbed_global_rng(name, transfer):
 @pytest.mark.parametrize("name", registry.names("task"))
 def test_task_registered_with_config_and_kind(name):
     entry = registry.get("task", name)
-    assert getattr(entry.cls, "model_kind", None) in ("mlm", "clm", "seq2seq")
+    assert getattr(entry.cls, "model_kind", None) in ("mlm", "clm", "seq2seq", "encoder")
     cfg = entry.config_cls()
     assert entry.make(cfg) is not None
     if "max_eval_examples" in {f for f in cfg.__dataclass_fields__}:
