@@ -102,6 +102,8 @@ def migrate(rec: dict, where: str = "record") -> dict:
     return rec
 
 
+_IN_MEMORY = ("extra", "example_scores", "path")
+"""Fields of :class:`TrialRecord` that are not keys of its JSON form."""
 _SECTIONS = ("git", "config", "seeds", "metrics", "init", "stages", "counts", "curves", "task_info", "encoding",
              "timings", "revisions", "environment", "examples")
 """Fields that hold a JSON object (or ``null``)."""
@@ -172,13 +174,17 @@ class TrialRecord:
     extra: dict = field(default_factory=dict)
     example_scores: dict = field(default_factory=dict, compare=False, repr=False)
     """In memory only: ``{language: {metric: harness.examples.ExampleScores}}`` of a finished trial;
-    :func:`write_record` stores them beside the record and names them in :attr:`examples`."""
+    :func:`write_record` stores them beside the record and names them in :attr:`examples`, and
+    :meth:`scores` reads them back from there."""
+    path: Path | None = field(default=None, compare=False, repr=False)
+    """In memory only: the file the record was read from (:func:`read_record`); per-example results
+    lie beside it."""
 
     # -- JSON
 
     def to_json(self) -> dict:
         """The record as stored: every field (``null`` when unknown) plus :attr:`extra`."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("extra", "example_scores")}
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _IN_MEMORY}
         clash = sorted(set(self.extra) & set(out))
         if clash:
             raise RecordError(f"record {self.trial_id}: extra key(s) {', '.join(clash)} shadow record fields")
@@ -202,7 +208,7 @@ class TrialRecord:
         if missing:
             raise RecordError(f"{where}: missing required field(s) {', '.join(missing)}")
         rec = migrate(dict(data), where)
-        known = {f.name for f in fields(cls)} - {"extra", "example_scores"}
+        known = {f.name for f in fields(cls)} - set(_IN_MEMORY)
         for name in _SECTIONS:
             if rec.get(name) is not None and not isinstance(rec[name], Mapping):
                 raise RecordError(f"{where}: field {name!r} must be a JSON object or null, got {type(rec[name]).__name__}")
@@ -280,6 +286,21 @@ class TrialRecord:
     def flag_codes(self) -> frozenset[str]:
         """Codes of the sanity flags (empty when none or not checked)."""
         return frozenset(str(f["code"]) for f in self.flags or [] if isinstance(f, Mapping) and f.get("code"))
+
+    def scores(self, language: str, metric: str) -> Any:
+        """The per-example statistics behind ``metrics[language][metric]``
+        (:class:`harness.examples.ExampleScores`), or ``None`` when the record has none.
+
+        Read once from the file :attr:`examples` names beside :attr:`path` (hash-checked) and kept.
+
+        Raises:
+            harness.examples.ExamplesError: the file is missing, changed or does not match the record.
+        """
+        if not self.example_scores and self.examples and self.path is not None:
+            from harness.examples import read_examples
+
+            object.__setattr__(self, "example_scores", read_examples(self.path.parent, str(self.trial_id), self.examples))
+        return (self.example_scores.get(language) or {}).get(metric)
 
     def config_value(self, path: str) -> Any:
         """The resolved config's value at a dotted ``path`` (``None`` when absent): for the
@@ -442,8 +463,8 @@ def load_record(path: str | Path) -> dict:
 
 
 def read_record(path: str | Path) -> TrialRecord:
-    """:func:`load_record` as a :class:`TrialRecord` (errors name the file)."""
-    return TrialRecord.from_json(load_record(path), where=str(path))
+    """:func:`load_record` as a :class:`TrialRecord` that knows its file (errors name the file)."""
+    return dataclasses.replace(TrialRecord.from_json(load_record(path), where=str(path)), path=Path(path))
 
 
 def folder_experiment(directory: str | Path) -> str | None:
@@ -514,6 +535,13 @@ def iter_records(directory: str | Path, *, strict: bool = True) -> Iterator[dict
     """Yield the records of a records directory (see :func:`iter_record_files`)."""
     for _, rec in iter_record_files(directory, strict=strict):
         yield rec
+
+
+def read_records(directory: str | Path, *, strict: bool = True) -> list[TrialRecord]:
+    """The records of a records directory as :class:`TrialRecord` values that know their files
+    (checked as :func:`iter_record_files` checks them); what leaderboards and tracking read."""
+    return [dataclasses.replace(TrialRecord.from_json(rec, where=str(p)), path=p)
+            for p, rec in iter_record_files(directory, strict=strict)]
 
 
 def completed_trial_ids(directory: Path) -> set[str]:

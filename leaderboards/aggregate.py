@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.examples import ExampleScores
 from harness.records import TrialRecord
 from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
 from leaderboards.stats import Interval, Sample, TableStats, analyze, mean_interval
@@ -99,12 +100,13 @@ def _cell_flags(codes: Iterable[str]) -> set[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[dict]:
-    """Load every trial record from one or more records directories (their JSON mappings).
+def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[TrialRecord]:
+    """Load every trial record from one or more records directories.
 
     Accepts ``runs/<experiment>`` or ``runs/<experiment>/records``; records are validated and
-    migrated by :func:`harness.records.iter_records` (the one record reader). Every function of
-    this module takes them as they are, or as :class:`~harness.records.TrialRecord` values.
+    migrated by :func:`harness.records.read_records` (the one record reader) and know their files,
+    so their per-example results are found beside them. Every function of this module also takes
+    record mappings (tests), read as :class:`~harness.records.TrialRecord` values.
 
     Raises:
         FileNotFoundError: a directory does not exist.
@@ -113,11 +115,11 @@ def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     Example:
         >>> load_records("runs/quickstart")  # doctest: +SKIP
     """
-    from harness.records import iter_records
+    from harness.records import read_records
 
     if isinstance(dirs, (str, os.PathLike)):
         dirs = [dirs]
-    return [rec for d in dirs for rec in iter_records(Path(d))]
+    return [rec for d in dirs for rec in read_records(Path(d))]
 
 
 def record_method(record: AnyRecord) -> str | None:
@@ -173,7 +175,7 @@ class Observation:
     guards: frozenset[str] = frozenset()
     dirty: bool = False
     world: str | None = None
-    examples: np.ndarray | None = field(default=None, compare=False)
+    examples: ExampleScores | None = field(default=None, compare=False)
 
 
 _INIT_SECTIONS: dict[str, Callable[[TrialRecord], Mapping]] = {
@@ -194,34 +196,27 @@ def _value(record: TrialRecord, column: Column, language: str) -> float | None:
     return float(v) if _is_number(v) else None
 
 
-ExampleReader = Callable[[TrialRecord, Column, str], "np.ndarray | None"]
+ExampleReader = Callable[[TrialRecord, Column, str], "ExampleScores | None"]
 """Reads a record's per-example results for one column and language (``None``: the record has none)."""
 
 
-def record_examples(record: TrialRecord, column: Column, language: str) -> np.ndarray | None:
-    """A record's per-example results for a column: ``examples[language][metric key]`` (1-D floats).
+def record_examples(record: TrialRecord, column: Column, language: str) -> ExampleScores | None:
+    """A record's per-example statistics for a column (:meth:`harness.records.TrialRecord.scores`).
 
-    The default :data:`ExampleReader`: it reads arrays stored inline in the record, under a top-level
-    ``examples`` mapping ``{language: {metric key: [float, …]}}``, whose mean is the record's metric
-    and whose order is the same for every trial of the column. A reader of arrays stored beside the
-    record is passed to :func:`aggregate` instead. Metrics not read from ``metrics`` have none.
+    The default :data:`ExampleReader`: the statistics the runner stored beside the record (read once
+    and hash-checked), or those a record built in memory carries. Metrics not read from ``metrics``
+    have none.
 
     Example:
         >>> from leaderboards.spec import MetricSpec
-        >>> r = TrialRecord.from_json({"trial_id": "t", "status": "ok", "examples": {"near": {"accuracy": [1, 0, 1]}}})
-        >>> record_examples(r, Column("xnli", "near", MetricSpec("accuracy")), "near")
-        array([1., 0., 1.])
+        >>> from harness.examples import ExampleScores
+        >>> r = TrialRecord("t", "ok", example_scores={"near": {"accuracy": ExampleScores("mean", np.ones(3))}})
+        >>> record_examples(r, Column("xnli", "near", MetricSpec("accuracy")), "near").value()
+        1.0
     """
     if column.metric.source != "metrics":
         return None
-    data = getattr(record, "examples", None) or record.extra.get("examples")
-    if not isinstance(data, Mapping):
-        return None
-    arr = (data.get(language) or {}).get(column.metric.record_key)
-    if arr is None:
-        return None
-    out = np.asarray(arr, dtype=np.float64)
-    return out if out.ndim == 1 and out.size else None
+    return TrialRecord.of(record).scores(language, column.metric.record_key)
 
 
 def _world(record: TrialRecord) -> str | None:
@@ -304,8 +299,9 @@ class Cell:
         reference: whether this is a paper number (not measured here).
         guards: codes of the sanity flags of the records behind the values (:mod:`harness.sanity`).
         ci: the mean's 95 % CI (:func:`leaderboards.stats.mean_interval`; ``None`` for paper and empty cells).
-        examples: per-example results behind the values, one ``(n seeds, n examples)`` array per
-            language (several for an average column), or ``None`` (:func:`record_examples`).
+        examples: per-example results behind the values, one block per language (several for an
+            average column) holding each seed's :class:`~harness.examples.ExampleScores`, or ``None``
+            (:func:`record_examples`).
         examples_note: why per-example results present in the records were not used (else ``""``).
         dirty: how many of the records behind the values come from a dirty git tree.
         other_world: how many of them lack the table's world fingerprint.
@@ -322,7 +318,7 @@ class Cell:
     reference: bool = False
     guards: tuple[str, ...] = ()
     ci: Interval | None = None
-    examples: tuple[np.ndarray, ...] | None = field(default=None, compare=False, repr=False)
+    examples: tuple | None = field(default=None, compare=False, repr=False)
     examples_note: str = ""
     dirty: int = 0
     other_world: int = 0
@@ -428,18 +424,19 @@ def summarize(values: Iterable[float]) -> tuple[float | None, float | None, int]
     return mean, std, n
 
 
-def _example_block(obs: list[Observation]) -> tuple[np.ndarray | None, str]:
-    """The ``(seeds, examples)`` array of one language's observations, or ``None`` and why not."""
-    arrays = [o.examples for o in obs]
-    if all(a is None for a in arrays):
+def _example_block(obs: list[Observation]) -> tuple[tuple | None, str]:
+    """The per-seed statistics of one language's observations (a block of :data:`SeedSample`
+    ``examples``), or ``None`` and why not."""
+    scores = [o.examples for o in obs]
+    if all(x is None for x in scores):
         return None, ""
-    if any(a is None for a in arrays):
+    if any(x is None for x in scores):
         return None, "only some seeds have per-example results"
-    if len({a.size for a in arrays}) != 1:
-        return None, "per-example arrays of different lengths"
-    if any(abs(float(a.mean()) - o.value) > 1e-6 * max(1.0, abs(o.value)) for a, o in zip(arrays, obs)):
-        return None, "per-example results do not average to the metric"
-    return np.stack(arrays), ""
+    if len({x.n for x in scores}) != 1:
+        return None, "per-example results over different numbers of examples"
+    if any(abs(x.value() - o.value) > 1e-6 * max(1.0, abs(o.value)) for x, o in zip(scores, obs)):
+        return None, "per-example results do not reproduce the metric"
+    return tuple(scores), ""
 
 
 def _other_world(fingerprint: str | None, world: str | None) -> bool:
@@ -589,7 +586,9 @@ def random_sources(records: Iterable[AnyRecord], row_by: str = "method") -> str:
     if not groups:
         return ""
     order = list(SEED_COMPONENTS)
-    keys = sorted({k for g in groups.values() for r in g for k in (r.seeds or {})},
+    # a component whose seed is null everywhere is not a random source of these trials (a source model
+    # tokxfer did not pretrain)
+    keys = sorted({k for g in groups.values() for r in g for k, v in (r.seeds or {}).items() if v is not None},
                   key=lambda k: (order.index(k) if k in order else len(order), k))
 
     def varies(get: Callable[[TrialRecord], Any]) -> bool:

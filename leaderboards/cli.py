@@ -8,6 +8,7 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
+from harness.records import TrialRecord
 from harness.safepaths import check_name, require_inside
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
@@ -73,7 +74,7 @@ def check_spec_names(spec, records: list[dict], known: KnownNames | None = None)
     Raises:
         SpecError: naming the spec file, the column or row, and close matches.
     """
-    from harness.records import TrialRecord
+
 
     if known is None:
         return
@@ -120,25 +121,25 @@ def check_spec_names(spec, records: list[dict], known: KnownNames | None = None)
             )
 
 
-def check_columns(table, records: list[dict]) -> None:
+def check_columns(table, records: list) -> None:
     """Refuse a spec column whose metric no record of its task has (a typo renders an empty column).
 
     Raises:
         SpecError: naming the spec, the column and the metrics the task's records do have.
     """
-    by_task: dict[str, list[dict]] = {}
-    for r in records:
-        if r.get("status") == "ok":
-            by_task.setdefault(((r.get("config") or {}).get("task") or {}).get("name"), []).append(r)
+    by_task: dict[str, list[TrialRecord]] = {}
+    for r in map(TrialRecord.of, records):
+        if r.ok:
+            by_task.setdefault(r.task_name, []).append(r)
     for c in table.columns:
         recs = by_task.get(c.task)
         if not recs or any(row.cells[c.key].n for row in table.rows if c.key in row.cells):
             continue
         if c.metric.source == "metrics":
-            have = sorted({m for r in recs for ms in (r.get("metrics") or {}).values() if isinstance(ms, dict) for m in ms})
+            have = sorted({m for r in recs for ms in (r.metrics or {}).values() if isinstance(ms, dict) for m in ms})
         else:
             section = c.metric.source.split(".", 1)[1]
-            have = sorted({m for r in recs for m in ((r.get("init") or {}).get(section) or {})})
+            have = sorted({m for r in recs for m in ((r.init or {}).get(section) or {})})
         if c.metric.record_key not in have:
             raise SpecError(
                 f"spec {table.spec.name!r}: column {c.key}: no record of task {c.task!r} has the metric "
@@ -280,7 +281,7 @@ def compare_command(args) -> int:
     if dups:
         raise SpecError(f"--against lists {', '.join(map(repr, dups))} twice; name each baseline once")
     records = load_records(args.experiment_dir)
-    if not any(r.get("status") == "ok" for r in records):
+    if not any(TrialRecord.of(r).ok for r in records):
         raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
     if not 0 < args.alpha < 0.5:
         raise SpecError(f"--alpha: expected a number in (0, 0.5), got {args.alpha}")
@@ -298,17 +299,17 @@ def compare_command(args) -> int:
     return 0
 
 
-def _auto_spec(records: list[dict]) -> dict:
+def _auto_spec(records: list) -> dict:
     """A spec covering every task × language × metric found in the records (for ``compare``)."""
     cols: dict[tuple[str, str], set[str]] = {}
     seeds, exps = set(), set()
-    for r in records:
-        if r.get("status") != "ok":
+    for r in map(TrialRecord.of, records):
+        if not r.ok:
             continue
-        task = r["config"]["task"]["name"]
-        seeds.add(r.get("seed"))
-        exps.add(r.get("experiment"))
-        for lang, ms in (r.get("metrics") or {}).items():
+        task = r.task_name
+        seeds.add(r.trial_seed)
+        exps.add(r.experiment)
+        for lang, ms in (r.metrics or {}).items():
             for m, v in ms.items():
                 if isinstance(v, (int, float)):
                     cols.setdefault((task, m), set()).add(lang)

@@ -44,6 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from harness.records import TrialRecord
 from leaderboards.aggregate import FLAGS, aggregate, matches_where
 from leaderboards.render import write_text_atomic
 from leaderboards.spec import Column, LeaderboardSpec, MetricSpec, RowSpec
@@ -354,21 +355,21 @@ def provenance_of(records: Iterable[Mapping], command: str) -> dict:
     Git sha, device, tokxfer and library versions are taken from the records (they produced the
     values); a value that differs between records is kept as the list of its values.
     """
-    recs = list(records)
-    env_keys = sorted({k for r in recs for k in (r.get("environment") or {})})
-    env = {k: _merge((r.get("environment") or {}).get(k) for r in recs) for k in env_keys}
+    recs = [TrialRecord.of(r) for r in records]
+    env_keys = sorted({k for r in recs for k in (r.environment or {})})
+    env = {k: _merge((r.environment or {}).get(k) for r in recs) for k in env_keys}
     device = env.pop("device", None)
     env.pop("hostname", None)
     return {
         "command": command,
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "git": {
-            "sha": _merge((r.get("git") or {}).get("sha") for r in recs),
-            "dirty": _merge((r.get("git") or {}).get("dirty") for r in recs),
+            "sha": _merge((r.git or {}).get("sha") for r in recs),
+            "dirty": _merge((r.git or {}).get("dirty") for r in recs),
         },
         "device": device,
-        "tokxfer_version": _merge(r.get("tokxfer_version") for r in recs),
-        "schema_version": _merge(r.get("schema_version") for r in recs),
+        "tokxfer_version": _merge(r.tokxfer_version for r in recs),
+        "schema_version": _merge(r.schema_version for r in recs),
         "libraries": env,
         "n_records": len(recs),
     }

@@ -21,9 +21,12 @@ Which test, and why (the default, ``test: t``):
   the resampled means never leave the observed range, and the bootstrap variance is (n−1)/n of the
   plug-in one. Measured here on normal data: a nominal 95 % percentile interval over 3 seeds covers
   the mean ≈ 76 % of the time; the t-interval 95 % (``tests/test_stats.py`` asserts both).
-* **With per-example arrays** (a 1-D array per seed whose mean is the seed's metric, the same
-  examples in the same order for every trial of a column), the test set is a second random source.
-  The **Multi-Bootstrap** (Sellam et al., ICLR 2022) resamples seeds and examples jointly; at
+* **With per-example results** (per seed, the statistics behind its metric on each test example:
+  0/1 for an accuracy, per-sentence entity counts for an F1, segment statistics for a corpus BLEU —
+  :class:`harness.examples.ExampleScores`; the same examples in the same order for every trial of a
+  column), the test set is a second random source.
+  The **Multi-Bootstrap** (Sellam et al., ICLR 2022) resamples seeds and examples jointly, each
+  resample recomputing every seed's metric from its drawn examples exactly as the task defines it; at
   n = 3–5 seeds its seed share has the same too-narrow problem, so it is used for the *example*
   share of the variance only, the seed share being the t-test's s²/n, with Welch–Satterthwaite
   degrees of freedom between the two (:func:`seeds_by_examples_se`). Without example-level
@@ -79,6 +82,8 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import stats
 
+from harness.examples import ExampleScores
+
 # statsmodels (power) is imported where it is used: a spec load (which reads TESTS / min_achievable_p)
 # and every CLI error path import this module, and statsmodels takes seconds to import.
 
@@ -132,19 +137,22 @@ _CHUNK = 256
 
 
 class SeedSample(Protocol):
-    """What the functions here read from a cell: per-seed values and, optionally, per-example arrays.
+    """What the functions here read from a cell: per-seed values and, optionally, per-example results.
 
     Attributes:
         seeds: the trial seeds, one per value.
         values: the seed-level metric values (record units).
-        examples: ``None``, or one array per block (a language; several for an average column) of
-            shape ``(len(seeds), n_examples_of_block)``, rows in ``seeds`` order, each row averaging
-            to the seed's contribution of that block.
+        examples: ``None``, or one block per language (several for an average column): per seed, in
+            ``seeds`` order, the per-example statistics behind the seed's value of that language
+            (:class:`harness.examples.ExampleScores`, whose ``value()`` is the metric and
+            ``resampled(weights)`` the metric of resampled examples: a mean, a ratio, an F1, a corpus
+            BLEU …), the same examples in the same order for every seed. A 2-D array
+            ``(len(seeds), n_examples)`` stands for per-example values whose mean is the metric.
     """
 
     seeds: tuple
     values: tuple[float, ...]
-    examples: tuple[np.ndarray, ...] | None
+    examples: tuple | None
 
 
 @dataclass(frozen=True)
@@ -153,7 +161,7 @@ class Sample:
 
     seeds: tuple
     values: tuple[float, ...]
-    examples: tuple[np.ndarray, ...] | None = field(default=None, compare=False)
+    examples: tuple | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -191,18 +199,50 @@ def _no_spread(x: np.ndarray) -> bool:
 # --------------------------------------------------------------------------------------------
 
 
+def _block(block: Any) -> tuple:
+    """A block as per-seed scorers (``.n``, ``.value()``, ``.resampled(weights)``); a 2-D array's rows
+    are per-example values whose mean is the metric."""
+    if isinstance(block, np.ndarray):
+        return tuple(ExampleScores("mean", row) for row in np.atleast_2d(block))
+    return tuple(block)
+
+
+class _Difference:
+    """Per seed, A − B on the same examples: resampled jointly, so the pairing by example is kept."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        if a.n != b.n:
+            raise ValueError(f"paired examples: {a.n} examples against {b.n}")
+        self.a, self.b, self.n = a, b, a.n
+
+    def value(self) -> float:
+        return self.a.value() - self.b.value()
+
+    def resampled(self, weights: np.ndarray) -> np.ndarray:
+        return self.a.resampled(weights) - self.b.resampled(weights)
+
+
+def _counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """Row-wise multiplicities of the draws ``idx`` (``size x draws`` of values in ``[0, n)``)."""
+    size = idx.shape[0]
+    flat = (idx + (np.arange(size) * n)[:, None]).ravel()
+    return np.bincount(flat, minlength=size * n).reshape(size, n).astype(np.float64)
+
+
 def multi_bootstrap_se(
-    blocks: Sequence[np.ndarray], n_resamples: int = N_RESAMPLES, rng: np.random.Generator | None = None
+    blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np.random.Generator | None = None
 ) -> float:
-    """Multi-Bootstrap standard error of the mean over seeds × examples (Sellam et al., 2022).
+    """Multi-Bootstrap standard error of the statistic over seeds × examples (Sellam et al., 2022).
 
     Each resample draws n seeds with replacement and, per block, that block's examples with
-    replacement, and evaluates the statistic ``mean over blocks of (mean over the drawn seeds and
-    drawn examples)`` — computed as ``(w @ X)[drawn examples].mean()`` with ``w`` the seed weights,
-    so no seeds × examples grid is materialized per resample.
+    replacement (the same draw for every seed: the seeds score the same test set), and evaluates
+    ``mean over blocks of (seed-weighted mean of each drawn seed's metric on the drawn examples)``.
+    A seed's metric on drawn examples is its reducer of the drawn rows (an accuracy, an entity F1,
+    a corpus BLEU …: :meth:`harness.examples.ExampleScores.resampled`), one matrix product per seed.
 
     Args:
-        blocks: arrays of shape ``(n_seeds, n_examples_b)``, the same seeds (rows) in every block.
+        blocks: per block, the per-seed scorers (:data:`SeedSample` ``examples``), the same seeds and
+            number of examples throughout a block; or ``(n_seeds, n_examples)`` arrays of values.
         n_resamples: bootstrap resamples.
         rng: the generator (default ``default_rng(SEED)``).
 
@@ -215,19 +255,20 @@ def multi_bootstrap_se(
         True
     """
     rng = _rng(rng)
-    n_s = blocks[0].shape[0]
-    if any(b.ndim != 2 or b.shape[0] != n_s for b in blocks):
-        raise ValueError("multi_bootstrap_se: every block must be (n_seeds, n_examples) with the same seeds")
+    blocks = [_block(b) for b in blocks]
+    n_s = len(blocks[0])
+    if any(len(b) != n_s or len({ex.n for ex in b}) != 1 for b in blocks):
+        raise ValueError("multi_bootstrap_se: every block must have the same seeds, each with the same examples")
     stat = np.empty(n_resamples)
     for start in range(0, n_resamples, _CHUNK):
         size = min(_CHUNK, n_resamples - start)
-        seed_idx = rng.integers(0, n_s, size=(size, n_s))
-        weights = np.stack([np.bincount(row, minlength=n_s) for row in seed_idx]) / n_s
+        weights = _counts(rng.integers(0, n_s, size=(size, n_s)), n_s) / n_s
         total = np.zeros(size)
         for block in blocks:
-            per_example = weights @ block  # (size, n_examples): seed-weighted mean per example
-            ex_idx = rng.integers(0, block.shape[1], size=(size, block.shape[1]))
-            total += np.take_along_axis(per_example, ex_idx, axis=1).mean(axis=1)
+            n_e = block[0].n
+            draws = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
+            per_seed = np.stack([ex.resampled(draws) for ex in block], axis=1)  # (size, n_seeds)
+            total += (weights * per_seed).sum(axis=1)
         stat[start:start + size] = total / len(blocks)
     return float(stat.std(ddof=1))
 
@@ -254,24 +295,29 @@ def seeds_by_examples_se(
     Returns:
         ``(se, df)``.
     """
-    n = blocks[0].shape[0]
-    per_seed = np.mean([b.mean(axis=1) for b in blocks], axis=0)
+    blocks = [_block(b) for b in blocks]
+    n = len(blocks[0])
+    per_seed = np.mean([[ex.value() for ex in b] for b in blocks], axis=0)
     v_seed = float(per_seed.var(ddof=1)) / n
     v_mb = multi_bootstrap_se(blocks, n_resamples, rng) ** 2
     v_ex = max(v_mb - v_seed * (n - 1) / n, 0.0)
     se2 = v_seed + v_ex
     if se2 == 0:
         return 0.0, float(n - 1)
-    n_ex = min(b.shape[1] for b in blocks)
+    n_ex = min(b[0].n for b in blocks)
     df = se2**2 / (v_seed**2 / (n - 1) + v_ex**2 / (n_ex - 1))
     return math.sqrt(se2), float(df)
 
 
-def _usable_examples(sample: SeedSample) -> tuple[np.ndarray, ...] | None:
-    ex = sample.examples
-    if not ex or any(b.shape[0] != len(sample.values) or b.shape[1] < 2 for b in ex):
+def _usable_examples(sample: SeedSample) -> tuple | None:
+    """The sample's blocks as per-seed scorers, or ``None`` when they cannot be resampled (a block
+    per seed, at least two examples, the same number for every seed)."""
+    if not sample.examples:
         return None
-    return ex
+    blocks = tuple(_block(b) for b in sample.examples)
+    if any(len(b) != len(sample.values) or len({ex.n for ex in b}) != 1 or b[0].n < 2 for b in blocks):
+        return None
+    return blocks
 
 
 def mean_interval(
@@ -283,7 +329,7 @@ def mean_interval(
     """Mean of a cell and its CI.
 
     Over seeds only: the t-interval, ``scipy.stats.ttest_1samp(values).confidence_interval`` (n − 1
-    df; see the module docstring for why not a bootstrap). With per-example arrays: a t-interval on
+    df; see the module docstring for why not a bootstrap). With per-example results: a t-interval on
     the seeds × examples SE and df of :func:`seeds_by_examples_se` (Multi-Bootstrap). One value: no
     interval.
 
@@ -411,7 +457,7 @@ def paired_difference(
     rng: np.random.Generator | None = None,
     n_resamples: int = N_RESAMPLES,
 ) -> Difference:
-    """Compare A with B, paired by seed (and by example when both carry per-example arrays).
+    """Compare A with B, paired by seed (and by example when both carry per-example results).
 
     Args:
         a / b: the two cells.
@@ -451,8 +497,8 @@ def paired_difference(
     n = len(d)
     diff = float(d.mean())
     ea, eb = _usable_examples(a), _usable_examples(b)
-    if ea is not None and eb is not None and [e.shape[1] for e in ea] == [e.shape[1] for e in eb]:
-        blocks = [xa[ia] - xb[ib] for xa, xb in zip(ea, eb)]
+    if ea is not None and eb is not None and [e[0].n for e in ea] == [e[0].n for e in eb]:
+        blocks = [tuple(_Difference(xa[i], xb[j]) for i, j in zip(ia, ib)) for xa, xb in zip(ea, eb)]
         se, df = seeds_by_examples_se(blocks, n_resamples, rng)
         if se > 0:
             low, high, p = _t_from_se(diff, se, df, confidence)
@@ -583,7 +629,7 @@ def _pair_tests(
 ) -> list[tuple[float | None, float | None]]:
     """``(mean difference, two-sided p)`` of each pair, as :func:`paired_difference` gives them.
 
-    When every sample has the same distinct seeds and no per-example arrays (the usual table), the
+    When every sample has the same distinct seeds and no per-example results (the usual table), the
     paired t-tests of all pairs run as one vectorized :func:`paired_t` call; otherwise pair by pair.
     """
     first = next(iter(samples.values()), None)

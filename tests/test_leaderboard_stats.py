@@ -7,6 +7,7 @@ All records are synthetic (tests/test_leaderboards.py's); nothing is trained.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 
 import numpy as np
@@ -14,6 +15,8 @@ import pytest
 from scipy import stats as sps
 
 from harness.cli import main
+from harness.examples import ExampleScores, ExamplesError
+from harness.records import TrialRecord
 from leaderboards.aggregate import aggregate, random_sources
 from leaderboards.regression import check_regression, update_golden
 from leaderboards.render import findings_lines, render_comparisons_csv, render_html, render_latex, render_markdown
@@ -178,6 +181,7 @@ def test_records_without_world_revisions_get_no_world_marks_and_clean_ones_are_s
 def test_random_sources_footnote_reads_the_records():
     recs = all_records()
     for r in recs:
+        r["schema_version"] = 3  # seeds as written (older schemas are migrated to name every source)
         r["seeds"] = {"init": 100 + r["seed"]}
         r["revisions"] = {"source_model": "sources/abc"}
     text = random_sources(recs)
@@ -195,6 +199,12 @@ def test_random_sources_footnote_reads_the_records():
     for r in recs:
         r["seeds"]["source"] = r["seed"]
     assert "source pretraining, initialization, fine-tuning" in random_sources(recs)
+    # a model tokxfer did not pretrain has no source seed: not a random source of the table
+    for r in recs:
+        r["seeds"] = {"source": None, "init": r["seed"], "stages": r["seed"], "task": r["seed"]}
+        r["revisions"] = {"source_model": "xlm-roberta-base"}
+    text = random_sources(recs)
+    assert "initialization" in text and "held fixed" not in text and "pretrained once" in text
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,21 +213,26 @@ def test_random_sources_footnote_reads_the_records():
 
 
 def _with_examples(records, n_examples=40, seed=0):
-    """Give every record inline per-example losses averaging to its metric (one fixed example order)."""
+    """Give every record per-example losses whose ratio reducer reproduces its metric (one fixed example
+    order, per-example token counts), carried in memory as the runner hands them to write_record."""
     rng = np.random.default_rng(seed)
     difficulty = rng.normal(0, 0.5, n_examples)
+    tokens = rng.integers(5, 30, n_examples).astype(float)
+    out = []
     for r in records:
+        scores = {}
         for lang, ms in r["metrics"].items():
-            noise = rng.normal(0, 0.3, n_examples)
-            arr = difficulty + noise
-            r.setdefault("examples", {}).setdefault(lang, {})["loss"] = list(arr - arr.mean() + ms["loss"])
-    return records
+            per_token = difficulty + rng.normal(0, 0.3, n_examples)
+            per_token += ms["loss"] - (per_token * tokens).sum() / tokens.sum()  # the token-weighted mean is the metric
+            scores[lang] = {"loss": ExampleScores("ratio", np.column_stack([per_token * tokens, tokens]))}
+        out.append(dataclasses.replace(TrialRecord.from_json(r), example_scores=scores))
+    return out
 
 
 def test_cells_with_per_example_results_use_the_multi_bootstrap():
     table = aggregate(_with_examples(all_records()), _spec(against="random"))
     cell = next(r for r in table.rows if r.method == "focus").cells[NEAR_LOSS]
-    assert cell.examples is not None and cell.examples[0].shape == (3, 40)
+    assert cell.examples is not None and len(cell.examples[0]) == 3 and cell.examples[0][0].n == 40
     assert "Multi-Bootstrap" in cell.ci.method
     avg = next(r for r in table.rows if r.method == "focus").cells[f"{TASK}/avg/loss"]
     assert avg.examples is not None and len(avg.examples) == 2  # one block per language
@@ -228,11 +243,33 @@ def test_cells_with_per_example_results_use_the_multi_bootstrap():
     assert acc.examples is None and acc.ci.method == "t over seeds"
 
 
-def test_per_example_results_that_do_not_average_to_the_metric_are_not_used_and_said_so():
+def test_per_example_results_that_do_not_reproduce_the_metric_are_not_used_and_said_so():
     recs = _with_examples(all_records())
-    recs[0]["examples"][next(iter(recs[0]["metrics"]))]["loss"][0] += 5.0
+    lang = next(iter(recs[0].metrics))
+    ex = recs[0].example_scores[lang]["loss"]
+    rows = ex.rows.copy()
+    rows[0, 0] += 50.0
+    recs[0].example_scores[lang]["loss"] = ExampleScores("ratio", rows)
     table = aggregate(recs, _spec())
-    assert any("do not average to the metric" in n for n in table.notes)
+    assert any("do not reproduce the metric" in n for n in table.notes)
+
+
+def test_per_example_results_are_read_from_beside_the_records(tmp_path):
+    """What the runner writes (write_record with example_scores) is what a table reads back, by hash."""
+    from harness.records import write_record
+    from leaderboards.aggregate import load_records
+
+    d = tmp_path / "quickstart" / "records"
+    for r in _with_examples(all_records()):
+        write_record(d, r)
+    assert len(list(d.glob("*.examples.npz"))) == len(all_records())
+    table = aggregate(load_records(d), _spec(against="random"))
+    cell = next(r for r in table.rows if r.method == "focus").cells[NEAR_LOSS]
+    assert "Multi-Bootstrap" in cell.ci.method
+    npz = sorted(d.glob("*.examples.npz"))[0]
+    npz.write_bytes(npz.read_bytes()[:-3])  # a changed file is refused, naming it
+    with pytest.raises(ExamplesError, match=npz.name):
+        aggregate(load_records(d), _spec(against="random"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -247,7 +284,9 @@ def test_compare_cli_prints_ci_holm_p_and_probability_of_improvement(tmp_path, c
     assert "| focus vs random |" in out and "p (Holm)" in out and "P(A > B)" in out and "focus better" in out
     assert main(["compare", str(runs), "--method", "focus", "--against", "nope"]) == 2
     assert "--against: method(s) 'nope'" in capsys.readouterr().err
-    assert main(["compare", str(runs), "--method", "focus", "--against", "random", "--alpha", "2"]) == 2
+    with pytest.raises(SystemExit) as e:  # refused while parsing the flags
+        main(["compare", str(runs), "--method", "focus", "--against", "random", "--alpha", "2"])
+    assert e.value.code == 2 and "--alpha" in capsys.readouterr().err
 
 
 def _shift(records, method, lang, by):
