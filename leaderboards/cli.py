@@ -177,6 +177,9 @@ def collect_records(specs: list[Path], runs_dir: Path, records_dir: Path = RECOR
             tmp.mkdir(parents=True)
             for f in files:
                 shutil.copy2(f, tmp / f.name)
+                examples = f.with_name(f"{f.stem}.examples.npz")  # per-example results travel with their record
+                if examples.is_file():
+                    shutil.copy2(examples, tmp / examples.name)
             shutil.rmtree(dst, ignore_errors=True)
             tmp.rename(dst)
             done.append(exp)

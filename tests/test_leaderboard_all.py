@@ -75,15 +75,17 @@ def test_collect_replaces_an_experiments_records_as_a_whole(tmp_path):
     runs = tmp_path / "runs" / "quickstart-tiny" / "records"
     runs.mkdir(parents=True)
     (runs / "a.json").write_text("{}")
+    (runs / "a.examples.npz").write_bytes(b"npz")  # per-example results travel with their record
+    (runs / "b.examples.npz").write_bytes(b"npz")  # (an orphan does not)
     dest = tmp_path / "committed"
     old = dest / "quickstart-tiny" / "records"
     old.mkdir(parents=True)
     (old / "stale.json").write_text("{}")
     assert collect_records([spec], tmp_path / "runs", dest) == ["quickstart-tiny"]
-    assert sorted(p.name for p in old.iterdir()) == ["a.json"]
+    assert sorted(p.name for p in old.iterdir()) == ["a.examples.npz", "a.json"]
     # an experiment missing from the runs keeps its committed records
     assert collect_records([spec], tmp_path / "nothing", dest) == []
-    assert sorted(p.name for p in old.iterdir()) == ["a.json"]
+    assert sorted(p.name for p in old.iterdir()) == ["a.examples.npz", "a.json"]
 
 
 def test_a_spec_whose_filter_matches_no_record_is_skipped_like_one_without_records(tmp_path):
