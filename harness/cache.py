@@ -36,6 +36,8 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError
+
 __all__ = ["cache_root", "ensure_root", "cache_subdir", "is_cache_root", "adopt_root", "CacheError", "MARKER",
            "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
            "list_entries", "remove_entries", "parse_age", "ProcessMemo"]
@@ -84,7 +86,7 @@ class ProcessMemo:
         return len(self._values)
 
 
-class CacheError(ValueError):
+class CacheError(TokxferError, ValueError):
     """The cache location or a cache folder cannot be used as asked; the message names the folder."""
 
 

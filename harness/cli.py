@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.errors import UserInputError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
 CACHE_COMMANDS = frozenset({"run", "validate", "init", "tokenizer", "cache", "world", "quickstart"})
@@ -157,11 +159,11 @@ def _slurm_params(items: list[str]) -> dict:
     for item in items:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            raise ValueError(f"--slurm-param {item!r}: expected KEY=VALUE, e.g. slurm_partition=gpu")
+            raise UserInputError(f"--slurm-param {item!r}: expected KEY=VALUE, e.g. slurm_partition=gpu")
         try:
             out[key.strip()] = load_yaml(value)
         except yaml.YAMLError as e:
-            raise ValueError(f"--slurm-param {item!r}: the value is not valid YAML ({one_line(e)})") from None
+            raise UserInputError(f"--slurm-param {item!r}: the value is not valid YAML ({one_line(e)})") from None
     return out
 
 
@@ -219,7 +221,7 @@ def cmd_sync(args) -> int:
     if args.rebuild:
         db = sqlite_path(uri)
         if db is None:
-            raise ValueError(f"--rebuild: only a sqlite store can be rebuilt, not --tracking-uri {uri}")
+            raise UserInputError(f"--rebuild: only a sqlite store can be rebuilt, not --tracking-uri {uri}")
         moved = rebuild_sqlite_store(db)
         print(f"moved the old store aside to {moved}" if moved else f"created a new store {db}")
         # the new store must hold every experiment the old one did: re-mirror all of this runs dir
@@ -471,32 +473,6 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def _known_errors() -> tuple[type[BaseException], ...]:
-    """Errors caused by the user's input or environment: one line, exit 2."""
-    from harness.config import ConfigError
-    from harness.records import RecordError
-    from harness.registry import RegistryError
-    from harness.resources import ResourceError
-    from harness.surgery import SurgeryError
-    from harness.tracking import TrackingError
-
-    known: list[type[BaseException]] = [ConfigError, RegistryError, ResourceError, SurgeryError, RecordError,
-                                        TrackingError, ValueError, OSError, KeyError, ImportError, TimeoutError]
-    try:
-        from leaderboards.spec import SpecError
-
-        known.append(SpecError)
-    except ImportError:
-        pass
-    try:
-        from harness.executors import ExecutorError
-
-        known.append(ExecutorError)
-    except ImportError:
-        pass
-    return tuple(known)
-
-
 def _one_line(e: BaseException) -> str:
     """An exception as one line of text that names what it is about."""
     from harness.registry import RegistryError
@@ -517,8 +493,9 @@ def main(argv: list[str] | None = None) -> int:
     """Run the ``tokxfer`` command line; returns the exit status.
 
     Errors caused by inputs or the environment (a bad file, flag or field; a missing, unreadable or
-    full path; an unknown name; a broken plugin) print one line naming the culprit and exit 2;
-    the traceback only with ``--debug``. Ctrl-C exits 130; finished trials' records are kept and
+    full path; an unknown name; a broken plugin: :func:`harness.errors.is_user_error`) print one line
+    naming the culprit and exit 2; the traceback only with ``--debug``. Anything else is a bug:
+    "internal error", exit 1. Ctrl-C exits 130; finished trials' records are kept and
     the trial that was running leaves no record.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -554,7 +531,9 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
 
             traceback.print_exc()
-        if isinstance(e, _known_errors()):
+        from harness.errors import is_user_error
+
+        if is_user_error(e):
             print(f"tokxfer: error: {_one_line(e)}", file=sys.stderr)
             return 2
         hint = "" if debug else " (run with --debug for the traceback)"

@@ -35,6 +35,7 @@ import yaml
 
 from harness import inputs, registry
 from harness.cache import content_hash
+from harness.errors import TokxferError
 from harness.registry import MAX_VOCAB_SIZE
 from harness.safepaths import name_problem
 
@@ -59,7 +60,7 @@ NOT_KEYS = {
 """Top-level keys users write that are not settings, with the hint their error gives."""
 
 
-class ConfigError(ValueError):
+class ConfigError(TokxferError, ValueError):
     """An experiment configuration is invalid; the message names the file and the field."""
 
 

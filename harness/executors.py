@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import records
+from harness.errors import TokxferError
 
 __all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "SlurmExecutor", "make_executor", "parse_gpu_ids",
            "run_with_plugins"]
@@ -34,7 +35,7 @@ GPUS_ENV = "TOKXFER_GPUS"
 Also what tests use to run the pool on CPU with fake devices."""
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(TokxferError, RuntimeError):
     """An executor cannot run (no GPUs, submitit missing, workers that cannot start)."""
 
 

@@ -38,8 +38,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError
 
-class InitInputError(ValueError):
+
+class InitInputError(TokxferError, ValueError):
     """An input of ``tokxfer init`` is missing, malformed or inconsistent; the message names the flag."""
 
 

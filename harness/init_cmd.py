@@ -444,7 +444,7 @@ def _config_values(args: argparse.Namespace, cfg_cls: type, method: str) -> dict
     for item in args.config or []:
         k, eq, v = item.partition("=")
         if not eq or not k.strip():
-            raise ValueError(f"--config {item!r}: expected KEY=VALUE")
+            raise InitInputError(f"--config {item!r}: expected KEY=VALUE")
         try:
             values[k.strip()] = yaml.safe_load(v)
         except yaml.YAMLError as e:

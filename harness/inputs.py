@@ -34,6 +34,8 @@ import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, SequenceNode
 
+from harness.errors import TokxferError
+
 __all__ = [
     "MAX_YAML_BYTES",
     "MAX_YAML_DEPTH",
@@ -77,7 +79,7 @@ class YAMLInputError(yaml.YAMLError):
     """
 
 
-class InputFileError(ValueError):
+class InputFileError(TokxferError, ValueError):
     """A named file is missing, not a regular file, too large, empty, or not text."""
 
 

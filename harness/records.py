@@ -29,6 +29,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError
+
 SCHEMA_VERSION = 3
 """1: the first schema. 2: ``seeds`` lists only the derived seeds the runner hands out (``init``);
 schema 1 also named a ``task`` seed that no task used (tasks derive theirs from ``seed``).
@@ -41,7 +43,7 @@ TRIAL_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]{0,127}$")
 written by hand or by tests may use other ids of letters, digits and ``_ . + -``. Never a path."""
 
 
-class RecordError(ValueError):
+class RecordError(TokxferError, ValueError):
     """A record file is unreadable, truncated, or from a newer schema."""
 
 

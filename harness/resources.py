@@ -17,10 +17,11 @@ from typing import Any
 
 from harness import inputs
 from harness.config import SourceSpec, TargetSpec, TokenizerSpec, WorldSpec
+from harness.errors import TokxferError
 from harness.protocols import TransferResources
 
 
-class ResourceError(ValueError):
+class ResourceError(TokxferError, ValueError):
     """A resource could not be found or loaded; the message names it and what was expected."""
 
 

@@ -17,12 +17,14 @@ import os
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError
+
 __all__ = ["name_problem", "check_name", "inside", "require_inside", "UnsafePathError"]
 
 MAX_NAME = 200
 
 
-class UnsafePathError(ValueError):
+class UnsafePathError(TokxferError, ValueError):
     """A name or path would leave the folder it belongs to; the message names both."""
 
 

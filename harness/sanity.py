@@ -46,6 +46,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from harness.errors import TokxferError
+
 __all__ = [
     "NEAR_ZERO_LOSS",
     "UNIFORM_TOLERANCE",
@@ -68,7 +70,7 @@ LOSS_METRICS = ("loss", "token_perplexity")
 """Per-language metric names read as language-model losses (``token_perplexity`` through its log)."""
 
 
-class SanityError(RuntimeError):
+class SanityError(TokxferError, RuntimeError):
     """A state that can only be a bug (e.g. token ids beyond the embedding matrix)."""
 
 

@@ -26,10 +26,11 @@ import numpy as np
 import torch
 from torch import nn
 
+from harness.errors import TokxferError
 from harness.protocols import FALLBACK, SPECIAL, InitResult, TokenMapping
 
 
-class SurgeryError(ValueError):
+class SurgeryError(TokxferError, ValueError):
     """The model cannot receive the new embeddings (no embeddings, missing special tokens …)."""
 
 

@@ -51,6 +51,7 @@ from typing import Any
 
 from harness.cache import content_hash
 from harness.claims import file_lock
+from harness.errors import TokxferError, UserInputError
 from harness.records import TrialRecord
 
 __all__ = [
@@ -109,7 +110,7 @@ RETRY_DOWN_AFTER_S = 60.0
 """After a failed pre-flight, further trials fail at once for this long instead of each waiting."""
 
 
-class TrackingError(RuntimeError):
+class TrackingError(TokxferError, RuntimeError):
     """Mirroring to the tracker failed; the record itself is safe on disk.
 
     Attributes:
@@ -596,12 +597,12 @@ class MLflowTracker:
     ) -> None:
         scheme = tracking_uri.split(":", 1)[0].lower() if ":" in tracking_uri else ""
         if scheme in ("", "file") or re.fullmatch(r"[a-zA-Z]", scheme):  # bare path / Windows drive
-            raise ValueError(
+            raise UserInputError(
                 f"tracking URI {tracking_uri!r} is a plain-folder store, which MLflow 3 refuses; "
                 f"use sqlite:///PATH/mlflow.db or http://HOST:PORT"
             )
         if scheme == "sqlite" and (sqlite_path(tracking_uri) is None or "mode=memory" in tracking_uri.lower()):
-            raise ValueError(
+            raise UserInputError(
                 f"tracking URI {tracking_uri!r} is an in-memory database: it is gone when the process ends, so "
                 f"records would mirror to nothing; use sqlite:///PATH/mlflow.db, http://HOST:PORT or --no-tracking"
             )

@@ -546,3 +546,41 @@ def test_s11_categories_are_structural_whatever_the_method_label(standin):
     c = categorize(m, tok, tok)
     # a->a is a copy; b->a (labelled COPIED) and 12->a (labelled COMBINED, one member) are single-source
     assert c == {"special": 1, "copied": 1, "single-source": 2, "combined": 1, "fallback": n - 5}
+
+
+BROKEN_PLUGIN = '''
+from dataclasses import dataclass
+
+from harness.registry import register_method
+
+
+@dataclass(frozen=True)
+class BrokenConfig:
+    pass
+
+
+@register_method("broken-{kind}", config=BrokenConfig, description="raises inside initialize")
+class Broken:
+    def __init__(self, config):
+        self.config = config
+
+    def initialize(self, inputs, rng):
+        raise {error}
+'''
+
+
+@pytest.mark.parametrize("kind, error, code, line", [
+    # a bug in a method (or the harness) is not the user's fault: "internal error", exit 1, the hint
+    ("keyerror", "KeyError('row')", 1, "tokxfer: internal error: KeyError: missing key 'row' (run with --debug"),
+    ("valueerror", "ValueError('oops')", 1, "tokxfer: internal error: ValueError: oops"),
+    # a method that refuses what the user gave says so with the project's error type: one line, exit 2
+    ("userinput", "__import__('harness.errors').errors.UserInputError('--target-corpus: too short')", 2,
+     "tokxfer: error: --target-corpus: too short"),
+])
+def test_a_bug_inside_a_method_is_an_internal_error_not_the_users(standin, tmp_path, capfd, kind, error, code, line):
+    plugin = tmp_path / f"broken_{kind}.py"
+    plugin.write_text(BROKEN_PLUGIN.replace("{kind}", kind).replace("{error}", error))
+    got, _, err = cli(capfd, *init_argv(standin, f"broken-{kind}", tmp_path / "out"), "--plugin", plugin)
+    assert got == code, err
+    assert any(ln.startswith(line) for ln in err.splitlines()), err
+    assert "Traceback" not in err
