@@ -5,7 +5,7 @@ apart in :func:`load_records`. Nothing is silently averaged: a cell whose seeds 
 whose records come from different schema/tokxfer versions, or that holds two records for one
 seed (two configurations mixed in one cell) still shows its mean but carries a flag, and failed
 trials are counted separately (never averaged, never dropped without a trace). Cells built from
-records that :mod:`harness.sanity` flagged (the record's ``flags``) carry the ``sanity`` or
+records that :mod:`harness.run.sanity` flagged (the record's ``flags``) carry the ``sanity`` or
 ``nondeterministic`` flag and the codes behind it (:attr:`Cell.guards`). Provenance is marked too:
 a cell holding a record written from a dirty git tree (``git.dirty``) carries ``dirty``, one holding
 a record of another world build than the table's (``revisions.world.fingerprint`` differing from the
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from harness.examples import ExampleScores
-from harness.records import TrialRecord
+from harness.run.records import TrialRecord
 from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
 from leaderboards.stats import Interval, Sample, TableStats, analyze, mean_interval
 
@@ -74,7 +74,7 @@ FLAGS: dict[str, tuple[str, str]] = {
 """Flag name → (footnote marker, legend text), in rendering order."""
 
 NONDETERMINISTIC_PREFIX = "nondeterministic:"
-"""Record flags (:mod:`harness.sanity`) with this code prefix mark cells ``nondeterministic``; every
+"""Record flags (:mod:`harness.run.sanity`) with this code prefix mark cells ``nondeterministic``; every
 other record flag marks them ``sanity``."""
 
 
@@ -104,18 +104,18 @@ def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     """Load every trial record from one or more records directories.
 
     Accepts ``runs/<experiment>`` or ``runs/<experiment>/records``; records are validated and
-    migrated by :func:`harness.records.read_records` (the one record reader) and know their files,
+    migrated by :func:`harness.run.records.read_records` (the one record reader) and know their files,
     so their per-example results are found beside them. Every function of this module also takes
-    record mappings (tests), read as :class:`~harness.records.TrialRecord` values.
+    record mappings (tests), read as :class:`~harness.run.records.TrialRecord` values.
 
     Raises:
         FileNotFoundError: a directory does not exist.
-        harness.records.RecordError: a file is truncated, corrupt or from a newer schema (named).
+        harness.run.records.RecordError: a file is truncated, corrupt or from a newer schema (named).
 
     Example:
         >>> load_records("runs/quickstart")  # doctest: +SKIP
     """
-    from harness.records import read_records
+    from harness.run.records import read_records
 
     if isinstance(dirs, (str, os.PathLike)):
         dirs = [dirs]
@@ -201,7 +201,7 @@ ExampleReader = Callable[[TrialRecord, Column, str], "ExampleScores | None"]
 
 
 def record_examples(record: TrialRecord, column: Column, language: str) -> ExampleScores | None:
-    """A record's per-example statistics for a column (:meth:`harness.records.TrialRecord.scores`).
+    """A record's per-example statistics for a column (:meth:`harness.run.records.TrialRecord.scores`).
 
     The default :data:`ExampleReader`: the statistics the runner stored beside the record (read once
     and hash-checked), or those a record built in memory carries. Metrics not read from ``metrics``
@@ -297,7 +297,7 @@ class Cell:
         failed: failed trials belonging to this cell.
         versions: distinct record versions behind the values.
         reference: whether this is a paper number (not measured here).
-        guards: codes of the sanity flags of the records behind the values (:mod:`harness.sanity`).
+        guards: codes of the sanity flags of the records behind the values (:mod:`harness.run.sanity`).
         ci: the mean's 95 % CI (:func:`leaderboards.stats.mean_interval`; ``None`` for paper and empty cells).
         examples: per-example results behind the values, one block per language (several for an
             average column) holding each seed's :class:`~harness.examples.ExampleScores`, or ``None``
@@ -634,7 +634,7 @@ def aggregate(
     """Build the table of a spec from trial records (pure: no I/O).
 
     Args:
-        records: trial records (:class:`~harness.records.TrialRecord` values or their JSON mappings).
+        records: trial records (:class:`~harness.run.records.TrialRecord` values or their JSON mappings).
         spec: the leaderboard spec.
         examples: reader of per-example results (default: arrays inline in the record,
             :func:`record_examples`; ``None``: seeds only).

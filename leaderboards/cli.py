@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from harness.records import TrialRecord
-from harness.safepaths import check_name, require_inside
+from harness.inputs import check_name, require_inside
+from harness.run.records import TrialRecord
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
@@ -57,7 +57,7 @@ def _did_you_mean(name: str, candidates) -> str:
 
 KnownNames = Callable[[str], Collection[str]]
 """``known(kind)``: the names tokxfer knows of a kind (``task``, ``method``, ``encoding``, ``language``)
-without records. Given by the command line (``harness/cli.py``: the registry and the built-in world;
+without records. Given by the command line (``harness/cli/main.py``: the registry and the built-in world;
 this room reads records only), so a spec's names can be checked against more than its records."""
 
 

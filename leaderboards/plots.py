@@ -27,8 +27,8 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.records import TrialRecord
-from harness.safepaths import name_problem
+from harness.inputs import name_problem
+from harness.run.records import TrialRecord
 from leaderboards.aggregate import AnyRecord, Table, matches_where, summarize
 from leaderboards.render import write_text_atomic
 

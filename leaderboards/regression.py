@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.records import TrialRecord
+from harness.run.records import TrialRecord
 from leaderboards.aggregate import FLAGS, aggregate, matches_where
 from leaderboards.render import write_text_atomic
 from leaderboards.spec import Column, LeaderboardSpec, MetricSpec, RowSpec
