@@ -603,7 +603,7 @@ def parse_age(text: str) -> float:
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", str(text))
     if not m:
-        raise ValueError(f"--older-than {text!r}: expected a number and a unit s, m, h, d or w, e.g. 30d or 12h")
+        raise CacheError(f"--older-than {text!r}: expected a number and a unit s, m, h, d or w, e.g. 30d or 12h")
     return float(m.group(1)) * _AGE_UNITS[m.group(2)]
 
 

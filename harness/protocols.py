@@ -352,7 +352,9 @@ class Stage(Protocol):
 class Tracker(Protocol):
     """Mirror of trial records to an experiment tracker (MLflow, or nothing)."""
 
-    def log_trial(self, experiment: str, record: dict, artifacts: list[Path] | None = None) -> None: ...
+    def log_trial(self, experiment: str, record: Any, artifacts: list[Path] | None = None) -> None:
+        """Mirror one trial: ``record`` is its :class:`harness.run.records.TrialRecord` as written."""
+        ...
 
 
 @runtime_checkable
@@ -362,7 +364,7 @@ class Executor(Protocol):
     ``run`` executes every spec with the ``execute`` it is given (:func:`harness.run.runner.execute`,
     passed in by :func:`harness.run.experiment.run_experiment`: it runs the trial and writes its
     record), calls ``on_record(record)`` in the calling process as each one finishes, and returns
-    the records (as JSON mappings). ``claim(spec)`` is asked before a trial starts (``False``:
+    the records (:class:`harness.run.records.TrialRecord` values, as ``execute`` returns them). ``claim(spec)`` is asked before a trial starts (``False``:
     another process runs it); ``lost(spec, reason, since)`` records a trial whose worker died.
     """
 

@@ -439,7 +439,7 @@ def _config_values(args: argparse.Namespace, cfg_cls: type, method: str) -> dict
         try:
             values[k.strip()] = yaml.safe_load(v)
         except yaml.YAMLError as e:
-            raise ValueError(f"--config {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
+            raise InitInputError(f"--config {item!r}: value is not valid YAML ({' '.join(str(e).split())})") from None
     for c in CONFIG_FLAGS:
         v = getattr(args, c.flag[2:].replace("-", "_"))
         if v is None:

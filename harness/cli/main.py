@@ -270,9 +270,9 @@ def cmd_world(args) -> int:
     from harness.world import build_world
 
     if args.action != "pretrain" and (args.encoding is not None or args.languages is not None):
-        raise ValueError("world build: --encoding and --languages apply to 'world pretrain' only")
+        raise UserInputError("world build: --encoding and --languages apply to 'world pretrain' only")
     if args.languages is not None and args.encoding is None:
-        raise ValueError("world pretrain: --languages needs --encoding (the multilingual sources are per encoding)")
+        raise UserInputError("world pretrain: --languages needs --encoding (the multilingual sources are per encoding)")
     t0 = time.perf_counter()
     path = build_world(size=args.size, seed=args.seed)
     print(f"world ({args.size}, seed {args.seed}) at {path} [{time.perf_counter() - t0:.1f}s]")

@@ -146,8 +146,8 @@ def _gpu_worker(gpu: str, conn, runs_dir: str, execute: Callable, plugins: Seque
             return
         if spec is None:
             return
-        rec = execute(spec, runs_dir, progress=False)
-        conn.send(("done", rec["trial_id"]))
+        execute(spec, runs_dir, progress=False)  # writes the record; the parent reads it from the file
+        conn.send(("done", spec.trial_id))
 
 
 class _Worker:
@@ -236,7 +236,7 @@ class GpuPoolExecutor:
                                 w.ready = True
                             elif msg[0] == "done":
                                 spec, w.spec = w.spec, None
-                                rec = records.load_record(rec_root / spec.experiment / "records" / f"{msg[1]}.json")
+                                rec = records.read_record(rec_root / spec.experiment / "records" / f"{msg[1]}.json")
                                 on_record(rec)
                                 out.append(rec)
                                 prog.advance(task)
@@ -381,4 +381,4 @@ def make_executor(name: str, progress: bool = True, **kw) -> Any:
         return GpuPoolExecutor(progress=progress, **kw)
     if name == "slurm":
         return SlurmExecutor(progress=progress, **kw)
-    raise ValueError(f"--executor: expected local|gpus|slurm, got {name!r}")
+    raise ExecutorError(f"--executor: expected local|gpus|slurm, got {name!r}")

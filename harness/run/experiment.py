@@ -23,6 +23,7 @@ from harness.run import records
 from harness.run.claims import TrialClaims
 from harness.run.config import ExperimentConfig, TrialSpec, config_hash
 from harness.run.executors import LocalExecutor
+from harness.run.records import TrialRecord
 from harness.run.runner import execute, failed_record
 
 log = logging.getLogger("tokxfer")
@@ -239,42 +240,44 @@ def run_experiment(
             return False
         return True
 
-    def lost(spec: TrialSpec, reason: str, since: float) -> dict:
+    def lost(spec: TrialSpec, reason: str, since: float) -> TrialRecord:
         path = rec_dir / f"{spec.trial_id}.json"
         if written_by_other(spec.trial_id) and path.stat().st_mtime >= since:
             with contextlib.suppress(records.RecordError):
-                return records.load_record(path)  # the worker died after writing it
+                return records.read_record(path)  # the worker died after writing it
         log.error("trial %s (%s) failed: %s", spec.trial_id, spec.describe(), reason)
         rec = failed_record(spec, WorkerLost(reason), about.now_iso(), with_traceback=False)
         records.write_record(rec_dir, rec)
-        return rec.to_json()
+        return rec
 
-    def on_record(rec: dict) -> None:
-        claims.release(rec["trial_id"])
-        seen[rec["trial_id"]] = _mtime_ns(rec_dir / f"{rec['trial_id']}.json")
+    def on_record(rec: TrialRecord | dict) -> None:
+        tid = str(records.as_trial_records([rec])[0].trial_id)  # a test's trial_fn may hand back the mapping
+        claims.release(tid)
+        seen[tid] = _mtime_ns(rec_dir / f"{tid}.json")
         if tracker is None:
             return
         try:
             from harness.run.tracking import trial_artifacts
 
-            path = rec_dir / f"{rec['trial_id']}.json"
-            arts = [path, *trial_artifacts(exp_dir, rec["trial_id"], ["init_info.json"])]
+            path = rec_dir / f"{tid}.json"
+            arts = [path, *trial_artifacts(exp_dir, tid, ["init_info.json"])]
             # mirror the record as stored (and as `tokxfer sync` reads it), so that digests agree
-            tracker.log_trial(cfg.name, records.load_record(path), arts)
+            tracker.log_trial(cfg.name, records.read_record(path), arts)
         except Exception as e:  # the record is already on disk
             tracking_failed(e)
 
-    results: list[dict] = []
+    results: list[TrialRecord] = []
     pending = list(todo)
     try:
         while pending:
             elsewhere.clear()
-            results += executor.run(pending, str(runs_dir.resolve()), on_record, execute=trial_fn or execute,
-                                    claim=claim, lost=lost)
+            results += records.as_trial_records(executor.run(
+                pending, str(runs_dir.resolve()), on_record, execute=trial_fn or execute,
+                claim=claim, lost=lost))
             pending = _wait_for_others(elsewhere, claims, written_by_other, by_others, poll_s, progress)
     finally:
         claims.close()
-    failed = sum(1 for r in results if r.get("status") != "ok")
+    failed = sum(1 for r in results if not r.ok)
     return ExperimentSummary(len(results), skipped, failed, rec_dir, tracking_errors, by_others=len(by_others))
 
 

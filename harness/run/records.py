@@ -20,7 +20,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -217,11 +217,6 @@ class TrialRecord:
             extra={k: v for k, v in rec.items() if k not in known},
         )
 
-    @classmethod
-    def of(cls, record: TrialRecord | Mapping) -> TrialRecord:
-        """``record`` itself if it is a :class:`TrialRecord`, else :meth:`from_json` of it."""
-        return record if isinstance(record, TrialRecord) else cls.from_json(record)
-
     # -- what identifies the trial
 
     def _component(self, kind: str) -> dict:
@@ -404,6 +399,19 @@ def load_record(path: str | Path) -> dict:
     if missing:
         raise RecordError(f"{path}: missing required field(s) {', '.join(missing)}")
     return migrate(rec, str(path))
+
+
+def as_trial_records(records: Iterable[TrialRecord | Mapping]) -> list[TrialRecord]:
+    """Records given as :class:`TrialRecord` values or as their JSON mappings (tests, ``json.load``), as
+    :class:`TrialRecord` values: the one place a mapping becomes a record (:meth:`TrialRecord.from_json`).
+    Every entry point that takes records (leaderboards, tracking) calls it once; everything after it
+    reads typed fields.
+
+    Example:
+        >>> [r.trial_id for r in as_trial_records([{"trial_id": "a", "status": "ok"}, TrialRecord("b", "ok")])]
+        ['a', 'b']
+    """
+    return [r if isinstance(r, TrialRecord) else TrialRecord.from_json(r) for r in records]
 
 
 def read_record(path: str | Path) -> TrialRecord:

@@ -197,11 +197,11 @@ def failed_record(spec: TrialSpec, exc: BaseException, started: str, *, with_tra
                         flags=None)  # the sanity guards need a finished trial
 
 
-def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> dict:
+def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> TrialRecord:
     """Run one trial and write its record (ok or failed). Picklable entry point for executors.
 
     Returns:
-        The record as written (its JSON mapping).
+        The record as written (read back from its file, so it names its per-example results).
     """
     exp_dir = Path(runs_dir) / spec.experiment
     started = about.now_iso()
@@ -213,4 +213,4 @@ def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> dict:
         log.error("trial %s (%s) failed: %s", spec.trial_id, spec.describe(), e)
         rec = failed_record(spec, e, started)
     path = records.write_record(exp_dir / "records", rec)
-    return records.load_record(path)  # as written: with the section naming its per-example results
+    return records.read_record(path)  # as written: with the section naming its per-example results

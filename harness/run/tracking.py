@@ -130,12 +130,13 @@ class NullTracker:
     """A tracker that mirrors nothing (tests, ``--tracking-uri none``).
 
     Example:
-        >>> NullTracker().log_trial("quickstart", {"trial_id": "ab12"})
+        >>> from harness.run.records import TrialRecord
+        >>> NullTracker().log_trial("quickstart", TrialRecord("ab12", "ok"))
     """
 
     tracking_uri: str | None = None
 
-    def log_trial(self, experiment: str, record: dict, artifacts: list[Path] | None = None) -> None:
+    def log_trial(self, experiment: str, record: TrialRecord, artifacts: list[Path] | None = None) -> None:
         """Do nothing."""
         return None
 
@@ -467,18 +468,17 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def record_params(record: TrialRecord | Mapping) -> dict[str, str]:
+def record_params(record: TrialRecord) -> dict[str, str]:
     """Params of a record: its flattened resolved config (values as strings, truncated)."""
     params: dict[str, str] = {}
-    for key, value in flatten(TrialRecord.of(record).config or {}):
+    for key, value in flatten(record.config or {}):
         params[_key(key)] = _param_value(value)
     return params
 
 
-def record_metrics(record: TrialRecord | Mapping) -> dict[str, float]:
+def record_metrics(rec: TrialRecord) -> dict[str, float]:
     """Scalar metrics of a record: task metrics, init counts/diagnostics, example counts, timings."""
     out: dict[str, float] = {}
-    rec = TrialRecord.of(record)
     sections = [
         ("metrics", rec.metrics or {}),
         ("init.counts", rec.init_counts),
@@ -493,10 +493,10 @@ def record_metrics(record: TrialRecord | Mapping) -> dict[str, float]:
     return out
 
 
-def record_curves(record: TrialRecord | Mapping) -> dict[str, list[tuple[int, float]]]:
+def record_curves(record: TrialRecord) -> dict[str, list[tuple[int, float]]]:
     """Curves of a record as ``{metric key: [(step, value), ...]}`` (non-numeric points dropped)."""
     out: dict[str, list[tuple[int, float]]] = {}
-    for name, points in (TrialRecord.of(record).curves or {}).items():
+    for name, points in (record.curves or {}).items():
         series = [
             (int(p[0]), float(p[1]))
             for p in points or []
@@ -507,11 +507,11 @@ def record_curves(record: TrialRecord | Mapping) -> dict[str, list[tuple[int, fl
     return out
 
 
-def record_digest(record: TrialRecord | Mapping) -> str:
+def record_digest(record: TrialRecord) -> str:
     """SHA-256 of the record's canonical JSON (:func:`harness.cache.content_hash` of
     :meth:`TrialRecord.to_json`; what decides whether a mirror is up to date). Records may hold NaN
     metrics, so non-finite numbers are allowed."""
-    return content_hash(TrialRecord.of(record).to_json(), allow_nan=True)
+    return content_hash(record.to_json(), allow_nan=True)
 
 
 def _millis(iso: str | None) -> int | None:
@@ -523,9 +523,8 @@ def _millis(iso: str | None) -> int | None:
         return None
 
 
-def record_tags(record: TrialRecord | Mapping, experiment: str) -> dict[str, str]:
+def record_tags(rec: TrialRecord, experiment: str) -> dict[str, str]:
     """Tags of a trial run (identity, status, versions, selection keys for the UI)."""
-    rec = TrialRecord.of(record)
     git = rec.git or {}
     tags = {
         TRIAL_ID_TAG: str(rec.trial_id),
@@ -586,8 +585,8 @@ class MLflowTracker:
         >>> import tempfile
         >>> with tempfile.TemporaryDirectory() as d:
         ...     t = MLflowTracker(default_tracking_uri(d), runs_dir=d)
-        ...     t.log_trial("demo", {"trial_id": "t1", "status": "ok", "seed": 1,
-        ...                          "config": {"seed": 1}, "metrics": {"near": {"loss": 6.1}}})
+        ...     t.log_trial("demo", TrialRecord.from_json({"trial_id": "t1", "status": "ok", "seed": 1,
+        ...                          "config": {"seed": 1}, "metrics": {"near": {"loss": 6.1}}}))
     """
 
     def __init__(
@@ -618,12 +617,12 @@ class MLflowTracker:
 
     # -- public API -------------------------------------------------------------------------
 
-    def log_trial(self, experiment: str, record: TrialRecord | Mapping, artifacts: list[Path] | None = None) -> None:
+    def log_trial(self, experiment: str, record: TrialRecord, artifacts: list[Path] | None = None) -> None:
         """Mirror one trial record (find-or-create its experiment, parent run and child run).
 
         Args:
             experiment: the tokxfer experiment name.
-            record: the trial record (or its JSON mapping, as written to disk).
+            record: the trial record (:func:`harness.run.records.read_record` of the file written).
             artifacts: extra files to attach (e.g. ``init_info.json``); missing files are skipped.
 
         Raises:
@@ -632,14 +631,13 @@ class MLflowTracker:
         """
         self.mirror(experiment, record, artifacts)
 
-    def mirror(self, experiment: str, record: TrialRecord | Mapping, artifacts: list[Path] | None = None) -> str:
+    def mirror(self, experiment: str, record: TrialRecord, artifacts: list[Path] | None = None) -> str:
         """Like :meth:`log_trial`, returning what happened.
 
         Returns:
             ``"created"`` (new child run), ``"replaced"`` (the record changed or the previous
             mirror was incomplete) or ``"unchanged"`` (already mirrored; nothing written).
         """
-        record = TrialRecord.of(record)
         try:
             self._preflight()
             with self._http_limits(), self._store_lock():
@@ -1017,7 +1015,7 @@ def sync(
                     continue
                 report[tracker.mirror(experiment, record, files)] += 1
             else:
-                tracker.log_trial(experiment, record.to_json(), files)  # the protocol: JSON mappings
+                tracker.log_trial(experiment, record, files)
                 report["logged"] += 1
         except TrackingError as e:
             failures.append(f"{path.name}: {e}")

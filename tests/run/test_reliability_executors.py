@@ -16,7 +16,6 @@ from harness.run.experiment import run_experiment
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "tests" / "fixtures" / "plugins" / "counted_task.py"
-TESTS = Path(__file__).resolve().parents[1]
 
 
 def _cfg(seeds=(1, 2, 3, 4)):
@@ -28,10 +27,11 @@ def _cfg(seeds=(1, 2, 3, 4)):
 
 @pytest.fixture()
 def importable_helpers(monkeypatch):
-    """Worker processes and local Slurm jobs import tests/_executor_helpers.py."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(TESTS), str(REPO), os.environ.get("PYTHONPATH", "")]))
-    monkeypatch.syspath_prepend(str(TESTS))  # pickled by reference as the top-level module the workers import
-    from _executor_helpers import fake_execute
+    """Worker processes and local Slurm jobs import tests/_executor_helpers.py (as tests._executor_helpers)."""
+    # pickled by reference (tests._executor_helpers): the workers import it from the checkout. Not tests/ itself
+    # on the path: its room folders (tests/methods, tests/tasks …) would shadow the project's packages
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    from tests._executor_helpers import fake_execute
 
     return fake_execute
 
