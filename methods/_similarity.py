@@ -196,10 +196,13 @@ def chunked_topk_cosine(
     indices = np.empty((n, kk), dtype=np.int64)
     if m == 0:
         return values, indices
+    bar = _progress.counter("similarity search (query rows)", n)
     for start, block in iter_cosine_chunks(queries, keys, chunk_rows=chunk_rows, normalized=normalized):
         v, i = torch.topk(block, kk, dim=1, sorted=True)
         values[start : start + len(block)] = v.numpy()
         indices[start : start + len(block)] = i.numpy()
+        bar.update(len(block))
+    bar.close()
     return values, indices
 
 
@@ -301,12 +304,15 @@ def chunked_sparsemax_cosine(
     counts = np.zeros(n, dtype=np.int64)
     idx_parts: list[np.ndarray] = []
     w_parts: list[np.ndarray] = []
+    bar = _progress.counter("sparsemax over cosine similarities (query rows)", n)
     for start, block in iter_cosine_chunks(queries, keys, chunk_rows=chunk_rows, normalized=normalized):
         w, i = sparsemax_topk(block, k)
         mask = w > 0
         counts[start : start + len(block)] = mask.sum(dim=1).numpy()
         idx_parts.append(i[mask].numpy())  # boolean indexing is row-major: rows stay in order
         w_parts.append(w[mask].numpy())
+        bar.update(len(block))
+    bar.close()
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     indices = np.concatenate(idx_parts) if idx_parts else np.zeros(0, dtype=np.int64)
