@@ -493,6 +493,7 @@ def run(args: argparse.Namespace) -> int:
 
     paths, method_paths = _check_files(args, entry, cfg, cfg_values, notes)  # no tokenizer or model loaded yet
     t0 = time.perf_counter()
+    notes.note("loading the tokenizers and checking the inputs against them")
     tgt, src_tok, new_head = _load_tokenizers(args, notes)
     input_info = _check_inputs_against_tokenizers(args, entry.make(cfg), paths, method_paths, tgt, src_tok, notes)
     t_checks = time.perf_counter() - t0
