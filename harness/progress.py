@@ -27,7 +27,7 @@ import contextvars
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
-__all__ = ["counter", "iterate", "reporting", "tool_output", "tool_output_enabled"]
+__all__ = ["counter", "iterate", "reporting", "step", "tool_output", "tool_output_enabled"]
 
 T = TypeVar("T")
 
@@ -71,6 +71,25 @@ def counter(desc: str, total: int | None) -> Any:
     """
     factory = _FACTORY.get()
     return _Silent() if factory is None else factory(desc, total)
+
+
+@contextlib.contextmanager
+def step(desc: str) -> Iterator[None]:
+    """A one-step bar around a long operation that has no loop to count (a model load, a matrix product).
+
+    When a caller is reporting, the bar shows ``desc`` when the step starts and completes when it ends
+    (also when it raises); silent otherwise.
+
+    Example:
+        >>> with step("silent"):
+        ...     pass
+    """
+    bar = counter(desc, 1)
+    try:
+        yield
+        bar.update(1)
+    finally:
+        bar.close()
 
 
 @contextlib.contextmanager

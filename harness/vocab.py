@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import progress as _progress
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
 
 FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
@@ -318,7 +319,7 @@ def _canonical_detail_uncached(tok: Any) -> tuple[list[Canon | None], np.ndarray
     specials = special_ids(tok)
     added = {int(i): a for i, a in (getattr(tok, "added_tokens_decoder", None) or {}).items()}
     u2b = unicode_to_bytes()
-    for piece, i in vocab.items():
+    for piece, i in _progress.iterate(vocab.items(), "canonical token forms", total=len(vocab)):
         if i in specials:
             continue
         if i in added:

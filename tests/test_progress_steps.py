@@ -99,3 +99,51 @@ def test_focus_combination_shows_its_similarity_search():
     assert _same_mapping(silent.mapping, shown.mapping)
     (bar,) = rec.named("sparsemax over cosine similarities (query rows)")
     assert bar.total == bar.done == 200 and bar.closed
+
+
+def test_a_step_bar_completes_only_when_the_step_does():
+    rec = Recorder()
+    with progress.reporting(rec):
+        with progress.step("loading"):
+            pass
+        with pytest.raises(RuntimeError), progress.step("failing"):
+            raise RuntimeError("boom")
+    (ok,), (bad,) = rec.named("loading"), rec.named("failing")
+    assert (ok.total, ok.done, ok.closed) == (1, 1, True) and (bad.done, bad.closed) == (0, True)
+
+
+def test_canonicalization_shows_a_bar_over_the_vocabulary():
+    import copy
+
+    from harness.vocab import canonical_vocab
+
+    tok = copy.deepcopy(unigram())  # a fresh object: not canonicalized (memoized) yet
+    rec = Recorder()
+    with progress.reporting(rec):
+        canonical_vocab(tok)
+    (bar,) = rec.named("canonical token forms")
+    assert bar.total == len(tok.get_vocab()) == bar.done and bar.closed
+
+
+@pytest.mark.parametrize("method", ["random", "from-scratch"])
+def test_initialize_shows_the_model_load_and_the_install(tmp_path, method):
+    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
+
+    from harness.initialize import InitRequest, initialize
+    from harness.protocols import TransferResources
+
+    src, tgt = unigram(), unigram(TARGET_TEXT)
+    cfg = XLMRobertaConfig(vocab_size=len(src), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                           intermediate_size=32, max_position_embeddings=64, pad_token_id=src.pad_token_id)
+    XLMRobertaForMaskedLM(cfg).save_pretrained(tmp_path / "src")
+    src.save_pretrained(tmp_path / "src")
+    rec = Recorder()
+    with progress.reporting(rec):
+        init = initialize(InitRequest(source_model=str(tmp_path / "src"), target_tokenizer=tgt, method=method,
+                                      method_config=None, seed=1, model_kind="mlm", resources=TransferResources()))
+    names = [b.desc for b in rec.bars if b.total == 1]
+    want = [f"loading the source model {tmp_path / 'src'}", f"installing the new embeddings ({len(tgt)} rows)"]
+    if method == "from-scratch":
+        want.append("re-initializing every parameter (from-scratch)")
+    assert names == want and all(b.done == 1 and b.closed for b in rec.bars if b.total == 1)
+    assert init.model.get_input_embeddings().weight.shape[0] == len(tgt)
