@@ -178,21 +178,27 @@ def build_inputs(work: Path, sizes: Sizes) -> dict:
 
 @dataclass
 class Output:
-    """What a child printed, as pieces with the time (seconds since its start) each arrived."""
+    """What a child printed: every arrival of output (a pipe read) with its time (seconds since the
+    start) and the line on screen then, and the complete lines (``\\r`` or ``\\n`` ended)."""
 
-    pieces: list[tuple[float, str]] = field(default_factory=list)
+    events: list[tuple[float, str]] = field(default_factory=list)
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    partial: str = ""
 
     def add(self, t: float, chunk: str) -> None:
-        for seg in chunk.replace("\r", "\n").split("\n"):
-            if seg.strip():
-                self.pieces.append((t, seg.strip()))
+        segs = re.split(r"[\r\n]", self.partial + chunk)  # a write may end mid-line (fastText: "labels: " + "0")
+        self.partial = segs[-1]
+        done = [x.strip() for x in segs[:-1] if x.strip()]
+        self.lines += [(t, x) for x in done]
+        shown = self.partial.strip() or (done[-1] if done else (self.events[-1][1] if self.events else ""))
+        self.events.append((t, shown))
 
     def silences(self, end: float, n: int | None = 5) -> list[dict]:
         """The ``n`` longest gaps between two outputs (the start and ``end`` count as outputs), longest
         first, each with the output before and after it and whether it is fastText training's own
         (between fastText's ``Number of labels`` and its ``Progress:`` line)."""
-        times = [0.0] + [t for t, _ in self.pieces] + [end]
-        texts = ["(start)"] + [s for _, s in self.pieces] + ["(exit)"]
+        times = [0.0] + [t for t, _ in self.events] + [end]
+        texts = ["(start)"] + [s for _, s in self.events] + ["(exit)"]
         order = sorted(range(len(times) - 1), key=lambda i: times[i] - times[i + 1])[:n]
         return [{"seconds": round(times[k + 1] - times[k], 2), "at_s": round(times[k], 2), "after": texts[k][:200],
                  "before": texts[k + 1][:200], "fasttext_training": bool(FASTTEXT_START.match(texts[k]))
@@ -242,8 +248,8 @@ def run_child(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
         "longest_silence": out.longest_silence(end), "silences": out.silences(end),
         "longest_silence_outside_fasttext_training": next(
             (g for g in out.silences(end, None) if not g["fasttext_training"]), None),
-        "output_pieces": len(out.pieces),
-        "last_output": out.pieces[-1][1][:300] if out.pieces else None,
+        "output_lines": len(out.lines),
+        "last_output": out.lines[-1][1][:300] if out.lines else None,
     }  # fmt: skip
 
 

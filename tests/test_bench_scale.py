@@ -56,12 +56,22 @@ def test_each_method_gets_exactly_the_inputs_it_reads(built):
     assert set(flags["wechsel"]) - set(base) == {"--source-corpus", "--target-corpus", "--dictionary"}
 
 
+def test_output_joins_lines_written_in_pieces_and_tells_fasttext_training_apart():
+    out = bs.Output()
+    for t, chunk in ((1.0, "Number of labels: "), (1.1, "0\n"), (9.0, "\rProgress: 100.0%"), (9.5, "\n[ 9.5s] saving\n")):
+        out.add(t, chunk)
+    assert [x for _, x in out.lines] == ["Number of labels: 0", "Progress: 100.0%", "[ 9.5s] saving"]
+    longest, other = out.silences(12.0, None)[:2]
+    assert (longest["seconds"], longest["after"], longest["before"]) == (7.9, "Number of labels: 0", "Progress: 100.0%")
+    assert longest["fasttext_training"] and not other["fasttext_training"] and other["after"] == "[ 9.5s] saving"
+
+
 def test_run_child_measures_the_longest_silence(tmp_path):
     script = "import sys, time; print('a', flush=True); time.sleep(0.8); sys.stderr.write('b\\rc\\n'); sys.stderr.flush()"
     res = bs.run_child([sys.executable, "-c", script], {}, tmp_path / "log", timeout=60)
-    assert res["exit"] == 0 and not res["timed_out"] and res["output_pieces"] == 3
+    assert res["exit"] == 0 and not res["timed_out"] and res["output_lines"] == 3
     sil = res["longest_silence"]
-    assert 0.7 < sil["seconds"] < 5 and sil["after"] == "a" and sil["before"] == "b"
+    assert 0.7 < sil["seconds"] < 5 and sil["after"] == "a" and sil["before"] == "c"
     assert res["peak_rss_gb"] > 0 and (tmp_path / "log").read_bytes() == b"a\nb\rc\n"
     slow = bs.run_child([sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path / "log2", timeout=0.5)
     assert slow["timed_out"] and slow["exit"] != 0 and slow["wall_s"] < 20
