@@ -550,10 +550,10 @@ def _load_tokenizers(args: argparse.Namespace, notes: Notes) -> tuple[Any, Any, 
     a head that ``--new-head`` lets start random (None when the checkpoint has it)."""
     from harness import resources
 
-    notes.note(f"loading --target-tokenizer {args.target_tokenizer}")
+    notes.note(f"reading --target-tokenizer {args.target_tokenizer}")
     tgt = resources.load_tokenizer(args.target_tokenizer)
     resources.check_model_dir(args.source)
-    notes.note(f"loading the source tokenizer ({args.source_tokenizer or args.source})")
+    notes.note(f"reading the source tokenizer ({args.source_tokenizer or args.source})")
     src_tok = resources.load_tokenizer(args.source_tokenizer or args.source)
     head = missing_head(args.source, args.kind)
     new_head = None
