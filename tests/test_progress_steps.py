@@ -83,6 +83,9 @@ def test_tiktotok_shows_every_long_step(tmp_path, monkeypatch):
     lookups = rec.named("fastText token vectors (vocabulary lookups)")
     assert sorted(b.total for b in lookups) == sorted([len(world.tgt_vocab), len(world.src_vocab)])
     assert rec.named("fastText token vectors (n-gram means, by position)")  # the target side's rare tokens
+    for side in ("target", "source"):
+        (pre,) = rec.named(f"pre-tokenizing {side}.txt for fastText (lines)")
+        assert pre.done == n_pairs and pre.closed
     search = rec.named("similarity search (query rows)")
     assert search and all(b.done == b.total for b in search)
 
