@@ -54,6 +54,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_quickstart import _git, load_average, machine_facts  # noqa: E402
+from benchmarks.bench_quickstart import child_env as quickstart_env  # noqa: E402
 
 TIME_TARGET_S = 300.0
 """A method's wall time on 2 idle cores, at most (issue 31)."""
@@ -254,14 +255,11 @@ def run_child(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
 
 
 def child_env(threads: int, cache: Path) -> dict:
-    """This checkout first on the path, offline, ``threads`` for every pool, progress on, unbuffered."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[var] = str(threads)
+    """:func:`benchmarks.bench_quickstart.child_env` (this checkout first, offline, ``threads`` for every
+    pool, ``cache`` as ``TOKXFER_CACHE``) with progress bars on and unbuffered output."""
+    env = quickstart_env(cache, threads)
     env.pop("TQDM_DISABLE", None)
-    env.update(TOKXFER_CACHE=str(cache), HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
-               TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")  # fmt: skip
-    env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONUNBUFFERED"] = "1"
     return env
 
 
