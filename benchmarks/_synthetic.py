@@ -334,10 +334,13 @@ def make_scale_texts(out_dir: Path, *, n_target_words: int, n_lines: int, n_pair
 
 
 def filler_pieces(n: int, seed: int, taken: set[str]) -> list[str]:
-    """``n`` distinct SentencePiece pieces of other pseudo-languages (most in other scripts), not in ``taken``.
+    """``n`` distinct SentencePiece pieces of other pseudo-languages, not in ``taken``.
 
-    About :data:`WORD_START_FRACTION` start a word (``▁``); the others are word-inner pieces (a
-    word's tail). These stand for the other languages of a multilingual vocabulary.
+    A lexicon of ``n`` words is drawn in the first alphabet of :data:`OTHER_LETTERS` (Cyrillic); the
+    next alphabets replace the pieces that came out twice (word tails repeat often): at XLM-R's size
+    174k Cyrillic, 25k Greek and 2k Latin pieces. About
+    :data:`WORD_START_FRACTION` start a word (``▁``); the others are word-inner pieces (a word's
+    tail). These stand for the other languages of a multilingual vocabulary.
     """
     rng = np.random.default_rng(seed)
     out: list[str] = []

@@ -311,7 +311,7 @@ def benchmark(args: argparse.Namespace) -> dict:
         print(f"  inputs ready in {time.perf_counter() - t0:.1f} s: {json.dumps(files['sizes'])}", flush=True)
         (work / "logs").mkdir(exist_ok=True)
         results: dict[str, Any] = {}
-        load_start = load_average()
+        load_start, git = load_average(), _git()  # the code the methods run is the code at the start
         for m in methods:
             out = work / "out" / m
             cache = Path(tempfile.mkdtemp(prefix=f"cache-{m}-", dir=work))
@@ -337,7 +337,7 @@ def benchmark(args: argparse.Namespace) -> dict:
         return {
             "bench": "scale", "sizes": files["sizes"], "inputs": files["inputs"], "build_s": files["build_s"],
             "threads": args.threads, "timeout_s": args.timeout, "targets": {"wall_s": TIME_TARGET_S, "silence_s": SILENCE_TARGET_S},
-            "load_avg_start": load_start, "load_avg_end": load_average(), "machine": machine_facts(), "git": _git(),
+            "load_avg_start": load_start, "load_avg_end": load_average(), "machine": machine_facts(), "git": git,
             "methods": results,
         }  # fmt: skip
     finally:
