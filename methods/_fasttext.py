@@ -268,7 +268,7 @@ def pretokenize(
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    bar = _progress.counter(f"pre-tokenizing {Path(corpus).name} for fastText (lines)", None)
+    bar = _progress.counter(f"pre-tokenizing {Path(corpus).name} (MB)", round(Path(corpus).stat().st_size / 1e6, 1))
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
             for batch in _batches(Path(corpus), batch_lines):
@@ -276,7 +276,7 @@ def pretokenize(
                     if ids:
                         f.write(" ".join(words[np.asarray(ids, dtype=np.int64)].tolist()))
                         f.write("\n")
-                bar.update(len(batch))
+                bar.update(sum(len(x.encode("utf-8")) + 1 for x in batch) / 1e6)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

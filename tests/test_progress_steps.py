@@ -84,8 +84,8 @@ def test_tiktotok_shows_every_long_step(tmp_path, monkeypatch):
     assert sorted(b.total for b in lookups) == sorted([len(world.tgt_vocab), len(world.src_vocab)])
     assert rec.named("fastText token vectors (n-gram means, by position)")  # the target side's rare tokens
     for side in ("target", "source"):
-        (pre,) = rec.named(f"pre-tokenizing {side}.txt for fastText (lines)")
-        assert pre.done == n_pairs and pre.closed
+        (pre,) = rec.named(f"pre-tokenizing {side}.txt (MB)")
+        assert pre.done > 0 and pre.closed
     search = rec.named("similarity search (query rows)")
     assert search and all(b.done == b.total for b in search)
 
