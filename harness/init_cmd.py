@@ -494,7 +494,6 @@ def run(args: argparse.Namespace) -> int:
     paths, method_paths = _check_files(args, entry, cfg, cfg_values, notes)  # no tokenizer or model loaded yet
     t0 = time.perf_counter()
     tgt, src_tok, new_head = _load_tokenizers(args, notes)
-    notes.note("checking the inputs against the tokenizers")
     input_info = _check_inputs_against_tokenizers(args, entry.make(cfg), paths, method_paths, tgt, src_tok, notes)
     t_checks = time.perf_counter() - t0
 
@@ -550,10 +549,8 @@ def _load_tokenizers(args: argparse.Namespace, notes: Notes) -> tuple[Any, Any, 
     a head that ``--new-head`` lets start random (None when the checkpoint has it)."""
     from harness import resources
 
-    notes.note(f"reading --target-tokenizer {args.target_tokenizer}")
     tgt = resources.load_tokenizer(args.target_tokenizer)
     resources.check_model_dir(args.source)
-    notes.note(f"reading the source tokenizer ({args.source_tokenizer or args.source})")
     src_tok = resources.load_tokenizer(args.source_tokenizer or args.source)
     head = missing_head(args.source, args.kind)
     new_head = None
