@@ -75,11 +75,12 @@ def ngram_coverage(source_tok: Any, words: list[str], minn: int, maxn: int) -> d
     for w in words:
         seen |= {w[i:i + n] for n in range(1, maxn + 1) for i in range(len(w) - n + 1)}
     specials = _canon.special_ids(source_tok)
+    strings = _canon.token_strings(source_tok)  # one pass (token_string per id rebuilds the specials each time)
     n = none = mostly = 0
     for i in range(len(source_tok)):
         if i in specials:
             continue
-        s = _canon.token_string(source_tok, i)
+        s = strings[i]
         if not s or not s.strip():
             continue
         grams = _grams(s, minn, maxn)

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness import registry, seeding
+from harness import progress, registry, seeding
 from harness.cache import cached_dir
 from harness.extension import extend_tokenizer, keep_original_rows
 from harness.model import surgery
@@ -113,8 +113,9 @@ def load_source(source_model: str, source_tokenizer: str | None, model_kind: str
     """
     if head_needed_by is not None:
         check_head(source_model, model_kind, head_needed_by)
-    model = resources.load_source_model(source_model, model_kind)
-    tok = resources.load_tokenizer(source_tokenizer or source_model)
+    with progress.step(f"loading the source model {source_model}"):
+        model = resources.load_source_model(source_model, model_kind)
+        tok = resources.load_tokenizer(source_tokenizer or source_model)
     emb = model.get_input_embeddings().weight.detach().float().cpu().clone()
     if emb.shape[0] < len(tok):
         raise surgery.SurgeryError(
@@ -201,9 +202,11 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
     t_method = time.perf_counter() - t0
 
     t0 = time.perf_counter()
-    surgery.install(model, result, seeding.torch_generator(r.seed, "init", "materialize"), bias=r.bias)
+    with progress.step(f"installing the new embeddings ({result.mapping.n_target} rows)"):
+        surgery.install(model, result, seeding.torch_generator(r.seed, "init", "materialize"), bias=r.bias)
     if from_scratch:
-        surgery.reinitialize_all(model, seeding.seeded_globals(r.seed, "init", "from-scratch"))
+        with progress.step("re-initializing every parameter (from-scratch)"):
+            surgery.reinitialize_all(model, seeding.seeded_globals(r.seed, "init", "from-scratch"))
     new_emb = model.get_input_embeddings().weight.detach().float().cpu()
     # gold diagnostics compare target-tokenizer rows with source rows; they say nothing when the
     # method keeps the source tokenizer (``original``), so they are left out there

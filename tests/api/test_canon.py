@@ -18,6 +18,7 @@ from harness.vocab import (
     special_roles,
     surface_form,
     token_string,
+    token_strings,
     tokenizer_family,
     vocab_size,
 )
@@ -172,6 +173,19 @@ def test_trained_unigram_has_byte_fallback_pieces():
 def test_token_string_removes_markers_and_returns_specials_verbatim():
     tok = from_vocab("wordpiece", BERT + ["foo", "##bar"])
     assert [token_string(tok, i) for i in (2, 5, 6)] == ["[CLS]", "foo", "bar"]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
+def test_token_strings_equal_token_string_of_every_id(family):
+    """The one-pass list is ``token_string`` id by id, specials (by content) and added tokens included."""
+    import copy
+
+    tok = copy.deepcopy(FAMILY_BUILDERS[family]())  # the fixture builders share their tokenizers
+    tok.add_tokens(["zz qq", "▁lit"])
+    tok.add_special_tokens({"additional_special_tokens": ["<extra>"]})
+    want = [token_string(tok, i) for i in range(len(tok))]
+    assert token_strings(tok) == want
+    assert "<extra>" in want and "zz qq" in want and "lit" in want
 
 
 def test_canonical_vocab_covers_every_id_and_nones_specials():

@@ -75,6 +75,27 @@ def test_concentrated_cosines_and_duplicates_equal_the_dense_exact_topk(k, monke
     assert auto["widest_candidate_set"] <= 4 * sim._base_width(k + 1)
 
 
+def test_a_few_hard_rows_are_rescreened_alone_and_the_chunk_stays_cheap(monkeypatch):
+    """Rows whose best keys are a tight cluster (only float64 tells its keys apart) go to the finer
+    screens on their own; the other rows of their chunk stay on bf16; the result is the exact top-k."""
+    rng = np.random.default_rng(8)
+    center = rng.normal(size=32)
+    cluster = (center + 1e-4 * rng.normal(size=(600, 32))).astype(np.float32)
+    keys = np.concatenate([rng.normal(size=(3000, 32)).astype(np.float32), cluster])
+    q = rng.normal(size=(80, 32)).astype(np.float32)
+    hard = np.arange(0, 80, 8)  # one row in eight: 2 of every chunk of 16
+    q[hard] = (center + 1e-4 * rng.normal(size=(len(hard), 32))).astype(np.float32)
+    mask = np.ones(len(keys), dtype=bool)
+    monkeypatch.setattr(sim, "resolve_screen", lambda s: "bf16" if s == "auto" else s)
+    got = topk_cosine(q, keys, 10, key_mask=mask, chunk_rows=16)
+    idx, sims, gap = _dense_exact(q, keys, 10, mask)
+    assert np.array_equal(got.indices, idx) and np.array_equal(got.similarities, sims) and np.array_equal(got.kth_gap, gap)
+    st = got.stats
+    assert st["screen_switched"] is None and st["screen_chunks"] == {"bf16": 5, "fp32": 0, "fp64": 0}
+    assert st["rows_rescreened"] == {"fp32": len(hard), "fp64": len(hard)}  # fp32 cannot separate the cluster either
+    assert st["candidates_per_row"] < 100  # nobody rescored the 600-key cluster
+
+
 def test_well_separated_keys_stay_on_the_cheap_screen(monkeypatch):
     rng = np.random.default_rng(3)
     q, keys = rng.normal(size=(80, 16)).astype(np.float32), rng.normal(size=(4000, 16)).astype(np.float32)
