@@ -8,7 +8,6 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from tests._tokfixtures import TARGET_TEXT, unigram
 from test_tiktotok_fallback import FAST_FT, KnnWorld
 
 from harness import progress
@@ -17,6 +16,7 @@ from harness.registry import get
 from harness.vocab import vocab_size
 from methods import _align
 from methods.focus import focus_mapping
+from tests._tokfixtures import TARGET_TEXT, unigram
 
 
 class Recorder:

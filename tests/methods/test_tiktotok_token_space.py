@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tests._tokfixtures import from_vocab
 
 from harness import progress
 from harness.vocab import canonical_vocab
 from methods import _fasttext, _tiktotok_knn
 from methods._tiktotok_knn import IN_VOCABULARY, NGRAMS, NO_VECTOR
+from tests._tokfixtures import from_vocab
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 # small fastText: dim 16 needs bucket >= methods._fasttext.min_bucket(16)
