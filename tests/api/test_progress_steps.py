@@ -8,7 +8,7 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from test_tiktotok_fallback import FAST_FT, KnnWorld
+from tests.methods.test_tiktotok_fallback import FAST_FT, KnnWorld
 
 from harness import progress
 from harness.protocols import TransferInputs
