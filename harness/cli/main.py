@@ -209,7 +209,9 @@ def cmd_compare(args) -> int:
 
 
 def cmd_sync(args) -> int:
-    from harness.run.tracking import default_tracking_uri, make_tracker, rebuild_sqlite_store, sqlite_path, sync
+    from harness.run.store import rebuild_sqlite_store, sqlite_path
+    from harness.run.sync import sync
+    from harness.run.tracking import default_tracking_uri, make_tracker
 
     exp_dir = Path(args.experiment_dir)
     rec_dir = exp_dir / "records" if (exp_dir / "records").is_dir() else exp_dir

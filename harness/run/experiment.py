@@ -215,7 +215,7 @@ def run_experiment(
 
     if tracker is not None and hasattr(tracker, "mirrored") and any(rec_dir.glob("*.json")):
         # resume: records written before an interruption may not have reached the store
-        from harness.run.tracking import sync
+        from harness.run.sync import sync
 
         try:
             sync(rec_dir, tracker)
@@ -257,7 +257,7 @@ def run_experiment(
         if tracker is None:
             return
         try:
-            from harness.run.tracking import trial_artifacts
+            from harness.run.sync import trial_artifacts
 
             path = rec_dir / f"{tid}.json"
             arts = [path, *trial_artifacts(exp_dir, tid, ["init_info.json"])]

@@ -44,32 +44,38 @@ import re
 import shlex
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from harness.cache import content_hash
-from harness.errors import TokxferError, UserInputError
+from harness.errors import UserInputError
 from harness.run.claims import file_lock
 from harness.run.records import TrialRecord
+from harness.run.store import (
+    SQLITE_LOCK_TIMEOUT_S,
+    StoreBrokenError,
+    TrackingError,
+    check_sqlite_store,
+    ensure_sqlite_store,
+    lock_path,
+    recover_sqlite_store,
+    sqlite_path,
+)
 
 __all__ = [
     "TrackingError",
     "StoreBrokenError",
     "NullTracker",
     "MLflowTracker",
-    "SyncReport",
     "make_tracker",
     "default_tracking_uri",
-    "sync",
     "sync_command",
     "ui_command",
-    "iter_record_files",
     "ensure_sqlite_store",
     "check_sqlite_store",
     "recover_sqlite_store",
-    "rebuild_sqlite_store",
     "sqlite_path",
 ]
 
@@ -108,22 +114,6 @@ HEALTH_TIMEOUT_S = (3.0, 5.0)
 """(connect, read) timeout of the ``/health`` pre-flight request."""
 RETRY_DOWN_AFTER_S = 60.0
 """After a failed pre-flight, further trials fail at once for this long instead of each waiting."""
-
-
-class TrackingError(TokxferError, RuntimeError):
-    """Mirroring to the tracker failed; the record itself is safe on disk.
-
-    Attributes:
-        sync_command: the exact shell command that re-mirrors the experiment's records.
-    """
-
-    def __init__(self, message: str, sync_command: str) -> None:
-        super().__init__(message)
-        self.sync_command = sync_command
-
-
-class StoreBrokenError(TrackingError):
-    """The sqlite MLflow store exists but cannot be used (half-migrated, corrupt, foreign file)."""
 
 
 class NullTracker:
@@ -185,212 +175,6 @@ def rebuild_command(runs_dir: str | os.PathLike | None, experiment: str, trackin
         'tokxfer sync runs/quickstart --rebuild --tracking-uri sqlite:////abs/runs/mlflow.db'
     """
     return sync_command(runs_dir, experiment, tracking_uri).replace(" --tracking-uri ", " --rebuild --tracking-uri ", 1)
-
-
-# --------------------------------------------------------------------------------------------
-# The embedded sqlite store: created once under a lock, checked before use, rebuilt on demand
-# --------------------------------------------------------------------------------------------
-
-SQLITE_LOCK_TIMEOUT_S = 600.0
-"""How long a process waits for the store lock (first creation takes seconds, a mirror well under one)."""
-_READY_STORES: set[Path] = set()
-"""sqlite files this process created or checked (checked once per process, not per trial)."""
-
-
-def sqlite_path(tracking_uri: str) -> Path | None:
-    """The database file of a ``sqlite:///…`` URI (``None`` for other URIs and in-memory databases).
-
-    Example:
-        >>> sqlite_path("sqlite:////tmp/runs/mlflow.db")
-        PosixPath('/tmp/runs/mlflow.db')
-        >>> sqlite_path("http://127.0.0.1:5000") is None
-        True
-    """
-    if not tracking_uri.lower().startswith("sqlite:///"):
-        return None
-    path = tracking_uri[len("sqlite:///"):].split("?", 1)[0]
-    if not path or path == ":memory:":
-        return None
-    return Path(path)
-
-
-def _lock_path(db: Path) -> Path:
-    return db.with_name(db.name + ".lock")
-
-
-def _expected_schema() -> tuple[str | None, set[str]]:
-    """MLflow's head schema revision and its tables (``(None, set())`` if MLflow hides them)."""
-    try:
-        from mlflow.store.db.base_sql_model import Base
-        from mlflow.store.db.utils import _get_latest_schema_revision
-
-        return _get_latest_schema_revision(), set(Base.metadata.tables)
-    except Exception:  # private API moved: fall back to the checks that need no MLflow internals
-        return None, set()
-
-
-def recover_sqlite_store(db: str | os.PathLike) -> str | None:
-    """Let SQLite finish what a killed writer left: roll back a hot journal (or replay a WAL).
-
-    A process killed inside a commit leaves ``<db>-journal`` beside the database; SQLite rolls it
-    back on the next read-write open, and only then is the database what its last commit left. A
-    read-only open cannot roll it back and fails, so every health verdict comes after this.
-    Harmless when nothing is pending (SQLite reads and writes nothing then).
-
-    Returns:
-        ``None`` when the database is readable afterwards, else why SQLite itself cannot open it.
-    """
-    import sqlite3
-
-    db = Path(db)
-    if not any(db.with_name(db.name + suffix).exists() for suffix in ("-journal", "-wal")):
-        return None
-    try:
-        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=rw", uri=True, timeout=60)
-        try:
-            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
-        finally:
-            con.close()
-    except sqlite3.Error as e:
-        return f"SQLite cannot open it to roll back an interrupted transaction ({e})"
-    return None
-
-
-def check_sqlite_store(db: str | os.PathLike) -> str | None:
-    """Why an existing sqlite store cannot be used, or ``None`` when it looks healthy.
-
-    First lets SQLite roll back an interrupted transaction (:func:`recover_sqlite_store`: a kill
-    inside a commit is healed, never called broken); then checks, read-only: it is an SQLite
-    database; it has MLflow's ``alembic_version`` table with exactly the schema revision this
-    MLflow expects; every MLflow table exists.
-    """
-    import sqlite3
-
-    db = Path(db)
-    healed = recover_sqlite_store(db)
-    if healed is not None:
-        return healed
-    try:
-        con = sqlite3.connect(f"{db.resolve().as_uri()}?mode=ro", uri=True, timeout=60)
-    except sqlite3.Error as e:
-        return f"cannot open it ({e})"
-    try:
-        tables = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        if not tables:
-            return "it holds no tables (its creation was interrupted)"
-        if "alembic_version" not in tables:
-            return "it has no alembic_version table (its creation was interrupted, or it is not an MLflow store)"
-        revs = [r[0] for r in con.execute("SELECT version_num FROM alembic_version")]
-    except sqlite3.Error as e:
-        return f"it is not a readable SQLite database ({e})"
-    finally:
-        con.close()
-    head, expected = _expected_schema()
-    if head is not None and revs != [head]:
-        return (
-            f"its schema revision is {', '.join(revs) or 'none'}, not {head} (a schema migration was interrupted, "
-            f"or another MLflow version made it: then `mlflow db upgrade sqlite:///{db}` may be the fix)"
-        )
-    missing = sorted(expected - tables)
-    if missing:
-        return f"tables {', '.join(missing[:3])}{' …' if len(missing) > 3 else ''} are missing (its creation was interrupted)"
-    return None
-
-
-def _dispose_engine(uri: str) -> None:
-    """Forget MLflow's cached engine for ``uri`` (so a replaced file is opened afresh)."""
-    try:
-        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-        with SqlAlchemyStore._engine_map_lock:
-            engine = SqlAlchemyStore._engine_map.pop(uri, None)
-        if engine is not None:
-            engine.dispose()
-    except Exception:
-        pass
-
-
-def _create_sqlite_store(db: Path, artifact_root: Path) -> None:
-    """Create a fully migrated store in a temporary file and move it to ``db`` (caller holds the lock)."""
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    for stale in db.parent.glob(f"{db.name}.init-*"):  # left by a process killed while creating it
-        with contextlib.suppress(OSError):
-            stale.unlink()
-    tmp = db.with_name(f"{db.name}.init-{os.getpid()}")
-    uri = f"sqlite:///{tmp}"
-    try:
-        SqlAlchemyStore(uri, artifact_root.resolve().as_uri())
-        _dispose_engine(uri)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, db)
-    finally:
-        for leftover in (tmp, tmp.with_name(tmp.name + "-journal")):
-            with contextlib.suppress(OSError):
-                leftover.unlink()
-    _dispose_engine(f"sqlite:///{db}")
-
-
-def ensure_sqlite_store(db: str | os.PathLike, artifact_root: str | os.PathLike | None = None) -> None:
-    """Make sure ``db`` is a complete MLflow store: create it atomically, or check the existing one.
-
-    Args:
-        db: the database file.
-        artifact_root: default artifact root of a new store (default: ``mlartifacts`` beside ``db``).
-
-    Raises:
-        StoreBrokenError: the file exists but cannot be used; the message says how to rebuild it.
-        OSError, TimeoutError: the lock or the file cannot be created.
-    """
-    db = Path(db).absolute()
-    if db in _READY_STORES and db.is_file():
-        return
-    db.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(_lock_path(db), timeout_s=SQLITE_LOCK_TIMEOUT_S):
-        if not db.exists() or db.stat().st_size == 0:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            for suffix in ("-journal", "-wal", "-shm"):  # never rolled back into the new store
-                side = db.with_name(db.name + suffix)
-                if side.exists():
-                    os.replace(side, side.with_name(f"{side.name}.orphan-{stamp}"))
-            _create_sqlite_store(db, Path(artifact_root) if artifact_root else db.parent / "mlartifacts")
-        else:
-            reason = check_sqlite_store(db)
-            if reason is not None:
-                raise StoreBrokenError(f"the MLflow store {db} is broken: {reason}", sync_command="")
-    _READY_STORES.add(db)
-
-
-def rebuild_sqlite_store(db: str | os.PathLike) -> Path | None:
-    """Move a (broken) store and its artifacts aside and create a fresh, empty one in its place.
-
-    Returns:
-        Where the old database was moved (``<db>.broken-<timestamp>``), or ``None`` if there was none.
-    """
-    db = Path(db).absolute()
-    db.parent.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    moved = None
-    with file_lock(_lock_path(db), timeout_s=SQLITE_LOCK_TIMEOUT_S):
-        _dispose_engine(f"sqlite:///{db}")
-        if db.exists():
-            moved = db.with_name(f"{db.name}.broken-{stamp}")
-            os.replace(db, moved)
-        for suffix in ("-journal", "-wal", "-shm"):
-            side = db.with_name(db.name + suffix)
-            if side.exists():
-                os.replace(side, side.with_name(f"{side.name}.broken-{stamp}"))
-        arts = db.parent / "mlartifacts"
-        if moved is not None and arts.is_dir():  # artifacts of runs the new store will not know
-            os.replace(arts, arts.with_name(f"mlartifacts.broken-{stamp}"))
-        _READY_STORES.discard(db)
-        _create_sqlite_store(db, arts)
-    _READY_STORES.add(db)
-    return moved
 
 
 def make_tracker(tracking_uri: str | None, runs_dir: str | os.PathLike) -> NullTracker | MLflowTracker:
@@ -701,7 +485,7 @@ class MLflowTracker:
             return
         arts = (self.runs_dir.resolve() / "mlartifacts") if self.runs_dir is not None else None
         ensure_sqlite_store(db, arts)
-        with file_lock(_lock_path(db.absolute()), timeout_s=SQLITE_LOCK_TIMEOUT_S):
+        with file_lock(lock_path(db.absolute()), timeout_s=SQLITE_LOCK_TIMEOUT_S):
             yield
 
     @property
@@ -905,127 +689,4 @@ class MLflowTracker:
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return _truncate(line, limit)
-
-
-# --------------------------------------------------------------------------------------------
-# Sync
-# --------------------------------------------------------------------------------------------
-
-
-def iter_record_files(records_dir: str | os.PathLike) -> Iterator[tuple[Path, dict]]:
-    """Yield ``(path, record)`` for every record of an experiment (validated by :mod:`harness.run.records`)."""
-    from harness.run.records import iter_record_files as _iter
-
-    yield from _iter(records_dir)
-
-
-def trial_artifacts(exp_dir: Path, trial_id: str, names: list[str] | None = None) -> list[Path]:
-    """The files of ``<exp_dir>/artifacts/<trial_id>/`` to attach to a trial's run (``names``: only those).
-
-    ``trial_id`` comes from a record's file name, checked (:func:`harness.run.records.check_identity`),
-    never from what the record says. A file, or the folder itself, that resolves outside
-    ``<exp_dir>/artifacts/<trial_id>/`` (a symbolic link to somewhere else) is refused.
-
-    Raises:
-        harness.inputs.UnsafePathError: naming the artifact and where it leads.
-    """
-    from harness.inputs import check_name, require_inside
-
-    art_dir = Path(exp_dir) / "artifacts" / check_name(trial_id, "trial id")
-    if not art_dir.is_dir():
-        return []
-    files = sorted(p for p in art_dir.iterdir() if (names is None or p.name in names) and p.is_file())
-    for f in files:
-        require_inside(f, Path(os.path.realpath(exp_dir)) / "artifacts" / trial_id, f"artifact of trial {trial_id}",
-                       resolve_folder=False)  # the trial's folder where it should be, not where a link leads
-    return files
-
-
-def default_artifacts(records_dir: Path, record_path: Path) -> list[Path]:
-    """Files attached to a trial on sync: everything in ``<experiment dir>/artifacts/<trial_id>/``,
-    the trial id being the record's file name (see :func:`trial_artifacts`).
-
-    The runner writes ``init_info.json`` there.
-    """
-    exp_dir = records_dir.parent if records_dir.name == "records" else records_dir
-    return trial_artifacts(exp_dir, Path(record_path).stem)
-
-
-class SyncReport(dict):
-    """Counts of a sync: ``{"created": n, "replaced": n, "unchanged": n, "logged": n}``."""
-
-
-def sync(
-    records_dir: str | os.PathLike,
-    tracker: Any,
-    artifacts_for: Callable[[Path, Path], list[Path]] | None = None,
-) -> SyncReport:
-    """Re-mirror every record of an experiment to ``tracker`` (idempotent for MLflow).
-
-    Records are untrusted input: the experiment is the folder's (``runs/<experiment>``), the trial
-    id each record's file name, and a record that says otherwise is refused
-    (:func:`harness.run.records.check_identity`) before anything is mirrored; artifacts come from the
-    trial's own folder only (:func:`trial_artifacts`).
-
-    Args:
-        records_dir: ``runs/<experiment>`` or ``runs/<experiment>/records``.
-        tracker: any :class:`harness.protocols.Tracker`; an :class:`MLflowTracker` reports
-            created/replaced/unchanged, others count ``logged``.
-        artifacts_for: ``(records_dir, record file) -> files`` to attach; default
-            :func:`default_artifacts`.
-
-    Returns:
-        The counts per outcome.
-
-    Raises:
-        TrackingError: after trying every record, if any failed (message lists them).
-
-    Example:
-        >>> sync("runs/quickstart", make_tracker(None, "runs"))  # doctest: +SKIP
-        {'created': 12, 'replaced': 0, 'unchanged': 0, 'logged': 0}
-    """
-    root = Path(records_dir)
-    root = root / "records" if (root / "records").is_dir() else root
-    artifacts_for = artifacts_for or default_artifacts
-    report = SyncReport(created=0, replaced=0, unchanged=0, logged=0)
-    failures: list[str] = []
-    last_error: TrackingError | None = None
-    known: dict[str, dict] = {}  # experiment -> what the store already mirrors
-    experiment = root.parent.name if root.name == "records" else root.name
-    from harness.inputs import check_name
-    from harness.run.records import check_identity
-
-    check_name(experiment, "experiment folder")
-    checked = list(iter_record_files(root))  # every record is checked before the first is mirrored
-    for path, data in checked:
-        check_identity(data, path, experiment)
-    for path, data in checked:
-        record = TrialRecord.from_json(data, where=str(path))
-        files = artifacts_for(root, path)
-        try:
-            if isinstance(tracker, MLflowTracker):
-                if experiment not in known:
-                    try:
-                        known[experiment] = tracker.mirrored(experiment)
-                    except Exception:
-                        known[experiment] = {}  # mirror() below reports the failure per record
-                runs = known[experiment].get(str(record.trial_id), [])
-                if len(runs) == 1 and runs[0][1] == record_digest(record):
-                    report["unchanged"] += 1
-                    continue
-                report[tracker.mirror(experiment, record, files)] += 1
-            else:
-                tracker.log_trial(experiment, record, files)
-                report["logged"] += 1
-        except TrackingError as e:
-            failures.append(f"{path.name}: {e}")
-            last_error = e
-    if failures:
-        assert last_error is not None
-        shown = "\n  ".join(failures[:5]) + (f"\n  … and {len(failures) - 5} more" if len(failures) > 5 else "")
-        raise TrackingError(
-            f"sync of {root}: {len(failures)} record(s) not mirrored ({dict(report)} done):\n  {shown}",
-            sync_command=last_error.sync_command,
-        )
-    return report
 

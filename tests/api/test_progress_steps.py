@@ -8,7 +8,6 @@ from collections import OrderedDict
 import numpy as np
 import pytest
 import torch
-from tests.methods.test_tiktotok_fallback import FAST_FT, KnnWorld
 
 from harness import progress
 from harness.protocols import TransferInputs
@@ -17,6 +16,7 @@ from harness.vocab import vocab_size
 from methods import _align
 from methods.focus import focus_mapping
 from tests._tokfixtures import TARGET_TEXT, unigram
+from tests.methods.test_tiktotok_fallback import FAST_FT, KnnWorld
 
 
 class Recorder:

@@ -344,13 +344,13 @@ def test_resume_refuses_a_record_copied_under_another_trials_name(tmp_path, deco
 
 
 def test_a_hot_journal_from_a_killed_commit_is_rolled_back_not_called_broken(tmp_path, capfd):
-    from harness.run.tracking import check_sqlite_store
+    from harness.run.store import check_sqlite_store
 
     runs = tmp_path / "runs"
     exp = _write(runs, "exp", [_record("exp", f"t{i}", seed=i) for i in range(1, 4)])
     db = runs / "mlflow.db"
     # created by another process: this one has not checked it yet, as a later `tokxfer sync` would not have
-    subprocess.run([sys.executable, "-c", f"from harness.run.tracking import ensure_sqlite_store; ensure_sqlite_store({str(db)!r})"],
+    subprocess.run([sys.executable, "-c", f"from harness.run.store import ensure_sqlite_store; ensure_sqlite_store({str(db)!r})"],
                    env={**os.environ, "PYTHONPATH": str(REPO)}, check=True, capture_output=True)
     killed = subprocess.run([sys.executable, "-c", f"""
 import os, signal, sqlite3
@@ -419,7 +419,7 @@ def work():
         time.sleep(0.05)
     s = run_experiment(cfg, runs, executor=LocalExecutor(progress=False), progress=False, claims=claims,
                        trial_fn=fake, poll_s=0.1)
-    print("ran", s.ran, "pid", os.getpid(), "pidns", os.readlink("/proc/self/ns/pid"))
+    print("ran", s.ran, "pid", os.getpid(), "pidns", os.readlink("/proc/self/ns/pid"), flush=True)  # os._exit follows in the forked worker
 
 if fork == "fork":  # in a fresh PID namespace: run as pid 100000, a pid the other namespace does not have
     with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # this namespace's counter (root in it may set it)

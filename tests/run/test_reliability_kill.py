@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from harness.run import records
-from harness.run.tracking import check_sqlite_store, make_tracker
+from harness.run.store import check_sqlite_store
+from harness.run.tracking import make_tracker
 
 REPO = Path(__file__).resolve().parents[2]
 PLUGIN = REPO / "tests" / "fixtures" / "plugins" / "counted_task.py"

@@ -17,16 +17,12 @@ from pathlib import Path
 import pytest
 
 from harness.cli import main
-from harness.run.tracking import (
-    MLflowTracker,
-    StoreBrokenError,
-    check_sqlite_store,
-    default_tracking_uri,
-    ensure_sqlite_store,
-    make_tracker,
-)
+from harness.run.records import TrialRecord
+from harness.run.store import StoreBrokenError, check_sqlite_store, ensure_sqlite_store
+from harness.run.tracking import MLflowTracker, default_tracking_uri, make_tracker
 
 REPO = Path(__file__).resolve().parents[2]
+as_record = TrialRecord.from_json  # trackers take the typed record
 
 
 def _record(experiment: str, trial_id: str, seed: int = 1) -> dict:
@@ -72,7 +68,7 @@ def test_half_migrated_store_is_detected_and_rebuilt_from_records(tmp_path, caps
     assert "schema revision" in check_sqlite_store(db)
     tracker = make_tracker(None, runs)
     with pytest.raises(StoreBrokenError) as err:
-        tracker.log_trial("exp", _record("exp", "t0"))
+        tracker.log_trial("exp", as_record(_record("exp", "t0")))
     msg = str(err.value)
     assert str(db) in msg and "--rebuild" in msg and "records are safe" in msg.lower()
     assert err.value.sync_command.startswith("tokxfer sync ") and "--rebuild" in err.value.sync_command
@@ -110,11 +106,13 @@ def test_leftover_temp_store_of_a_killed_creator_is_cleaned(tmp_path):
 
 _FIRST_USE = """
 import sys
+from harness.run.records import TrialRecord
 from harness.run.tracking import make_tracker
+as_record = TrialRecord.from_json
 runs, exp, tid = sys.argv[1:4]
 t = make_tracker(None, runs)
-t.log_trial(exp, {"schema_version": 1, "trial_id": tid, "status": "ok", "seed": 1, "config": {},
-                  "metrics": {"near": {"loss": 1.0}}})
+t.log_trial(exp, as_record({"schema_version": 1, "trial_id": tid, "status": "ok", "seed": 1, "config": {},
+                  "metrics": {"near": {"loss": 1.0}}}))
 print("mirrored", tid)
 """
 
@@ -159,7 +157,7 @@ def test_resume_mirrors_records_the_store_does_not_hold(tmp_path):
     # the records the runner writes: each with its trial's resolved config (resume checks it)
     recs = [dict(_record("exp", s.trial_id, seed=s.seed), config=json.loads(json.dumps(s.resolved()))) for s in trials]
     _write(runs, "exp", recs[:1])
-    tracker.log_trial("exp", json.loads((runs / "exp" / "records" / f"{trials[0].trial_id}.json").read_text()))
+    tracker.log_trial("exp", as_record(json.loads((runs / "exp" / "records" / f"{trials[0].trial_id}.json").read_text())))
     _write(runs, "exp", recs[1:])  # written, then killed before the mirror
     summary = run_experiment(cfg, runs, tracker=tracker, progress=False)
     assert summary.ran == 0 and summary.skipped == 3 and not summary.tracking_errors

@@ -34,11 +34,12 @@ def _experiment(tmp_path, tiny_pretrain_overrides, methods=("random", "overlap")
 def test_trial_record_is_complete_and_deterministic(tmp_path, tiny_source, tiny_pretrain_overrides, runs_dir):
     cfg = load_experiment(_experiment(tmp_path, tiny_pretrain_overrides, methods=("overlap",), seeds=(1,)))
     spec = cfg.trials()[0]
-    rec = execute(spec, str(runs_dir))
-    assert rec["status"] == "ok", rec.get("error")
+    record = execute(spec, str(runs_dir))
+    assert record.ok, record.error
+    rec = record.to_json()  # what the file holds
     for key in ("schema_version", "tokxfer_version", "git", "trial_id", "config", "metrics", "init", "timings",
                 "environment", "started_at", "finished_at"):
-        assert key in rec
+        assert rec.get(key) is not None, key
     m = rec["metrics"]["near"]
     assert np.isfinite(m["loss"]) and 0 <= m["accuracy"] <= 1
     assert rec["init"]["counts"]["copied"] > 0
@@ -64,14 +65,14 @@ def test_trial_record_is_complete_and_deterministic(tmp_path, tiny_source, tiny_
     np.random.seed(123)
     torch.manual_seed(123)
     rec2 = execute(spec, str(tmp_path / "runs2"))
-    assert rec2["metrics"] == rec["metrics"]
-    assert rec2["init"]["diagnostics"] == rec["init"]["diagnostics"]
+    assert rec2.metrics == record.metrics
+    assert rec2.init_diagnostics == record.init_diagnostics
 
 
 def test_random_methods_differ_across_seeds(tmp_path, tiny_source, tiny_pretrain_overrides, runs_dir):
     cfg = load_experiment(_experiment(tmp_path, tiny_pretrain_overrides, methods=("random",), seeds=(1, 2)))
     a, b = (execute(s, str(runs_dir)) for s in cfg.trials())
-    assert a["metrics"]["near"]["loss"] != b["metrics"]["near"]["loss"]
+    assert a.metrics["near"]["loss"] != b.metrics["near"]["loss"]
 
 
 def test_resume_runs_only_missing_trials(tmp_path, tiny_source, tiny_pretrain_overrides, runs_dir):

@@ -286,8 +286,9 @@ def test_runner_puts_flags_in_the_record_and_logs_them(tmp_path, tiny_source, ti
     p.write_text(yaml.safe_dump(raw))
     spec = load_experiment(p).trials()[0]
     with caplog.at_level(logging.WARNING, logger="tokxfer"):
-        rec = execute(spec, str(runs_dir))
-    assert rec["status"] == "ok", rec.get("error")
+        record = execute(spec, str(runs_dir))
+    assert record.ok, record.error
+    rec = record.to_json()
     codes = _codes(rec["flags"])
     assert "all_fallback" in codes and "nondeterministic:test-component" in codes
     on_disk = json.loads((runs_dir / "guards" / "records" / f"{spec.trial_id}.json").read_text())

@@ -59,8 +59,9 @@ def _grid(tmp_path, tiny_pretrain_overrides, **extra):
 def test_a_held_init_gives_the_same_initialization_for_every_trial_seed(tmp_path, tiny_source, tiny_pretrain_overrides):
     """``random`` draws every row from the init generator: held, two trial seeds score the same at
     init; free, they differ. The record names the seeds."""
-    free = [execute(t, str(tmp_path / "free")) for t in _grid(tmp_path, tiny_pretrain_overrides)]
-    held = [execute(t, str(tmp_path / "held")) for t in _grid(tmp_path, tiny_pretrain_overrides, hold_seeds={"init": 7})]
+    free = [execute(t, str(tmp_path / "free")).to_json() for t in _grid(tmp_path, tiny_pretrain_overrides)]
+    held = [execute(t, str(tmp_path / "held")).to_json()
+            for t in _grid(tmp_path, tiny_pretrain_overrides, hold_seeds={"init": 7})]
     assert all(r["status"] == "ok" for r in free + held), [r.get("error") for r in free + held]
     assert free[0]["metrics"] != free[1]["metrics"]
     assert held[0]["metrics"] == held[1]["metrics"]

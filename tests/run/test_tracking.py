@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from harness.protocols import Tracker
+from harness.run.records import TrialRecord
+from harness.run.sync import sync
 from harness.run.tracking import (
     DIGEST_TAG,
     HTTP_LIMITS,
@@ -28,9 +30,10 @@ from harness.run.tracking import (
     default_tracking_uri,
     make_tracker,
     record_params,
-    sync,
     ui_command,
 )
+
+as_record = TrialRecord.from_json  # trackers take the typed record
 
 
 def make_record(experiment: str, trial_id: str, seed: int = 1, method: str = "focus", status: str = "ok", **extra) -> dict:
@@ -101,7 +104,7 @@ def _parents(tracker: MLflowTracker, experiment: str) -> list:
 def test_trackers_satisfy_protocol(tmp_path):
     assert isinstance(NullTracker(), Tracker)
     assert isinstance(MLflowTracker(default_tracking_uri(tmp_path), runs_dir=tmp_path), Tracker)
-    NullTracker().log_trial("x", make_record("x", "t"))
+    NullTracker().log_trial("x", as_record(make_record("x", "t")))
 
 
 def test_make_tracker_and_ui_command(tmp_path):
@@ -122,7 +125,7 @@ def test_params_metrics_curves_and_artifacts_land(store, tmp_path, monkeypatch):
     info = tmp_path / "init_info.json"
     info.write_text(json.dumps({"overlap": 100}))
     record = make_record("landing", "trial-a")
-    tracker.log_trial("landing", record, artifacts=[info, tmp_path / "does-not-exist.json"])
+    tracker.log_trial("landing", as_record(record), artifacts=[info, tmp_path / "does-not-exist.json"])
 
     run_id = tracker.run_id_for("landing", "trial-a")
     run = tracker.client.get_run(run_id)
@@ -132,7 +135,7 @@ def test_params_metrics_curves_and_artifacts_land(store, tmp_path, monkeypatch):
     assert json.loads(params["stages"]) == [{"name": "lapt", "steps": 40}]
     assert params["source.revision"] == "null"
     assert len(params["method.config.notes"]) == 6000 and params["method.config.notes"].endswith("[truncated]")
-    assert params == record_params(record)
+    assert params == record_params(as_record(record))
     assert metrics["metrics.near.loss"] == pytest.approx(6.1)
     assert metrics["metrics.near.accuracy"] == pytest.approx(0.2)
     assert metrics["init.counts.copied"] == 100 and metrics["init.counts.fallback"] == 3
@@ -182,7 +185,7 @@ def test_sync_twice_does_not_duplicate_and_nests(store):
     assert fixed_run.info.status == "FINISHED" and fixed_run.data.metrics["metrics.near.loss"] == pytest.approx(6.9)
 
     # Re-running the grid (runner calls log_trial again) does not duplicate either.
-    tracker.log_trial(exp, records[0])
+    tracker.log_trial(exp, as_record(records[0]))
     assert len(_children(tracker, exp)) == 5
 
     # A mirror that stopped half-way (no digest tag: it is written last) is replaced on sync.
@@ -201,7 +204,7 @@ def test_unwritable_sqlite_store_raises_tracking_error(tmp_path):
     blocker.write_text("")
     tracker = MLflowTracker(f"sqlite:///{blocker}/mlflow.db", runs_dir=tmp_path)
     with pytest.raises(TrackingError, match="record is safe on disk") as info:
-        tracker.log_trial("e", make_record("e", "t1"))
+        tracker.log_trial("e", as_record(make_record("e", "t1")))
     assert f"tokxfer sync {tmp_path}/e --tracking-uri sqlite:///{blocker}/mlflow.db" in str(info.value)
 
 
@@ -222,7 +225,7 @@ def test_unreachable_server_fails_fast_with_sync_command(tmp_path, host):
     env_before = {k: os.environ.get(k) for k in HTTP_LIMITS}
     t0 = time.monotonic()
     with pytest.raises(TrackingError) as info:
-        tracker.log_trial("quick", record)
+        tracker.log_trial("quick", as_record(record))
     elapsed = time.monotonic() - t0
     assert elapsed < 15, f"took {elapsed:.1f}s"
     msg = str(info.value)
@@ -232,7 +235,7 @@ def test_unreachable_server_fails_fast_with_sync_command(tmp_path, host):
     # The next trial does not wait again.
     t0 = time.monotonic()
     with pytest.raises(TrackingError):
-        tracker.log_trial("quick", make_record("quick", "t2"))
+        tracker.log_trial("quick", as_record(make_record("quick", "t2")))
     assert time.monotonic() - t0 < 1.0
     # Our bounded retry settings did not leak into the environment.
     assert {k: os.environ.get(k) for k in HTTP_LIMITS} == env_before
@@ -265,7 +268,7 @@ def test_server_error_gives_tracking_error(tmp_path):
         tracker = make_tracker(uri, tmp_path)
         t0 = time.monotonic()
         with pytest.raises(TrackingError, match="record is safe on disk") as info:
-            tracker.log_trial("e", make_record("e", "t1"))
+            tracker.log_trial("e", as_record(make_record("e", "t1")))
         assert time.monotonic() - t0 < 15
         assert info.value.sync_command == f"tokxfer sync {tmp_path}/e --tracking-uri {uri}"
     finally:
@@ -314,7 +317,7 @@ def test_real_mlflow_server(tmp_path):
         exp = "server-exp"
         info = tmp_path / "init_info.json"
         info.write_text("{}")
-        tracker.log_trial(exp, make_record(exp, "s1", seed=1), artifacts=[info])
+        tracker.log_trial(exp, as_record(make_record(exp, "s1", seed=1)), artifacts=[info])
         exp_dir = write_records(runs, exp, [make_record(exp, "s1", seed=1), make_record(exp, "s2", seed=2)])
         assert sync(exp_dir, tracker) == {"created": 1, "replaced": 0, "unchanged": 1, "logged": 0}
         assert sync(exp_dir, make_tracker(uri, runs)) == {"created": 0, "replaced": 0, "unchanged": 2, "logged": 0}
