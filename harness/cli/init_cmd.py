@@ -745,17 +745,19 @@ def _initialize(args: argparse.Namespace, cfg: Any, tgt: Any, method_paths: dict
     import contextlib
 
     from harness import progress, seeding
-    from harness.model.initialize import initialize_model
+    from harness.model.initialize import InitRequest, initialize
+    from harness.protocols import TransferResources
 
     notes.note(f"loading {args.source} and running {args.method}")
     seeded = seeding.seeded_globals(args.seed, "init", "new-head") if new_head else contextlib.nullcontext()
     try:
         with seeded, progress.tool_output(not args.quiet):
-            return initialize_model(
-                source_model=args.source, source_tokenizer=args.source_tokenizer, target_tok=tgt, method_name=args.method,
-                method_config=cfg, seed=args.seed, model_kind=args.kind, transfer_paths=method_paths, mode=args.mode,
-                extend_top_n=args.extend_top_n, bias=args.bias,
-            )
+            return initialize(InitRequest(
+                source_model=args.source, source_tokenizer=args.source_tokenizer, target_tokenizer=tgt,
+                method=args.method, method_config=cfg, seed=args.seed, model_kind=args.kind,
+                resources=TransferResources(**method_paths), mode=args.mode, extend_top_n=args.extend_top_n,
+                bias=args.bias,
+            ))
     except Exception as e:
         text = str(e.args[0]) if isinstance(e, KeyError) and e.args else str(e)
         worded = flag_wording(text)
