@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import string
@@ -45,6 +46,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.cache import ProcessMemo
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
 
 FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
@@ -151,16 +153,54 @@ def _components(node: Any) -> list[dict]:
 _SPEC_CACHE: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], FamilySpec]] = weakref.WeakKeyDictionary()
 
 
+def tokenizer_key(tok: Any) -> str | None:
+    """A sha256 of what decides how a fast tokenizer encodes text and spells its vocabulary, cheap
+    enough to compute per call (~0.05 s for XLM-R's 250k pieces, where
+    :func:`harness.tokenizers.tokenizer_state`'s JSON round trip takes ~1 s): the serialized backend
+    from its ``added_tokens`` on (``tokenizers`` writes ``truncation`` and ``padding`` before it;
+    a layout without that field hashes everything, which is only more specific), the class, the
+    length, the special ids and the truncation side. ``None`` without a ``tokenizers`` backend.
+
+    Two tokenizer objects loaded from the same files get the same key, so per-process memos of
+    what is derived from a tokenizer's content hold across the fresh objects each trial loads.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> a = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")))
+        >>> b = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(a.backend_tokenizer.to_str()))
+        >>> b.backend_tokenizer.enable_truncation(8)
+        >>> tokenizer_key(a) == tokenizer_key(b), tokenizer_key(object())
+        (True, None)
+    """
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        return None
+    raw = backend.to_str()
+    at = raw.find('"added_tokens":')
+    facts = json.dumps([type(tok).__name__, len(tok), sorted(tok.all_special_ids), getattr(tok, "truncation_side", None)])
+    return hashlib.sha256((facts + "\0" + raw[max(at, 0):]).encode("utf-8")).hexdigest()
+
+
+_CONTENT_MEMO = ProcessMemo(16)
+"""Results of :func:`_per_tokenizer` and :func:`compute_overlap`'s source-side lookup tables by
+:func:`tokenizer_key`: each trial loads its source tokenizer afresh (its backend's truncation state
+is mutable, so objects are not shared), and canonicalizing and indexing XLM-R's 250k pieces again
+for each would cost ~4 s of CPU a trial. Values are shared: callers copy what they change."""
+
+
 def _per_tokenizer(memo: weakref.WeakKeyDictionary, tok: Any, key: Any, compute: Callable[[], Any]) -> Any:
-    """``compute()``, memoized per tokenizer object while ``key`` stays the same (computed every time
-    for objects that cannot be weakly referenced)."""
+    """``compute()``, memoized per tokenizer object while ``key`` stays the same, and per process by the
+    tokenizer's content (:func:`tokenizer_key`) for other objects with the same content (computed every
+    time for objects that can be neither weakly referenced nor keyed)."""
     try:
         hit = memo.get(tok)
     except TypeError:
         return compute()
     if hit is not None and hit[0] == key:
         return hit[1]
-    value = compute()
+    content = tokenizer_key(tok)
+    value = _CONTENT_MEMO.get(None if content is None else (id(memo), content), compute)
     memo[tok] = (key, value)
     return value
 
@@ -579,6 +619,15 @@ def _index(canons: list[Canon | None], is_byte: np.ndarray, limit: int) -> dict[
     return index
 
 
+def _fuzzy_index(index: dict[Canon, int], symbolic_rule: str) -> dict[bytes, dict[bool, int]]:
+    """Lower-cased text of each symbolic source piece -> {word start: source id} (the first id per key)."""
+    fz: dict[bytes, dict[bool, int]] = {}
+    for c, s in index.items():
+        if is_symbolic(c, symbolic_rule):
+            fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+    return fz
+
+
 def match_specials(source_tok: Any, target_tok: Any) -> tuple[np.ndarray, list[str]]:
     """Pairs ``[target_id, source_id]`` of special tokens matched by role, and unmatched contents.
 
@@ -638,7 +687,9 @@ def compute_overlap(
     if symbolic_rule not in SYMBOLIC_RULES:
         raise ValueError(f"compute_overlap: symbolic_rule must be one of {SYMBOLIC_RULES}, got {symbolic_rule!r}")
     limit = len(s_canon) if n_source is None else min(int(n_source), len(s_canon))
-    index = _index(s_canon, s_byte, limit)
+    content = tokenizer_key(source_tok)
+    index = _CONTENT_MEMO.get(None if content is None else ("index", content, limit),
+                              lambda: _index(s_canon, s_byte, limit))
     exact, missing = [], []
     for t, c in enumerate(t_canon):
         if c is None:
@@ -651,10 +702,8 @@ def compute_overlap(
     fuzzy_pairs = []
     if missing:
         # Fuzzy key: lower-cased text, word start ignored; prefer the same word-start flag.
-        fz: dict[bytes, dict[bool, int]] = {}
-        for c, s in index.items():
-            if is_symbolic(c, symbolic_rule):
-                fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+        fz = _CONTENT_MEMO.get(None if content is None else ("fuzzy", content, limit, symbolic_rule),
+                               lambda: _fuzzy_index(index, symbolic_rule))
         for t, c in missing:
             cands = fz.get(c.text.decode("utf-8").lower().encode("utf-8"))
             if cands:
@@ -904,6 +953,7 @@ __all__ = [
     "surface_form",
     "token_string",
     "tokenizer_family",
+    "tokenizer_key",
     "unicode_to_bytes",
     "vocab_size",
 ]

@@ -469,6 +469,7 @@ def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, 
     from tasks.bitext_retrieval import BitextRetrieval, BitextRetrievalConfig
     from tasks.teacher_agreement import TeacherAgreement, TeacherAgreementConfig
 
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))  # embeddings other tests cached are not found
     calls: list[str] = []
     real_embed = se.embed
     monkeypatch.setattr(se, "embed", lambda *a, **k: calls.append(k["description"].split()[0]) or real_embed(*a, **k))
@@ -486,6 +487,88 @@ def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, 
         model.embeddings.word_embeddings.weight[5] += 1.0  # another model state is another key
     TeacherAgreement(TeacherAgreementConfig(eval_file=path, prefix="q: ")).run(ctx)
     assert calls[3:] == ["student"]
+
+
+def test_source_model_is_loaded_once_per_process_and_handed_out_as_copies(tmp_path, bert_dir, monkeypatch):
+    import shutil
+
+    import torch
+    import transformers
+
+    from harness import resources
+
+    monkeypatch.setattr(resources, "_MODEL_MEMO", resources.ProcessMemo(1))
+    d = tmp_path / "model"
+    shutil.copytree(bert_dir, d)
+    loads = []
+    real = transformers.AutoModel.from_pretrained
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", lambda p, **k: loads.append(p) or real(p, **k))
+    a = resources.load_source_model(str(d), "encoder")
+    with torch.no_grad():
+        a.embeddings.word_embeddings.weight.zero_()  # a trial changes its copy
+    b = resources.load_source_model(str(d), "encoder")
+    assert len(loads) == 1 and b is not a and float(b.embeddings.word_embeddings.weight.detach().abs().sum()) > 0
+    assert all(torch.equal(x, y) for x, y in zip(b.state_dict().values(), real(d).state_dict().values()))
+    (d / "config.json").write_text((d / "config.json").read_text() + "\n")  # changed files: loaded again
+    resources.load_source_model(str(d), "encoder")
+    assert len(loads) == 2
+    monkeypatch.setattr(resources, "MODEL_MEMO_MAX_BYTES", 10)  # too large to keep a copy of: loaded every time
+    resources.load_source_model(str(d), "encoder")
+    resources.load_source_model(str(d), "encoder")
+    assert len(loads) == 4
+
+
+def test_source_tokenizer_is_read_once_per_process_and_never_shared(bert_dir, monkeypatch):
+    import harness.tokenizers
+    from harness import resources
+
+    monkeypatch.setattr(resources, "_TOKENIZER_MEMO", resources.ProcessMemo(2))
+    loads = []
+    real = harness.tokenizers.load_tokenizer
+    monkeypatch.setattr(harness.tokenizers, "load_tokenizer", lambda p: loads.append(p) or real(p))
+    a = resources.load_tokenizer(str(bert_dir))
+    a.backend_tokenizer.enable_truncation(2)  # a caller's truncation state stays its own
+    b = resources.load_tokenizer(str(bert_dir))
+    assert len(loads) == 1 and b is not a and b.backend_tokenizer.truncation is None
+    assert b(EN[0])["input_ids"] == real(str(bert_dir))(EN[0])["input_ids"]
+
+
+def test_embeddings_are_found_in_the_cache_by_another_process(tmp_path, bert_dir, monkeypatch):
+    """Two `tokxfer run` workers split a grid: the second task of an initialization often runs in the
+    other process, which finds the student's (and the teacher's) vectors in the cache by content."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from harness.cache import ProcessMemo
+    from harness.protocols import TaskContext
+    from tasks import sentence_embeddings as se
+    from tasks.bitext_retrieval import BitextRetrieval, BitextRetrievalConfig
+    from tasks.teacher_agreement import TeacherAgreement, TeacherAgreementConfig
+
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))
+    calls: list[str] = []
+    real_embed = se.embed
+    monkeypatch.setattr(se, "embed", lambda *a, **k: calls.append(k["description"].split()[0]) or real_embed(*a, **k))
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": e, "xx": x}}) + "\n" for e, x in zip(EN, XX)))
+    path = str(tmp_path / "test.jsonl")
+
+    def new_process() -> TaskContext:
+        for memo in ("_TEACHER_MEMO", "_STUDENT_MEMO", "_TEACHER_MODEL"):
+            monkeypatch.setattr(se, memo, ProcessMemo(8))
+        tok = AutoTokenizer.from_pretrained(bert_dir)  # fresh objects with the same content
+        return TaskContext(model=AutoModel.from_pretrained(bert_dir), tokenizer=tok, languages=["xx"], seed=1,
+                           progress=False, source_model=str(bert_dir), source_tokenizer=AutoTokenizer.from_pretrained(bert_dir))
+
+    first = BitextRetrieval(BitextRetrievalConfig(eval_file=path, source_language="en")).run(new_process())
+    assert calls == ["bitext", "bitext"]
+    again = BitextRetrieval(BitextRetrievalConfig(eval_file=path, source_language="en")).run(new_process())
+    assert calls == ["bitext", "bitext"] and again.metrics == first.metrics
+    TeacherAgreement(TeacherAgreementConfig(eval_file=path)).run(new_process())
+    assert calls[2:] == ["teacher"]  # the teacher on the target text is new; the student's vectors are not
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads + 1)  # another reduction order: another entry
+    TeacherAgreement(TeacherAgreementConfig(eval_file=path)).run(new_process())
+    assert calls[3:] == ["teacher", "student"]
 
 
 def test_cli_real_commands(tmp_path, monkeypatch, capsys):
