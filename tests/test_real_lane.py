@@ -460,6 +460,66 @@ def test_lane_scores_from_records():
     assert lane_scores(recs, "bitext-retrieval", "accuracy") == {"a": [pytest.approx(0.3)], "b": [pytest.approx(0.2)]}
 
 
+class _Rec:
+    """A record as the agreement reads it: status, config, seed, metrics and per-example rows."""
+
+    def __init__(self, method, seed, rows_by_lang, task="bitext-retrieval"):
+        from harness.examples import ExampleScores
+
+        self.status, self.seed = "ok", seed
+        self.config = {"task": {"name": task}, "method": {"id": method}}
+        self._ex = {lang: ExampleScores("mean", np.asarray(rows, dtype=float)) for lang, rows in rows_by_lang.items()}
+        self.metrics = {lang: {"accuracy": ex.value()} for lang, ex in self._ex.items()}
+
+    def scores(self, lang, metric):
+        return self._ex[lang] if metric == "accuracy" else None
+
+
+def test_lane_draws_resample_each_languages_examples_alike_for_every_method():
+    from harness.real.agreement import lane_draws, lane_scores
+
+    rng = np.random.default_rng(0)
+    a = {"de": rng.integers(0, 2, 40), "ru": rng.integers(0, 2, 30)}
+    recs = [_Rec("a", s, a) for s in (1, 2)] + [_Rec("b", s, a) for s in (1, 2)]
+    recs += [_Rec("c", 1, {"de": np.ones(40), "ru": np.zeros(30)}), _Rec("c", 2, {"de": np.ones(40), "ru": np.ones(30)})]
+    draws = lane_draws(recs, "bitext-retrieval", "accuracy", n_boot=50, rng=np.random.default_rng(1))
+    assert draws["a"].shape == (2, 50)
+    assert np.array_equal(draws["a"], draws["b"])  # the same sentences: the same resamples
+    assert draws["a"].std(axis=1).min() > 0  # a method that ignores the seed is still uncertain by its examples
+    assert np.allclose(draws["c"], [[0.5] * 50, [1.0] * 50])  # all-0/all-1 rows do not move under resampling
+    seeds = lane_scores(recs, "bitext-retrieval", "accuracy")
+    assert np.allclose(draws["a"].mean(axis=1), seeds["a"], atol=0.1)
+    no_rows = [_Rec("a", 1, a)]
+    no_rows[0].scores = lambda lang, metric: None
+    assert lane_draws(no_rows, "bitext-retrieval", "accuracy", n_boot=5, rng=np.random.default_rng(0)) is None
+
+
+def test_agreement_counts_identical_methods_once_and_widens_with_examples(tmp_path, monkeypatch):
+    from harness.real import agreement
+
+    rng = np.random.default_rng(3)
+
+    def lane(order):
+        recs = []
+        for rank, method in enumerate(order):
+            for seed in (1, 2, 3):
+                rows = {"xx": (rng.random(60) < 0.2 + 0.15 * rank).astype(float)}
+                recs.append(_Rec(method, seed, rows))
+        twin = [r for r in recs if r.config["method"]["id"] == "random"]
+        recs += [_Rec("transinner", r.seed, {"xx": r._ex["xx"].rows[:, 0]}) for r in twin]  # = random, exactly
+        return recs
+
+    lanes = {"world": lane(["random", "overlap", "focus", "tiktotok"]), "real": lane(["random", "focus", "overlap", "tiktotok"])}
+    monkeypatch.setattr("harness.records.read_records", lambda d: lanes[Path(d).name])
+    (row,) = agreement.agreement_from_records(tmp_path / "world", tmp_path / "real", n_boot=300,
+                                              comparable=(("bitext-retrieval", "accuracy", "acc"),))
+    assert row["identical"] == {"transinner": "random"} and "transinner" not in row["methods"]
+    assert row["n"] == 4 and row["discordant"] == [("focus", "overlap")] and row["resampled"] == "seeds and examples"
+    assert row["ci"][0] <= row["tau"] <= row["ci"][1]
+    md = agreement.format_markdown([row], world="w", real="r", n_boot=300, excluded=("original",))
+    assert "| acc | 4 | 0.67 |" in md and "transinner = random" in md and "| focus | 2 → 3 |" in md
+
+
 def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, bert_dir, monkeypatch):
     import torch
     from transformers import AutoModel, AutoTokenizer
