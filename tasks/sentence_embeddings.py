@@ -237,11 +237,11 @@ EMBEDDINGS_CACHE_KIND = "embeddings"
 
 
 def _load_teacher(path: str) -> tuple[Any, str]:
-    """The original model (a copy of the source model :func:`harness.resources.load_source_model` keeps
-    per process) in eval mode, and its :func:`model_fingerprint`."""
-    from harness.resources import load_source_model
+    """The original model (its body, ``AutoModel``) in eval mode, and its :func:`model_fingerprint`;
+    read once per process (``_TEACHER_MODEL``)."""
+    from transformers import AutoModel
 
-    model = load_source_model(path, "encoder").eval()
+    model = AutoModel.from_pretrained(path).eval()
     return model, model_fingerprint(model)
 
 

@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -133,7 +133,7 @@ def _value(rec: object, lang: str, metric: str) -> float:
 def lane_scores(records: Iterable, task: str, metric: str,
                 languages: Sequence[str] | None = None) -> dict[str, list[float]]:
     """Method id → per-seed values of ``metric`` (mean over ``languages``, default every language of the
-    lane) from ``ok`` records of ``task`` (JSON mappings or :class:`harness.records.TrialRecord`). A seed
+    lane) from ``ok`` records of ``task`` (JSON mappings or :class:`harness.run.records.TrialRecord`). A seed
     missing a language is left out, never averaged partially."""
     per, want = _per_seed_languages(records, task, metric, languages)
     return {method: [float(np.mean([_value(v[lang], lang, metric) for lang in want])) for _, v in sorted(seeds.items())
@@ -148,8 +148,8 @@ def lane_draws(records: Iterable, task: str, metric: str, *, n_boot: int, rng: n
     method (they read the same sentences); rows follow :func:`lane_scores`'s seeds. ``None`` when a
     record has no per-example rows for the metric, or the methods' test sets differ in size.
 
-    ``records`` are :class:`harness.records.TrialRecord` values that know their files
-    (:func:`harness.records.read_records`).
+    ``records`` are :class:`harness.run.records.TrialRecord` values that know their files
+    (:func:`harness.run.records.read_records`).
     """
     per, want = _per_seed_languages(records, task, metric, languages)
     scores: dict[str, list[dict[str, object]]] = {}
@@ -191,7 +191,7 @@ def agreement_from_records(world_dir: str | Path, real_dir: str | Path, *,
                            exclude: Iterable[str] = ("original",)) -> list[dict]:
     """:func:`kendall_agreement` for every comparable (task, metric), from two directories of records
     (Multi-Bootstrap where the records carry per-example results; duplicates counted once)."""
-    from harness.records import read_records
+    from harness.run.records import read_records
 
     world, real = read_records(world_dir), read_records(real_dir)
     out = []
@@ -252,8 +252,9 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
                     help="also write the table as Markdown (e.g. leaderboards/tables/real-small.agreement.md)")
 
 
-def command(args: argparse.Namespace) -> int:
-    """Print the world-vs-real agreement table (and write it as Markdown with ``--out``)."""
+def command(args: argparse.Namespace, *, write_text: Callable[[Path, str], None]) -> int:
+    """Print the world-vs-real agreement table (and write it as Markdown with ``--out`` through
+    ``write_text``, the command line's atomic writer)."""
     for d in (args.world, args.real):
         if not Path(d).is_dir():
             raise ValueError(f"{d}: not a directory of records")
@@ -268,9 +269,7 @@ def command(args: argparse.Namespace) -> int:
         print(f"{r['task']:<18} {r['metric']:<16} {r['n']:>7} {r['tau']:>6.2f}  [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
               f"{'':<14}{pairs}")
     if args.out:
-        from leaderboards.render import write_text_atomic
-
-        write_text_atomic(Path(args.out), format_markdown(rows, world=args.world, real=args.real, n_boot=args.n_boot,
+        write_text(Path(args.out), format_markdown(rows, world=args.world, real=args.real, n_boot=args.n_boot,
                                                           excluded=excluded))
         print(f"wrote {args.out}")
     return 0
