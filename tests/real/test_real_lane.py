@@ -667,3 +667,63 @@ def test_both_tasks_run_on_the_world(tiny_world, tiny_pretrain_overrides):
     assert 0 <= bitext.metrics["near"]["accuracy"] <= 1 and 0 < teacher.metrics["near"]["cosine"] <= 1
     # the teacher-agreement sentences are the target side of the pairs bitext-retrieval reads
     assert teacher.task_info["eval_files"]["near"]["file"] == bitext.task_info["eval_files"]["near"]["file"]
+
+
+@pytest.mark.slow
+def test_the_lane_command_twice_gives_identical_numbers(tmp_path, bert_dir):
+    """README's real-lane run, twice, in fresh processes with cold caches: the same trials, the
+    same metrics and the same per-example results, bit for bit, for both tasks and for methods that
+    draw random rows (random, FOCUS's and Tik-to-Tok's fallbacks) or train fastText (FOCUS, WECHSEL)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.run.records import read_records
+
+    data = tmp_path / "data"
+    data.mkdir()
+    letters = "abcdefghijklmnop"
+    filler = [" ".join(a + b + c for b in letters[:8]) for a in letters for c in "xyz"]
+    (data / "train.txt").write_text("\n".join(XX * 6 + filler) + "\n")
+    (data / "source.txt").write_text("\n".join(EN * 6) + "\n")
+    (data / "parallel.jsonl").write_text("".join(json.dumps({"source": e, "target": x}) + "\n" for e, x in zip(EN * 3, XX * 3)))
+    (data / "dictionary.tsv").write_text("".join(f"{x}\t{e}\n" for e, x in zip(" ".join(EN).split(), " ".join(XX).split())))
+    (data / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": e, "xx": x}}) + "\n" for e, x in zip(EN, XX)))
+    (data / "test.txt").write_text("\n".join(XX) + "\n")
+    fasttext = {"dim": 8, "min_count": 1, "epochs": 2}
+    exp = {"name": "lane", "source": {"model": str(bert_dir)}, "seeds": [1],
+           "targets": [{"language": "xx", "tokenizer": {"algorithm": "unigram", "vocab_size": 60},
+                        **{k: str(data / f) for k, f in (("corpus", "train.txt"), ("source_corpus", "source.txt"),
+                                                        ("parallel_corpus", "parallel.jsonl"),
+                                                        ("dictionary", "dictionary.tsv"))}}],
+           "methods": ["random", "overlap", {"name": "focus", "config": {"aux_dim": 8, "aux_min_count": 1, "aux_epochs": 2}},
+                       {"name": "wechsel", "config": fasttext}, {"name": "tiktotok", "config": {"min_count": 1}}],
+           "tasks": [{"name": "bitext-retrieval", "config": {"eval_file": str(data / "test.jsonl"), "source_language": "en",
+                                                             "prefix": "query: "}},
+                     {"name": "teacher-agreement", "config": {"eval_file": str(data / "test.txt"), "prefix": "query: "}}]}
+    (tmp_path / "lane.yaml").write_text(yaml.safe_dump(exp))
+
+    def run(k: int, workers: int) -> dict:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOKXFER_CACHE": str(tmp_path / f"cache{k}"),
+               "PYTHONHASHSEED": str(k)}  # another hash seed: nothing may depend on set or dict order by hash
+        procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(tmp_path / "lane.yaml"), "--runs-dir",
+                                   str(tmp_path / f"runs{k}"), "--no-tracking", "--quiet"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(workers)]
+        for p in procs:
+            _, err = p.communicate()
+            assert p.returncode == 0, err[-2000:]
+        recs = read_records(tmp_path / f"runs{k}" / "lane")
+        assert all(r.status == "ok" for r in recs), [r.error for r in recs if r.status != "ok"]
+        return {r.trial_id: (r.metrics, {m: r.scores("xx", m).rows.tolist() for m in r.metrics["xx"]
+                                         if r.scores("xx", m) is not None}) for r in recs}
+
+    # the second time as README runs it: two workers splitting the grid, so a trial's numbers do not
+    # depend on which process ran it or what that process ran before
+    first, second = run(1, workers=1), run(2, workers=2)
+    assert len(first) == 10 and set(first) == set(second)
+    for trial, (metrics, examples) in first.items():
+        assert metrics == second[trial][0], trial
+        assert examples == second[trial][1], trial
+    assert any(ex for _, ex in first.values())  # the per-example results were compared, not only the means
