@@ -254,11 +254,6 @@ def cmd_cache(args) -> int:
 
 
 def cmd_real(args) -> int:
-    if args.action == "agreement":  # its --out is written the way the leaderboards write theirs
-        from harness.real.agreement import command as agreement_command
-        from leaderboards.render import write_text_atomic
-
-        return agreement_command(args, write_text=write_text_atomic)
     from harness.real.fetch import command
 
     return command(args)

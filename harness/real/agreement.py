@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -252,14 +252,15 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
                     help="also write the table as Markdown (e.g. leaderboards/tables/real-small.agreement.md)")
 
 
-def command(args: argparse.Namespace, *, write_text: Callable[[Path, str], None]) -> int:
-    """Print the world-vs-real agreement table (and write it as Markdown with ``--out`` through
-    ``write_text``, the command line's atomic writer)."""
-    for d in (args.world, args.real):
+def command(args: argparse.Namespace) -> int:
+    """Print the world-vs-real agreement table (and write it as Markdown with ``--out``)."""
+    from harness.errors import UserInputError
+
+    for flag, d in (("--world", args.world), ("--real", args.real)):
         if not Path(d).is_dir():
-            raise ValueError(f"{d}: not a directory of records")
+            raise UserInputError(f"{flag} {d}: not a directory of records (e.g. runs/real-small/records)")
     if args.n_boot < 1:
-        raise ValueError(f"--n-boot must be >= 1, got {args.n_boot}")
+        raise UserInputError(f"--n-boot must be >= 1, got {args.n_boot}")
     excluded = () if args.include_original else ("original",)
     rows = agreement_from_records(args.world, args.real, n_boot=args.n_boot, exclude=excluded)
     print(f"{'task':<18} {'metric':<16} {'methods':>7} {'tau':>6}  95% CI ({rows[0]['resampled'] if rows else 'seeds'})"
@@ -269,7 +270,9 @@ def command(args: argparse.Namespace, *, write_text: Callable[[Path, str], None]
         print(f"{r['task']:<18} {r['metric']:<16} {r['n']:>7} {r['tau']:>6.2f}  [{r['ci'][0]:.2f}, {r['ci'][1]:.2f}]"
               f"{'':<14}{pairs}")
     if args.out:
-        write_text(Path(args.out), format_markdown(rows, world=args.world, real=args.real, n_boot=args.n_boot,
-                                                          excluded=excluded))
+        from harness.files import write_atomic
+
+        write_atomic(Path(args.out), format_markdown(rows, world=args.world, real=args.real, n_boot=args.n_boot,
+                                                     excluded=excluded))
         print(f"wrote {args.out}")
     return 0

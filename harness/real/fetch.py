@@ -209,7 +209,11 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
 
 
 def command(args: argparse.Namespace) -> int:
-    """Run ``tokxfer real fetch|info`` (``real agreement`` is :func:`harness.real.agreement.command`)."""
+    """Run ``tokxfer real fetch|info|agreement``."""
+    if args.action == "agreement":
+        from harness.real.agreement import command as agreement_command
+
+        return agreement_command(args)
     if args.action == "fetch":
         t0 = time.perf_counter()
         wheels = Path(args.wheels) if args.wheels else None

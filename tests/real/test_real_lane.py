@@ -652,6 +652,16 @@ def test_cli_real_commands(tmp_path, monkeypatch, capsys):
     assert main(["real", "agreement", "--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "50"]) == 0
     out = capsys.readouterr().out
     assert "bitext-retrieval   accuracy" in out and "0.33" in out and "focus/overlap" in out
+    md = tmp_path / "agreement.md"
+    assert main(["real", "agreement", "--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "50",
+                 "--out", str(md)]) == 0
+    assert "| focus |" in md.read_text() and not list(tmp_path.glob(".agreement.md*"))  # written whole, no temp left
+    capsys.readouterr()
+    for flags, what in ((["--world", str(tmp_path / "nowhere"), "--real", str(tmp_path / "real")], "--world"),
+                        (["--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "0"], "--n-boot")):
+        assert main(["real", "agreement", *flags]) == 2  # a user error, not an internal one (exit 1)
+        err = capsys.readouterr().err.strip()
+        assert what in err and len(err.splitlines()) == 1
 
 
 def test_both_tasks_run_on_the_world(tiny_world, tiny_pretrain_overrides):
