@@ -199,10 +199,12 @@ def test_canonical_vocab_covers_every_id_and_nones_specials():
 def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_tokens(monkeypatch):
     import copy
 
+    import harness.families
     import harness.vocab as hv
+    from harness.cache import ProcessMemo
 
     tok = copy.deepcopy(FAMILY_BUILDERS["sentencepiece"]())  # the fixture builders share their tokenizers
-    monkeypatch.setattr(hv, "_CONTENT_MEMO", hv.ProcessMemo(8))  # other tests canonicalized the same content
+    monkeypatch.setattr(harness.families, "_CONTENT_MEMO", ProcessMemo(8))  # other tests canonicalized the same content
     calls = []
     real = hv._canonical_detail_uncached
     monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
@@ -223,9 +225,11 @@ def test_canonical_vocab_is_shared_by_tokenizers_with_the_same_content(monkeypat
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
+    import harness.families
     import harness.vocab as hv
+    from harness.cache import ProcessMemo
 
-    monkeypatch.setattr(hv, "_CONTENT_MEMO", hv.ProcessMemo(8))
+    monkeypatch.setattr(harness.families, "_CONTENT_MEMO", ProcessMemo(8))
     calls = []
     real = hv._canonical_detail_uncached
     monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
