@@ -9,12 +9,15 @@ backend, memoized per tokenizer object. See :mod:`harness.vocab` for the convent
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import re
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from harness.cache import ProcessMemo
 
 FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
 """The tokenizer families this module understands."""
@@ -120,16 +123,54 @@ def _components(node: Any) -> list[dict]:
 _SPEC_CACHE: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], FamilySpec]] = weakref.WeakKeyDictionary()
 
 
+def tokenizer_key(tok: Any) -> str | None:
+    """A sha256 of what decides how a fast tokenizer encodes text and spells its vocabulary, cheap
+    enough to compute per call (~0.05 s for XLM-R's 250k pieces, where
+    :func:`harness.tokenizers.tokenizer_state`'s JSON round trip takes ~1 s): the serialized backend
+    from its ``added_tokens`` on (``tokenizers`` writes ``truncation`` and ``padding`` before it;
+    a layout without that field hashes everything, which is only more specific), the class, the
+    length, the special ids and the truncation side. ``None`` without a ``tokenizers`` backend.
+
+    Two tokenizer objects loaded from the same files get the same key, so per-process memos of
+    what is derived from a tokenizer's content hold across the fresh objects each trial loads.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> a = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")))
+        >>> b = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(a.backend_tokenizer.to_str()))
+        >>> b.backend_tokenizer.enable_truncation(8)
+        >>> tokenizer_key(a) == tokenizer_key(b), tokenizer_key(object())
+        (True, None)
+    """
+    backend = getattr(tok, "backend_tokenizer", None)
+    if backend is None or not hasattr(backend, "to_str"):
+        return None
+    raw = backend.to_str()
+    at = raw.find('"added_tokens":')
+    facts = json.dumps([type(tok).__name__, len(tok), sorted(tok.all_special_ids), getattr(tok, "truncation_side", None)])
+    return hashlib.sha256((facts + "\0" + raw[max(at, 0):]).encode("utf-8")).hexdigest()
+
+
+_CONTENT_MEMO = ProcessMemo(16)
+"""Results of :func:`_per_tokenizer` and :func:`harness.vocab.compute_overlap`'s source-side lookup
+tables by :func:`tokenizer_key`: each trial loads its source tokenizer afresh (its backend's truncation
+state is mutable, so objects are not shared), and canonicalizing and indexing XLM-R's 250k pieces again
+for each would cost ~4 s of CPU a trial. Values are shared: callers copy what they change."""
+
+
 def _per_tokenizer(memo: weakref.WeakKeyDictionary, tok: Any, key: Any, compute: Callable[[], Any]) -> Any:
-    """``compute()``, memoized per tokenizer object while ``key`` stays the same (computed every time
-    for objects that cannot be weakly referenced)."""
+    """``compute()``, memoized per tokenizer object while ``key`` stays the same, and per process by the
+    tokenizer's content (:func:`tokenizer_key`) for other objects with the same content (computed every
+    time for objects that can be neither weakly referenced nor keyed)."""
     try:
         hit = memo.get(tok)
     except TypeError:
         return compute()
     if hit is not None and hit[0] == key:
         return hit[1]
-    value = compute()
+    content = tokenizer_key(tok)
+    value = _CONTENT_MEMO.get(None if content is None else (id(memo), content), compute)
     memo[tok] = (key, value)
     return value
 

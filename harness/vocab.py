@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import families as _families
 from harness import progress as _progress
 from harness.families import (  # noqa: F401  (re-exported: harness.vocab is the public import path)
     _BYTE_PIECE,
@@ -56,6 +57,7 @@ from harness.families import (  # noqa: F401  (re-exported: harness.vocab is the
     bytes_to_unicode,
     family_spec,
     tokenizer_family,
+    tokenizer_key,
     unicode_to_bytes,
 )
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
@@ -426,6 +428,15 @@ def _index(canons: list[Canon | None], is_byte: np.ndarray, limit: int) -> dict[
     return index
 
 
+def _fuzzy_index(index: dict[Canon, int], symbolic_rule: str) -> dict[bytes, dict[bool, int]]:
+    """Lower-cased text of each symbolic source piece -> {word start: source id} (the first id per key)."""
+    fz: dict[bytes, dict[bool, int]] = {}
+    for c, s in index.items():
+        if is_symbolic(c, symbolic_rule):
+            fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+    return fz
+
+
 def match_specials(source_tok: Any, target_tok: Any) -> tuple[np.ndarray, list[str]]:
     """Pairs ``[target_id, source_id]`` of special tokens matched by role, and unmatched contents.
 
@@ -485,7 +496,9 @@ def compute_overlap(
     if symbolic_rule not in SYMBOLIC_RULES:
         raise ValueError(f"compute_overlap: symbolic_rule must be one of {SYMBOLIC_RULES}, got {symbolic_rule!r}")
     limit = len(s_canon) if n_source is None else min(int(n_source), len(s_canon))
-    index = _index(s_canon, s_byte, limit)
+    content = tokenizer_key(source_tok)
+    index = _families._CONTENT_MEMO.get(None if content is None else ("index", content, limit),
+                                        lambda: _index(s_canon, s_byte, limit))
     exact, missing = [], []
     for t, c in enumerate(t_canon):
         if c is None:
@@ -498,10 +511,8 @@ def compute_overlap(
     fuzzy_pairs = []
     if missing:
         # Fuzzy key: lower-cased text, word start ignored; prefer the same word-start flag.
-        fz: dict[bytes, dict[bool, int]] = {}
-        for c, s in index.items():
-            if is_symbolic(c, symbolic_rule):
-                fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+        fz = _families._CONTENT_MEMO.get(None if content is None else ("fuzzy", content, limit, symbolic_rule),
+                                         lambda: _fuzzy_index(index, symbolic_rule))
         for t, c in missing:
             cands = fz.get(c.text.decode("utf-8").lower().encode("utf-8"))
             if cands:
@@ -752,6 +763,7 @@ __all__ = [
     "token_string",
     "token_strings",
     "tokenizer_family",
+    "tokenizer_key",
     "unicode_to_bytes",
     "vocab_size",
 ]
