@@ -220,6 +220,8 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
     Raises:
         SurgeryError: when the model has no input embeddings or the mapping does not fit it.
     """
+    # Stays whole: the order of the steps (input rows, tied/untied output rows, biases, config ids) is the surgery;
+    # each is a few lines, and all share the mapping and the generator.
     if bias not in ("map", "zero", "keep"):
         raise SurgeryError(f"bias: expected map|zero|keep, got {bias!r}")
     try:
