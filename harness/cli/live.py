@@ -36,8 +36,10 @@ class LiveRows:
         records_dir: where their records land.
         emit: prints one line (e.g. ``console.print``).
 
-    Call the object after each trial (it is the grid's ``on_trial`` hook) and once before and after the
-    grid: rows whose records already exist are printed at the first call.
+    Call the object with each record the grid writes (it is the grid's ``on_trial`` hook), and with no
+    record before and after the grid, when no trial runs: then every record on disk counts (rows whose
+    records already exist are printed at the first call). While the grid runs only the records it
+    handed over count: a record another worker is still writing (its per-example results) does not.
     """
 
     def __init__(self, spec_path: str | Path, specs: Sequence, records_dir: Path, emit: Callable[[str], None]):
@@ -52,6 +54,7 @@ class LiveRows:
         self.order = list(self.rows)
         self.records_dir = Path(records_dir)
         self.emit = emit
+        self.done: set[str] = set()
         self.shown = 0
         self.header = False
 
@@ -59,11 +62,18 @@ class LiveRows:
         from leaderboards.aggregate import aggregate
         from leaderboards.render import markdown_header, markdown_row
 
+        if record is not None:
+            self.done.add(str(record.trial_id))
+        else:
+            self.done |= {tid for tids in self.rows.values() for tid in tids
+                          if (self.records_dir / f"{tid}.json").is_file()}
         while self.shown < len(self.order):
             method = self.order[self.shown]
-            paths = [self.records_dir / f"{tid}.json" for tid in self.rows[method]]
-            if not all(p.is_file() for p in paths):
+            if not self.done.issuperset(self.rows[method]):
                 return
+            # in the order the full table reads them (records.iter_record_files: by file name): a cell's
+            # Multi-Bootstrap draws its resamples seed block by seed block, so the order is part of its interval
+            paths = sorted(self.records_dir / f"{tid}.json" for tid in self.rows[method])
             table = aggregate([records.read_record(p) for p in paths], self.spec)
             if not self.header:
                 for line in markdown_header(table):

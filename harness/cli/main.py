@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from harness.errors import UserInputError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 CACHE_COMMANDS = frozenset({"run", "validate", "init", "tokenizer", "cache", "world", "quickstart"})
 """Commands that use the cache (:func:`harness.cache.cache_root`): its location is checked before they start."""
 
@@ -38,6 +40,12 @@ def _quiet_libraries() -> None:
         datasets.disable_progress_bars()
     except Exception:
         pass
+
+
+def worker_setup(verbose: bool = False) -> None:
+    """A worker process's start (``--workers``, ``--executor gpus``): this command's logging and quiet libraries."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=LOG_FORMAT)
+    _quiet_libraries()
 
 
 def _console():
@@ -118,9 +126,10 @@ def cmd_run(args) -> int:
     if args.executor != "local" and args.workers is not None:
         raise UserInputError(f"--workers applies to --executor local (worker processes on this machine's cores), not "
                              f"--executor {args.executor}")
-    kw: dict = {"workers": _workers(args), "plugins": plugins}
+    init = functools.partial(worker_setup, args.verbose)
+    kw: dict = {"workers": _workers(args), "plugins": plugins, "worker_init": init}
     if args.executor == "gpus":
-        kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None}
+        kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None, "worker_init": init}
     elif args.executor == "slurm":
         kw = {"plugins": plugins, "folder": Path(args.slurm_folder or runs_dir / cfg.name / "slurm").resolve(),
               "slurm": _slurm_params(args.slurm_param or []), "cluster": args.slurm_cluster}
@@ -355,14 +364,15 @@ def cmd_quickstart(args) -> int:
     con.print("1/3 building the world and pretraining (or reusing) the source model …")
     from harness.run import resources
 
-    resources.source_model_dir(cfg.source, cfg.world, progress=True)
+    resources.source_model_dir(cfg.source, cfg.world, progress=not args.quiet)
     con.print("2/3 running the trials; each method's row as soon as its trials are done (no significance "
               "marks: those come with the table) …")
     tracker = _tracker(args, runs_dir)
     live = LiveRows(spec_path, specs, runs_dir / cfg.name / "records", con.print)
     live()
     executor = make_executor("local", progress=not args.quiet, workers=workers,
-                             plugins=[str(Path(p).resolve()) for p in args.plugin or []])
+                             plugins=[str(Path(p).resolve()) for p in args.plugin or []],
+                             worker_init=functools.partial(worker_setup, args.verbose))
     summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, progress=not args.quiet,
                              order=method_order(specs), on_trial=live)
     live()
@@ -567,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # the command as given, for provenance (init_info.json)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format=LOG_FORMAT)
     _quiet_libraries()
     try:
         if args.command in CACHE_COMMANDS:

@@ -135,9 +135,10 @@ WORKER_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREAD
 do not each start one thread per core."""
 
 
-def _pool_worker(slot: tuple[str, str], conn, runs_dir: str, execute: Callable, plugins: Sequence[str]) -> None:
-    """Worker loop: pin the slot (a device, or a torch thread count), load plugins, then run the specs the
-    parent sends until ``None``."""
+def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, plugins: Sequence[str],
+                 init: Callable[[], None] | None = None) -> None:
+    """Worker loop: pin the slot (a device, or a torch thread count), run ``init`` (the command's logging
+    and library settings), load plugins, then run the specs the parent sends until ``None``."""
     kind, value = slot[0], slot[1]
     if kind == "gpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = value
@@ -147,6 +148,8 @@ def _pool_worker(slot: tuple[str, str], conn, runs_dir: str, execute: Callable, 
         torch.set_num_threads(int(value))
         with contextlib.suppress(RuntimeError):  # only settable before any inter-op work; none has run here
             torch.set_num_interop_threads(int(value))
+    if init is not None:
+        init()
     try:
         _load_plugins(plugins)
     except BaseException as e:
@@ -183,10 +186,11 @@ def _environment(values: dict[str, str]):
 
 
 class _Worker:
-    def __init__(self, ctx, slot: tuple[str, str], runs_dir: str, execute: Callable, plugins: Sequence[str]):
+    def __init__(self, ctx, slot: tuple[str, ...], runs_dir: str, execute: Callable, plugins: Sequence[str],
+                 init: Callable[[], None] | None):
         self.slot = slot
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_pool_worker, args=(slot, child, runs_dir, execute, tuple(plugins)))
+        self.proc = ctx.Process(target=_pool_worker, args=(slot, child, runs_dir, execute, tuple(plugins), init))
         env = {v: slot[1] for v in WORKER_THREAD_VARS} if slot[0] == "cpu" else {}
         with _environment(env):
             self.proc.start()
@@ -210,12 +214,14 @@ class _PoolExecutor:
     """The option that asked for the pool, for messages."""
     progress = True
     plugins: tuple[str, ...] = ()
+    worker_init: Callable[[], None] | None = None
+    """Run first in every worker (picklable): the command line passes its logging and library settings."""
     poll_s = 1.0
 
-    def _slots(self, n_specs: int) -> list[tuple[str, str]]:
+    def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         raise NotImplementedError
 
-    def _describe(self, slot: tuple[str, str]) -> str:
+    def _describe(self, slot: tuple[str, ...]) -> str:
         raise NotImplementedError
 
     def run(
@@ -232,7 +238,7 @@ class _PoolExecutor:
             return []
         ctx = mp.get_context("spawn")
         queue = deque(specs)
-        workers = {s: _Worker(ctx, s, runs_dir, execute, self.plugins) for s in slots}
+        workers = {s: _Worker(ctx, s, runs_dir, execute, self.plugins, self.worker_init) for s in slots}
         out: list[dict] = []
         rec_root = Path(runs_dir)
         try:
@@ -289,7 +295,7 @@ class _PoolExecutor:
                             prog.advance(task)
                         w.conn.close()
                         if queue:
-                            workers[s] = _Worker(ctx, s, runs_dir, execute, self.plugins)
+                            workers[s] = _Worker(ctx, s, runs_dir, execute, self.plugins, self.worker_init)
                         else:
                             del workers[s]
         finally:
@@ -319,11 +325,13 @@ class GpuPoolExecutor(_PoolExecutor):
             The ids are only written into ``CUDA_VISIBLE_DEVICES``, so tests can pass fake ones on CPU.
         plugins: ``--plugin`` files every worker loads.
         progress: show a progress bar.
+        worker_init: run first in every worker (picklable).
     """
 
     flag = "--executor gpus"
 
-    def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = ()):
+    def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = (),
+                 worker_init: Callable[[], None] | None = None):
         if gpus is None and os.environ.get(GPUS_ENV):
             gpus = parse_gpu_ids(os.environ[GPUS_ENV], GPUS_ENV)
         if gpus is None:
@@ -337,12 +345,13 @@ class GpuPoolExecutor(_PoolExecutor):
             )
         self.progress = progress
         self.plugins = tuple(str(p) for p in plugins)
+        self.worker_init = worker_init
         self.poll_s = 1.0
 
-    def _slots(self, n_specs: int) -> list[tuple[str, str]]:
+    def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         return [("gpu", g) for g in self.gpus]
 
-    def _describe(self, slot: tuple[str, str]) -> str:
+    def _describe(self, slot: tuple[str, ...]) -> str:
         return f"worker for device {slot[1]}"
 
 
@@ -368,13 +377,15 @@ class WorkerPoolExecutor(_PoolExecutor):
         threads: torch threads per worker.
         plugins: ``--plugin`` files every worker loads.
         progress: show a progress bar.
+        worker_init: run first in every worker (picklable).
     """
 
     flag = "--workers"
     prepare_in_parent = True
     """Ask :func:`harness.run.experiment.run_experiment` to build shared inputs before :meth:`run`."""
 
-    def __init__(self, workers: int, threads: int = 1, progress: bool = True, plugins: Sequence[str] = ()):
+    def __init__(self, workers: int, threads: int = 1, progress: bool = True, plugins: Sequence[str] = (),
+                 worker_init: Callable[[], None] | None = None):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ExecutorError(f"--workers: expected a positive number of worker processes, got {workers!r}")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
@@ -382,13 +393,14 @@ class WorkerPoolExecutor(_PoolExecutor):
         self.workers, self.threads = workers, threads
         self.progress = progress
         self.plugins = tuple(str(p) for p in plugins)
+        self.worker_init = worker_init
         self.poll_s = 1.0
 
-    def _slots(self, n_specs: int) -> list[tuple[str, str]]:
+    def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         # the index tells the slots apart; the thread count is what the worker is pinned to
         return [("cpu", str(self.threads), str(i)) for i in range(min(self.workers, max(n_specs, 1)))]
 
-    def _describe(self, slot) -> str:
+    def _describe(self, slot: tuple[str, ...]) -> str:
         return f"worker {int(slot[2]) + 1}"
 
 
