@@ -408,8 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--plugin", action="append", help="Python file registering extra methods/tasks")
         sp.add_argument("--quiet", action="store_true", help="no progress bars")
         sp.add_argument("--workers", type=_positive_int, default=None, metavar="N",
-                        help="worker processes splitting the grid, one torch thread each (default: one per core, or "
-                             f"${WORKERS_ENV}); 1 runs the trials in this process. Records are the same either way")
+                        help="worker processes splitting the grid, one torch thread each (default: $"
+                             f"{WORKERS_ENV}, else one per core; 1 where a CUDA device is visible); 1 runs the trials "
+                             "in this process. Records are the same either way")
 
     sp = sub.add_parser("run", help="run an experiment YAML (resumes: trials with records are skipped)")
     sp.add_argument("experiment")

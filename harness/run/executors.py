@@ -253,6 +253,7 @@ class _PoolExecutor:
                                 continue
                             w.spec, w.since = spec, time.time()
                             w.conn.send(spec)
+                            prog.update(task, description=f"{len(workers)} workers · {spec.describe()}")
                     if not queue and all(w.spec is None for w in workers.values()):
                         break
                     wait([w.conn for w in workers.values()] + [w.proc.sentinel for w in workers.values()],
@@ -356,7 +357,12 @@ class GpuPoolExecutor(_PoolExecutor):
 
 
 def default_workers() -> int:
-    """The cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``): ``--workers``' default."""
+    """``--workers``' default: the cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``);
+    1 where a CUDA device is visible, since the trials run on it (``--executor gpus``: one worker per GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return 1
     if hasattr(os, "sched_getaffinity"):
         return max(1, len(os.sched_getaffinity(0)))
     return max(1, os.cpu_count() or 1)

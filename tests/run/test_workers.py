@@ -130,6 +130,16 @@ def test_a_worker_that_cannot_load_a_plugin_is_a_clear_error(tmp_path, importabl
         run_experiment(_fake_cfg(seeds=(1,)), tmp_path, executor=ex, progress=False, trial_fn=ok_execute)
 
 
+def test_one_worker_per_core_by_default_and_one_on_a_gpu_machine(monkeypatch):
+    from harness.run.executors import default_workers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert default_workers() == 3
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # trials run on the GPU: not one per core
+    assert default_workers() == 1
+
+
 @pytest.mark.parametrize("workers", [0, -1, 1.5, True])
 def test_a_bad_worker_count_is_refused(workers):
     with pytest.raises(ExecutorError, match="--workers: expected a positive number"):
