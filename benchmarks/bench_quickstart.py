@@ -196,11 +196,12 @@ def run_command(name: str, args: list[str], env: dict, log_dir: Path) -> dict:
         RuntimeError: naming the command and quoting the end of its log when it exits non-zero.
     """
     cmd = [sys.executable, "-m", "harness.cli", *args]
-    log = log_dir / f"{name}.log"
+    log, err_log = log_dir / f"{name}.log", log_dir / f"{name}.stderr.log"
     seen: dict[str, float | None] = dict.fromkeys(MARKS)
-    with open(log, "wb") as out:
+    # stderr apart: the workers' warnings would otherwise land inside the printed table's lines
+    with open(log, "wb") as out, open(err_log, "wb") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=err)
         for raw in proc.stdout:  # read as it comes: the marks are timed when printed
             _mark(seen, raw.decode("utf-8", "replace"), time.perf_counter() - t0)
             out.write(raw)
@@ -209,8 +210,9 @@ def run_command(name: str, args: list[str], env: dict, log_dir: Path) -> dict:
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
     if proc.returncode != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{name}: `{' '.join(cmd[1:])}` exited with {proc.returncode}; end of {log}:\n{tail}")
+        tail = log.read_text(errors="replace")[-1500:] + err_log.read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"{name}: `{' '.join(cmd[1:])}` exited with {proc.returncode}; end of {log} and "
+                           f"{err_log.name}:\n{tail}")
     return {
         "name": name, "command": ["tokxfer", *args], "wall_s": round(wall, 3),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
