@@ -114,6 +114,27 @@ def render_comparisons_markdown(table: Table) -> list[str]:
     return lines + [""] + [f"- {line}" for line in _comparison_notes(table)]
 
 
+def markdown_header(table: Table, show_failed: bool = False) -> list[str]:
+    """The two header lines of a table's Markdown rows (:func:`render_markdown`)."""
+    header = ["Method"] + [_md_escape(column_header(c, _multi_task(table))) for c in table.columns]
+    if show_failed:
+        header.append("failed")
+    return [_md_row(header), "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
+
+
+def markdown_row(table: Table, row: Row, bold: dict[str, set[str]] | None = None, show_failed: bool = False) -> str:
+    """One measured row of a table as a Markdown line (:func:`render_markdown`).
+
+    ``bold``: column key → rows set in bold (:func:`bold_rows`); ``None`` for none, e.g. for a row
+    shown before the other rows exist (bold compares rows).
+    """
+    cells = [_md_escape(row.label)]
+    cells += [_md_cell(row.cells[c.key], c, table, bold is not None and row.method in bold[c.key]) for c in table.columns]
+    if show_failed:
+        cells.append(str(row.failed))
+    return _md_row(cells)
+
+
 def render_markdown(table: Table) -> str:
     """GitHub Markdown: a title, the table, its declared comparisons, ranks, and a legend/notes list.
 
@@ -123,21 +144,12 @@ def render_markdown(table: Table) -> str:
     spec = table.spec
     with_task = _multi_task(table)
     show_failed = any(r.failed for r in table.rows)
-    header = ["Method"] + [_md_escape(column_header(c, with_task)) for c in table.columns]
-    if show_failed:
-        header.append("failed")
     bold = {c.key: bold_rows(table, c) for c in table.columns}
     lines = [f"### {spec.name} (v{spec.version})", ""]
     if spec.description:
         lines += [spec.description, ""]
-    lines.append(_md_row(header))
-    lines.append("|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|")
-    for row in table.rows:
-        cells = [_md_escape(row.label)]
-        cells += [_md_cell(row.cells[c.key], c, table, row.method in bold[c.key]) for c in table.columns]
-        if show_failed:
-            cells.append(str(row.failed))
-        lines.append(_md_row(cells))
+    lines += markdown_header(table, show_failed)
+    lines += [markdown_row(table, row, bold, show_failed) for row in table.rows]
     for row in table.paper_rows:
         cells = [f"*{_md_escape(row.label)} (paper)*"]
         cells += [_md_cell(row.cells[c.key], c, table, False) for c in table.columns]
