@@ -26,7 +26,7 @@ from pathlib import Path
 
 from harness.files import write_atomic
 from harness.inputs import check_name, require_inside
-from leaderboards.aggregate import FLAGS, Cell, Table, best_methods
+from leaderboards.aggregate import FLAGS, Cell, Row, Table, best_methods
 from leaderboards.cells import (
     COMPARISON_HEADER,
     RANK_NOTE,
