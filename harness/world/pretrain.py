@@ -34,27 +34,20 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.nn.functional as F
 import transformers
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    RobertaConfig,
-    RobertaForMaskedLM,
-)
 
 from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
 from harness.registry import MAX_SEED, MAX_VOCAB_SIZE
+from harness.world import pretrain_data as pdata
+from harness.world import pretrain_model as pmodel
 
 __all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
 
@@ -245,283 +238,6 @@ class PretrainConfig:
 
 
 # ----------------------------------------------------------------------------------------------
-# Data
-# ----------------------------------------------------------------------------------------------
-
-
-def _lines(path: Path, limit: int | None = None) -> Iterator[str]:
-    n = 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if limit is not None and n >= limit:
-                return
-            n += 1
-            yield line
-
-
-def _token_stream(tok: PreTrainedTokenizerBase, files: Sequence[Path], chunk_lines: int = 4096) -> torch.Tensor:
-    """All non-blank lines, each encoded with the tokenizer's specials (``<s> X </s>``), concatenated."""
-    flat: list[int] = []
-    for path in files:
-        batch: list[str] = []
-        for line in _lines(path):
-            batch.append(line)
-            if len(batch) == chunk_lines:
-                for ids in tok(batch)["input_ids"]:
-                    flat.extend(ids)
-                batch = []
-        if batch:
-            for ids in tok(batch)["input_ids"]:
-                flat.extend(ids)
-    return torch.tensor(flat, dtype=torch.long)
-
-
-def _blocks(stream: torch.Tensor, max_len: int, what: str) -> torch.Tensor:
-    """Cut the stream into ``(n, max_len)`` blocks (remainder dropped), like RoBERTa's FULL-SENTENCES."""
-    n = stream.numel() // max_len
-    if n == 0:
-        raise ValueError(f"the {what} text has only {stream.numel()} tokens, fewer than one block of max_len={max_len}")
-    return stream[: n * max_len].view(n, max_len)
-
-
-def _batch_indices(n_blocks: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """Endless batches of block indices: a fresh permutation per epoch, batches may span epochs."""
-    buf = torch.zeros(0, dtype=torch.long)
-    while True:
-        while buf.numel() < batch_size:
-            buf = torch.cat([buf, torch.randperm(n_blocks, generator=generator)])
-        yield buf[:batch_size]
-        buf = buf[batch_size:]
-
-
-def _mask_tokens(
-    ids: torch.Tensor,
-    *,
-    special_ids: torch.Tensor,
-    regular_ids: torch.Tensor,
-    mask_id: int,
-    probability: float,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT/RoBERTa masking with an explicit generator: returns ``(inputs, labels)``.
-
-    ``probability`` of the non-special positions are selected (at least one per batch); of those
-    80% become ``mask_id``, 10% a random regular token, 10% stay. Labels are -100 elsewhere.
-    """
-    is_special = torch.isin(ids, special_ids)
-    prob = torch.full(ids.shape, probability)
-    prob[is_special] = 0.0
-    selected = torch.bernoulli(prob, generator=generator).bool()
-    if not selected.any():  # tiny batches: keep the loss defined
-        candidates = (~is_special).flatten().nonzero().flatten()
-        pick = candidates[torch.randint(candidates.numel(), (1,), generator=generator)]
-        selected.view(-1)[pick] = True
-    labels = torch.where(selected, ids, torch.full_like(ids, -100))
-    inputs = ids.clone()
-    to_mask = torch.bernoulli(torch.full(ids.shape, 0.8), generator=generator).bool() & selected
-    to_random = torch.bernoulli(torch.full(ids.shape, 0.5), generator=generator).bool() & selected & ~to_mask
-    inputs[to_mask] = mask_id
-    random_tokens = regular_ids[torch.randint(regular_ids.numel(), ids.shape, generator=generator)]
-    inputs[to_random] = random_tokens[to_random]
-    return inputs, labels
-
-
-# ----------------------------------------------------------------------------------------------
-# Model
-# ----------------------------------------------------------------------------------------------
-
-
-def _special_id(tok: PreTrainedTokenizerBase, primary: str, fallback: str) -> int:
-    value = getattr(tok, f"{primary}_token_id")
-    if value is None:
-        value = getattr(tok, f"{fallback}_token_id")
-    if value is None:
-        raise ValueError(f"tokenizer has neither a {primary} nor a {fallback} token")
-    return int(value)
-
-
-def _build_model(config: PretrainConfig, tok: PreTrainedTokenizerBase, dropout: float) -> PreTrainedModel:
-    """A freshly initialized model (call under ``seeded_globals``); embeddings tied to the LM head."""
-    pad, bos, eos = int(tok.pad_token_id), _special_id(tok, "bos", "cls"), _special_id(tok, "eos", "sep")
-    if config.kind == "mlm":
-        mcfg = RobertaConfig(
-            vocab_size=len(tok),
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads,
-            intermediate_size=config.intermediate_size,
-            # RoBERTa numbers positions from pad_token_id + 1: max_len tokens need max_len + 2 rows.
-            max_position_embeddings=config.max_len + 2,
-            type_vocab_size=1,
-            hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout,
-            layer_norm_eps=1e-5,
-            pad_token_id=pad,
-            bos_token_id=bos,
-            eos_token_id=eos,
-            tie_word_embeddings=True,
-        )
-        return RobertaForMaskedLM(mcfg)
-    mcfg = GPT2Config(
-        vocab_size=len(tok),
-        n_positions=config.max_len,
-        n_embd=config.hidden_size,
-        n_layer=config.num_layers,
-        n_head=config.num_heads,
-        n_inner=config.intermediate_size,
-        resid_pdrop=dropout,
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
-        pad_token_id=pad,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        tie_word_embeddings=True,
-    )
-    return GPT2LMHeadModel(mcfg)
-
-
-def _set_dropout(model: PreTrainedModel, p: float) -> None:
-    """Set every dropout probability, in modules and in the config that will be saved."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = p
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
-        if hasattr(model.config, name):
-            setattr(model.config, name, p)
-
-
-def _loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean token loss. For MLM only the selected positions go through the LM head (~7x cheaper)."""
-    if kind == "mlm":
-        assert isinstance(model, RobertaForMaskedLM)
-        hidden = model.roberta(input_ids=inputs).last_hidden_state
-        selected = labels != -100
-        logits = model.lm_head(hidden[selected])
-        return F.cross_entropy(logits, labels[selected])
-    logits = model(input_ids=inputs).logits[:, :-1]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: no decay for biases, norms and a language encoding's tables (``tables.*``:
-    decay would pull XLP's identity start towards zero)."""
-    decay, no_decay = [], []
-    seen: set[int] = set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        plain = p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") or name.startswith("tables.")
-        (no_decay if plain else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-class _MaskedLMLoss(torch.nn.Module):
-    """A masked LM whose forward returns :func:`_loss` (LM head on the selected positions only).
-
-    Language encodings wrap this module during pretraining: their hook sits on the word-embedding
-    module it shares with the masked LM, so the trained tables are then moved onto the masked LM
-    itself (``EncodedModel.rewrap``) for saving.
-    """
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        super().__init__()
-        self.model = model
-
-    @property
-    def config(self) -> Any:
-        return self.model.config
-
-    def get_input_embeddings(self) -> torch.nn.Module:
-        return self.model.get_input_embeddings()
-
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return _loss(self.model, "mlm", input_ids, labels)
-
-
-def _encode_model(model: PreTrainedModel, config: PretrainConfig, languages: Sequence[str]) -> Any:
-    """``model`` wrapped with ``config.encoding`` (default config) for ``languages``; None for ``none``.
-
-    Masked LMs are wrapped through :class:`_MaskedLMLoss` (cheap loss); causal LMs directly.
-    """
-    from harness import registry
-
-    encoding = registry.get("encoding", str(config.encoding)).make(None)
-    if config.encoding == "none":
-        return None
-    target = _MaskedLMLoss(model) if config.kind == "mlm" else model
-    return encoding.wrap(target, list(languages), seed=config.seed)
-
-
-def _encoded_loss(wrapped: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor, languages: list[str]) -> torch.Tensor:
-    """Mean token loss of a language-encoded model on blocks in ``languages`` (one per row).
-
-    The wrapper prepares the batch (language ids; ``attached`` inserts its token, labelled -100).
-    """
-    batch = wrapped.prepare_batch({"input_ids": inputs, "labels": labels}, languages)
-    if kind == "mlm":
-        return wrapped(**batch)
-    labels = batch.pop("labels")
-    logits = wrapped(**batch).logits[:, :-1]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-
-
-def _language_blocks(
-    tok: PreTrainedTokenizerBase, language_files: dict[str, list[Path]], block_len: int
-) -> tuple[torch.Tensor, list[str]]:
-    """Blocks of ``block_len`` tokens cut from each language's own stream, and each block's language."""
-    blocks, langs = [], []
-    for lang, files in language_files.items():
-        b = _blocks(_token_stream(tok, files), block_len, f"{lang} training")
-        blocks.append(b)
-        langs.extend([lang] * b.shape[0])
-    return torch.cat(blocks), langs
-
-
-class _Progress:
-    """A rich progress bar showing the running loss, or nothing."""
-
-    def __init__(self, enabled: bool, total: int, description: str) -> None:
-        self._bar: Any = None
-        if enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}"),
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-            )
-            self._task = self._bar.add_task(description, total=total, loss="-")
-
-    def __enter__(self) -> _Progress:
-        if self._bar is not None:
-            self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-    def update(self, loss: float) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, advance=1, loss=f"{loss:.3f}")
-
-
-# ----------------------------------------------------------------------------------------------
 # Training
 # ----------------------------------------------------------------------------------------------
 
@@ -536,9 +252,9 @@ def _dev_loss(
 ) -> float:
     """Mean loss over the dev blocks with masks fixed by the seed (identical at every eval point).
 
-    ``loss_fn(model, kind, inputs, labels)`` defaults to :func:`_loss`.
+    ``loss_fn(model, kind, inputs, labels)`` defaults to :func:`loss`.
     """
-    loss_fn = loss_fn or _loss
+    loss_fn = loss_fn or pmodel.token_loss
     was_training = model.training
     model.eval()
     g = seeding.torch_generator(config.seed, "pretrain", "eval-mask")
@@ -546,7 +262,7 @@ def _dev_loss(
     for start in range(0, dev.shape[0], config.batch_size):
         ids = dev[start : start + config.batch_size]
         if config.kind == "mlm":
-            inputs, labels = _mask_tokens(ids, generator=g, **mask_kwargs)
+            inputs, labels = pdata.mask_tokens(ids, generator=g, **mask_kwargs)
             n = int((labels != -100).sum())
         else:
             inputs, labels = ids, ids
@@ -584,9 +300,9 @@ def _pretrain_into(
         raise ValueError("an MLM source needs a tokenizer with a mask token")
 
     with seeding.seeded_globals(config.seed, "pretrain", "init"):
-        model = _build_model(config, tok, config.dropout)
+        model = pmodel.build_model(config, tok, config.dropout)
     n_params = sum(p.numel() for p in model.parameters())
-    wrapped = _encode_model(model, config, list(language_files)) if language_files else None
+    wrapped = pmodel.encode_model(model, config, list(language_files)) if language_files else None
     t_train = time.perf_counter()
     curve, dev_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
                                      dev_langs=[next(iter(language_files))] if wrapped is not None else [])
@@ -638,17 +354,17 @@ def _pretraining_blocks(
     block_langs: list[str] | None = None
     if config.encoding is None:
         block_len = config.max_len
-        train = _blocks(_token_stream(tok, train_files), block_len, "training")
+        train = pdata.blocks(pdata.token_stream(tok, train_files), block_len, "training")
     else:
         if not language_files:
             raise ValueError("PretrainConfig.encoding needs the training text of each language")
         block_len = config.max_len - 1  # room for attached's language token, the same blocks for every encoding
-        train, block_langs = _language_blocks(tok, language_files, block_len)
-    dev_stream = _token_stream(tok, dev_files) if dev_files else None
+        train, block_langs = pdata.language_blocks(tok, language_files, block_len)
+    dev_stream = pdata.token_stream(tok, dev_files) if dev_files else None
     # A dev text shorter than one block gives no dev loss rather than an error.
     dev = None
     if dev_stream is not None and dev_stream.numel() >= block_len:
-        dev = _blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
+        dev = pdata.blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
     return train, block_langs, dev
 
 
@@ -677,11 +393,11 @@ def _train_source(
     if wrapped is not None:
 
         def loss_fn(m: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return _encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
+            return pmodel.encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
 
     trained = wrapped if wrapped is not None else model
     trained.train()
-    optimizer = torch.optim.AdamW(_param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
+    optimizer = torch.optim.AdamW(pmodel.param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
     warmup = max(1, round(config.warmup_ratio * config.steps)) if config.warmup_ratio > 0 else 0
 
     def lr_factor(step: int) -> float:  # step = number of optimizer steps already taken
@@ -692,7 +408,7 @@ def _train_source(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     data_gen = seeding.torch_generator(config.seed, "pretrain", "data")
     mask_gen = seeding.torch_generator(config.seed, "pretrain", "mask")
-    batches = _batch_indices(train.shape[0], config.batch_size, data_gen)
+    batches = pdata.batch_indices(train.shape[0], config.batch_size, data_gen)
     log_every = max(1, config.steps // 50)
     eval_at = {round(config.steps * (i + 1) / config.eval_points) for i in range(config.eval_points)}
     curve: list[list[float]] = []
@@ -701,20 +417,20 @@ def _train_source(
     ema: float | None = None
     with (
         seeding.seeded_globals(config.seed, "pretrain", "dropout"),
-        _Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
+        pmodel.Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
     ):
         for step in range(1, config.steps + 1):
             idx = next(batches)
             ids = train[idx]
             if config.kind == "mlm":
-                inputs, labels = _mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+                inputs, labels = pdata.mask_tokens(ids, generator=mask_gen, **mask_kwargs)
             else:
                 inputs, labels = ids, ids
             if wrapped is None:
-                loss = _loss(model, config.kind, inputs, labels)
+                loss = pmodel.token_loss(model, config.kind, inputs, labels)
             else:
                 assert block_langs is not None
-                loss = _encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
+                loss = pmodel.encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
@@ -736,7 +452,7 @@ def _train_source(
 
 def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: PretrainConfig) -> None:
     """Save the model (with its language encoding, if any) and the tokenizer into ``out``."""
-    _set_dropout(model, config.saved_dropout)
+    pmodel.set_dropout(model, config.saved_dropout)
     tok.model_max_length = config.max_len  # only now: the stream above encodes whole lines
     hf_logging = transformers.utils.logging
     bars_were_on = hf_logging.is_progress_bar_enabled()
@@ -899,22 +615,22 @@ def pretrained_source(
         # One mixed corpus (source first, then each extra language's first lines), so the tokenizer
         # and the model see the same text. Language-aware pretraining (config.encoding) trains the
         # tokenizer on the same corpus and the model on each language's part of it.
-        n_source = sum(1 for _ in _lines(train[source]))
+        n_source = sum(1 for _ in pdata.lines(train[source]))
         n_extra = max(1, round(config.extra_fraction * n_source))
         with tempfile.TemporaryDirectory(prefix="tokxfer-mix-") as tmp:
             mixed = Path(tmp) / "pretrain_corpus.txt"
             with open(mixed, "w", encoding="utf-8") as f:
-                for line in _lines(train[source]):
+                for line in pdata.lines(train[source]):
                     f.write(line + "\n")
                 for lang in config.extra_languages:
-                    for line in _lines(train[lang], limit=n_extra):
+                    for line in pdata.lines(train[lang], limit=n_extra):
                         f.write(line + "\n")
             language_files = None
             if config.encoding is not None:
                 language_files = {source: [train[source]]}
                 for lang in config.extra_languages:
                     part = Path(tmp) / f"{lang}.txt"
-                    part.write_text("".join(line + "\n" for line in _lines(train[lang], limit=n_extra)), encoding="utf-8")
+                    part.write_text("".join(line + "\n" for line in pdata.lines(train[lang], limit=n_extra)), encoding="utf-8")
                     language_files[lang] = [part]
             _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files)
 
