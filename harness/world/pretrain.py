@@ -48,6 +48,7 @@ from harness.cache import cached_dir
 from harness.registry import MAX_SEED, MAX_VOCAB_SIZE
 from harness.world import pretrain_data as pdata
 from harness.world import pretrain_model as pmodel
+from harness.world import tlm
 
 __all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
 
@@ -143,6 +144,14 @@ class PretrainConfig:
     saved beside it (``language_encoding.json``). ``none`` is the same data without language
     information: the baseline row of the XLP tables. Part of the cache key only when set, so
     sources pretrained before this field existed keep their cache entries."""
+    tlm_fraction: float = 0.0
+    """Fraction of the optimizer steps spent on translation language modelling instead of MLM (XLM's
+    TLM, :mod:`harness.world.tlm`; XLM alternates the two objectives): a sentence of an extra language
+    and its source-language original (``World.parallel``, the same lines as that language's MLM text,
+    ``extra_fraction``) in one sequence, masked on both sides, every token with its side's language.
+    Evenly spaced steps; ``batch_size`` packed sequences of at most ``max_len`` positions each. Needs
+    ``kind="mlm"`` and ``extra_languages``; without ``encoding`` the tokens carry no language. 0: MLM
+    only. Part of the cache key only when above 0."""
 
     def __post_init__(self) -> None:
         # Canonical values, so equal configs hash equally: lists -> tuples, ints in float fields -> floats.
@@ -204,6 +213,15 @@ class PretrainConfig:
             raise ValueError(f"PretrainConfig.extra_languages has duplicates: {self.extra_languages!r}")
         if not 0 < self.extra_fraction <= 1:
             raise ValueError(f"PretrainConfig.extra_fraction must be in (0, 1], got {self.extra_fraction!r}")
+        if not 0 <= self.tlm_fraction < 1:
+            raise ValueError(f"PretrainConfig.tlm_fraction must be in [0, 1), got {self.tlm_fraction!r}")
+        if self.tlm_fraction > 0:
+            missing = [name for name, ok in (("kind='mlm'", self.kind == "mlm"), ("extra_languages", bool(self.extra_languages)))
+                       if not ok]  # fmt: skip
+            if missing:
+                raise ValueError(f"PretrainConfig.tlm_fraction={self.tlm_fraction} (translation language modelling) "
+                                 f"needs {', '.join(missing)}: a masked LM and parallel text of the source and its "
+                                 "extra languages")  # fmt: skip
         if self.encoding is not None:
             from harness import registry  # the encodings register themselves on first lookup
 
@@ -282,12 +300,14 @@ def _pretrain_into(
     progress: bool,
     provenance: dict[str, Any],
     language_files: dict[str, list[Path]] | None = None,
+    tlm_pairs: dict[str, list[tuple[str, str]]] | None = None,
 ) -> None:
     """Train tokenizer and model on ``train_files`` and save everything into ``out``.
 
     With ``config.encoding`` set, ``language_files`` holds each language's training text (the
     source language first; its dev text is ``dev_files``) and ``train_files`` only trains the
     tokenizer (the same mixed corpus as plain multilingual pretraining, hence the same vocabulary).
+    ``tlm_pairs`` (``config.tlm_fraction > 0``): each extra language's (source, translation) pairs.
     """
     t_start, cpu_start = time.perf_counter(), time.process_time()
     tok = tk.train_tokenizer(
@@ -295,6 +315,10 @@ def _pretrain_into(
     )
     t_tok = time.perf_counter()
     train, block_langs, dev = _pretraining_blocks(tok, config, train_files, dev_files, language_files)
+    seqs = None
+    if tlm_pairs is not None:
+        seqs = tlm.pack_pairs(tok, tlm_pairs, str(provenance["source_language"]), config.max_len,
+                              seeding.torch_generator(config.seed, "pretrain", "tlm-pack"))  # fmt: skip
     t_data = time.perf_counter()
     if config.kind == "mlm" and tok.mask_token_id is None:
         raise ValueError("an MLM source needs a tokenizer with a mask token")
@@ -304,8 +328,9 @@ def _pretrain_into(
     n_params = sum(p.numel() for p in model.parameters())
     wrapped = pmodel.encode_model(model, config, list(language_files)) if language_files else None
     t_train = time.perf_counter()
-    curve, dev_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
-                                     dev_langs=[next(iter(language_files))] if wrapped is not None else [])
+    curve, dev_curve, tlm_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
+                                                dev_langs=[next(iter(language_files))] if wrapped is not None else [],
+                                                tlm_seqs=seqs)  # fmt: skip
     t_end = time.perf_counter()
 
     _save_source(out, model, wrapped, tok, config)
@@ -340,6 +365,9 @@ def _pretrain_into(
         counts = {lang: block_langs.count(lang) for lang in dict.fromkeys(block_langs or [])}
         info["language_blocks"] = counts
         info["encoding"] = wrapped.encoding_info() if wrapped is not None else {"name": "none", "parameters_added": 0}
+    if seqs is not None:
+        info["tlm"] = {**seqs.info(), "steps": sum(tlm.is_tlm_step(s, config.tlm_fraction) for s in range(1, config.steps + 1)),
+                       "final_loss": tlm_curve[-1][1] if tlm_curve else None, "loss_curve": tlm_curve}  # fmt: skip
     (out / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
 
 
@@ -378,9 +406,10 @@ def _train_source(
     dev: torch.Tensor | None,
     progress: bool,
     dev_langs: list[str],
-) -> tuple[list[list[float]], list[list[float]]]:
-    """The pretraining loop (``wrapped``: the language-encoded model, or None); returns the loss
-    curve and the dev curve as ``[step, loss]`` rows."""
+    tlm_seqs: tlm.TlmSequences | None = None,
+) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
+    """The pretraining loop (``wrapped``: the language-encoded model, or None); returns the (MLM)
+    loss curve, the dev curve and the TLM loss curve (empty without TLM) as ``[step, loss]`` rows."""
     special_ids = torch.tensor(sorted(set(tok.all_special_ids)), dtype=torch.long)
     regular_ids = torch.tensor(sorted(set(range(len(tok))) - set(tok.all_special_ids)), dtype=torch.long)
     mask_kwargs: dict[str, Any] = dict(
@@ -409,28 +438,38 @@ def _train_source(
     data_gen = seeding.torch_generator(config.seed, "pretrain", "data")
     mask_gen = seeding.torch_generator(config.seed, "pretrain", "mask")
     batches = pdata.batch_indices(train.shape[0], config.batch_size, data_gen)
+    tlm_batches = None
+    if tlm_seqs is not None:
+        tlm_batches = tlm.TlmBatches(tlm_seqs, config.batch_size, config.seed, int(tok.pad_token_id), mask_kwargs)
     log_every = max(1, config.steps // 50)
     eval_at = {round(config.steps * (i + 1) / config.eval_points) for i in range(config.eval_points)}
     curve: list[list[float]] = []
     dev_curve: list[list[float]] = []
     window: list[float] = []
+    tlm_curve: list[list[float]] = []
+    tlm_window: list[float] = []
     ema: float | None = None
     with (
         seeding.seeded_globals(config.seed, "pretrain", "dropout"),
         pmodel.Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
     ):
         for step in range(1, config.steps + 1):
-            idx = next(batches)
-            ids = train[idx]
-            if config.kind == "mlm":
-                inputs, labels = pdata.mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+            is_tlm = tlm_batches is not None and tlm.is_tlm_step(step, config.tlm_fraction)
+            if is_tlm:
+                assert tlm_batches is not None and tlm_seqs is not None
+                loss = tlm.tlm_loss(model, wrapped, tlm_batches.next(), tlm_seqs.languages)
             else:
-                inputs, labels = ids, ids
-            if wrapped is None:
-                loss = pmodel.token_loss(model, config.kind, inputs, labels)
-            else:
-                assert block_langs is not None
-                loss = pmodel.encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
+                idx = next(batches)
+                ids = train[idx]
+                if config.kind == "mlm":
+                    inputs, labels = pdata.mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+                else:
+                    inputs, labels = ids, ids
+                if wrapped is None:
+                    loss = pmodel.token_loss(model, config.kind, inputs, labels)
+                else:
+                    assert block_langs is not None
+                    loss = pmodel.encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
@@ -439,15 +478,20 @@ def _train_source(
             value = loss.detach().item()
             if not math.isfinite(value):
                 raise FloatingPointError(f"pretraining loss became {value} at step {step}; lower PretrainConfig.lr")
-            window.append(value)
-            ema = value if ema is None else 0.98 * ema + 0.02 * value
-            bar.update(ema)
+            if is_tlm:
+                tlm_window.append(value)
+            else:
+                window.append(value)
+                ema = value if ema is None else 0.98 * ema + 0.02 * value
+            bar.update(ema if ema is not None else value)
             if step % log_every == 0 or step == config.steps:
-                curve.append([step, round(sum(window) / len(window), 4)])
-                window = []
+                for rows, values in ((curve, window), (tlm_curve, tlm_window)):
+                    if values:
+                        rows.append([step, round(sum(values) / len(values), 4)])
+                        values.clear()
             if dev is not None and step in eval_at:
                 dev_curve.append([step, round(_dev_loss(trained, config, dev, mask_kwargs, loss_fn), 4)])
-    return curve, dev_curve
+    return curve, dev_curve, tlm_curve
 
 
 def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: PretrainConfig) -> None:
@@ -469,17 +513,22 @@ def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: Pretrain
     tok.save_pretrained(out)
 
 
+_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0}
+"""Fields added after sources were cached: left out of the cache key at these values."""
+
+
 def _config_key(config: PretrainConfig) -> dict[str, Any]:
-    """The config as :func:`harness.cache.content_hash` hashes a dataclass, without ``encoding``
-    when it is None: sources pretrained before the field existed keep their cache keys."""
+    """The config as :func:`harness.cache.content_hash` hashes a dataclass, without the fields of
+    :data:`_OMITTED_AT_DEFAULT` at their defaults: sources pretrained before they existed keep their cache keys."""
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    if config.encoding is None:
-        del fields["encoding"]
+    for name, default in _OMITTED_AT_DEFAULT.items():
+        if fields[name] == default:
+            del fields[name]
     return {"__dataclass__": type(config).__qualname__, **fields}
 
 
-def _cache_key(config: PretrainConfig, train: Any, dev: Any) -> dict[str, Any]:
-    return {
+def _cache_key(config: PretrainConfig, train: Any, dev: Any, parallel: dict[str, Path] | None = None) -> dict[str, Any]:
+    key = {
         "what": "pretrained_source",
         "code_version": CODE_VERSION,
         "tokenizer_code_version": tk.CODE_VERSION,
@@ -487,6 +536,9 @@ def _cache_key(config: PretrainConfig, train: Any, dev: Any) -> dict[str, Any]:
         "train": train,  # Paths: hashed by content (a dict of them per language for encoded pretraining)
         "dev": dev,
     }
+    if parallel is not None:  # TLM's parallel text (absent otherwise: earlier keys unchanged)
+        key["parallel"] = parallel
+    return key
 
 
 def pretrain_on_files(
@@ -604,6 +656,7 @@ def pretrained_source(
     train: dict[str, Path] = {source: Path(world.text(source, "train"))}
     train.update({lang: Path(world.text(lang, "train")) for lang in config.extra_languages})
     dev = Path(world.text(source, "dev"))
+    parallel = {lang: Path(world.parallel(lang)) for lang in config.extra_languages} if config.tlm_fraction > 0 else None
     root = Path(cache_dir) if cache_dir is not None else None
     provenance = {"world": str(Path(world_dir)), "source_language": source}
 
@@ -632,6 +685,7 @@ def pretrained_source(
                     part = Path(tmp) / f"{lang}.txt"
                     part.write_text("".join(line + "\n" for line in pdata.lines(train[lang], limit=n_extra)), encoding="utf-8")
                     language_files[lang] = [part]
-            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files)
+            pairs = None if parallel is None else {lang: tlm.read_pairs(parallel[lang], n_extra) for lang in parallel}
+            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files, pairs)
 
-    return cached_dir("sources", _cache_key(config, train, dev), build, root=root)
+    return cached_dir("sources", _cache_key(config, train, dev, parallel), build, root=root)

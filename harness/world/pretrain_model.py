@@ -83,11 +83,18 @@ def set_dropout(model: PreTrainedModel, p: float) -> None:
             setattr(model.config, name, p)
 
 
-def token_loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean token loss. For MLM only the selected positions go through the LM head (~7x cheaper)."""
+def token_loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: torch.Tensor,
+               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean token loss. For MLM only the selected positions go through the LM head (~7x cheaper).
+
+    ``attention_mask``: padded MLM batches (TLM); None for the full blocks of MLM pretraining.
+    """
     if kind == "mlm":
         assert isinstance(model, RobertaForMaskedLM)
-        hidden = model.roberta(input_ids=inputs).last_hidden_state
+        if attention_mask is None:
+            hidden = model.roberta(input_ids=inputs).last_hidden_state
+        else:
+            hidden = model.roberta(input_ids=inputs, attention_mask=attention_mask).last_hidden_state
         selected = labels != -100
         logits = model.lm_head(hidden[selected])
         return F.cross_entropy(logits, labels[selected])
@@ -128,8 +135,9 @@ class MaskedLMLoss(torch.nn.Module):
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.get_input_embeddings()
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return token_loss(self.model, "mlm", input_ids, labels)
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
+                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        return token_loss(self.model, "mlm", input_ids, labels, attention_mask)
 
 
 def encode_model(model: PreTrainedModel, config: PretrainConfig, languages: Sequence[str]) -> Any:
