@@ -268,12 +268,15 @@ def test_tokenized_bleu_options():
 # ------------------------------------------------------------------------------------- specs
 
 
-def _record(encoding: str, seed: int, task: str, setting: str | None, metrics: dict) -> dict:
+def _record(encoding: str, seed: int, task: str, setting: str | None, metrics: dict, tlm: float | None = 0.5) -> dict:
     task_cfg = {"setting": setting} if setting else {}
-    return {"schema_version": 1, "tokxfer_version": "0.1.0", "status": "ok", "trial_id": f"{encoding}-{seed}-{setting}",
-            "seed": seed, "flags": [], "metrics": metrics,
-            "config": {"method": {"id": "original", "name": "original"}, "encoding": {"id": encoding, "name": encoding},
-                       "task": {"name": task, "config": task_cfg}, "target": {"language": "near"}, "seed": seed}}  # fmt: skip
+    pretrain = {"encoding": "trial"} if tlm is None else {"encoding": "trial", "tlm_fraction": tlm}
+    name = "xlp" if encoding == "xlp-nodec" else encoding
+    return {"schema_version": 1, "tokxfer_version": "0.1.0", "status": "ok",
+            "trial_id": f"{encoding}-{seed}-{setting}-{tlm}", "seed": seed, "flags": [], "metrics": metrics,
+            "config": {"method": {"id": "original", "name": "original"}, "encoding": {"id": encoding, "name": name},
+                       "task": {"name": task, "config": task_cfg}, "target": {"language": "near"}, "seed": seed,
+                       "source": {"model": "world:mlm", "pretrain": pretrain}}}  # fmt: skip
 
 
 def test_xlp_specs_render_from_synthetic_records():
@@ -284,30 +287,37 @@ def test_xlp_specs_render_from_synthetic_records():
 
     langs = ["src", *WORLD_TARGETS]
     recs = []
-    for i, encoding in enumerate(["none", "additive", "attached", "xlp"]):
-        for seed in (1, 2, 3):
+    for i, encoding in enumerate(["none", "additive", "attached", "xlp", "xlp-shared", "xlp-nodec"]):
+        for seed in (1, 2, 3, 4, 5):
             acc = {lang: 0.5 + 0.01 * i + 0.02 * j + 0.001 * seed for j, lang in enumerate(langs)}
             for setting in ("cross-lingual", "translate-train"):
+                if encoding == "xlp-nodec" or (setting == "translate-train" and seed > 3):
+                    continue
                 m = {lang: {"accuracy": a - (0.1 if setting == "translate-train" else 0)} for lang, a in acc.items()}
                 m["all"] = language_summary({lang: v["accuracy"] for lang, v in m.items()}, "src")
                 recs.append(_record(encoding, seed, "xnli", setting, m))
+                recs.append(_record(encoding, seed, "xnli", setting, m, tlm=None))  # an earlier source: not shown
             bleu = {lang: {"bleu": 10.0 + i + j + seed, "bleu_tokenized": 11.0 + i + j + seed} for j, lang in enumerate(WORLD_TARGETS)}
             recs.append(_record(encoding, seed, "iwslt-bleu", None, bleu))
 
     t1 = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table1.yaml"))
-    xlp = {r.method: r for r in t1.rows}["xlp"]
-    # xlp (i = 3): src 0.532 on average over seeds; the gap is src minus the mean of the four targets
-    assert xlp.cells["xnli/src/accuracy"].mean == pytest.approx(0.532) and xlp.cells["xnli/src/accuracy"].n == 3
+    rows = {r.method: r for r in t1.rows}
+    assert list(rows) == ["none", "additive", "attached", "xlp", "xlp-shared"]
+    xlp = rows["xlp"]
+    # xlp (i = 3): src 0.533 on average over seeds; the gap is src minus the mean of the four targets
+    assert xlp.cells["xnli/src/accuracy"].mean == pytest.approx(0.533) and xlp.cells["xnli/src/accuracy"].n == 5
     assert xlp.cells["xnli/all/transfer_gap"].mean == pytest.approx(-0.05)
-    assert xlp.cells["xnli/avg/accuracy"].mean == pytest.approx(0.572)
+    assert xlp.cells["xnli/avg/accuracy"].mean == pytest.approx(0.573)
     md = render_markdown(t1)
     assert "Transfer gap" in md and "XLP (paper)" in md and "XLP (language projection)" in md
+    assert "Shared projection" in md
     tt = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table1-translate-train.yaml"))
     assert {r.method: r for r in tt.rows}["none"].cells["xnli/src/accuracy"].mean == pytest.approx(0.402)
     t2 = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table2.yaml"))
+    assert [r.method for r in t2.rows][-2:] == ["xlp-shared", "xlp-nodec"]
     row = {r.method: r for r in t2.rows}["attached"]  # i = 2
-    assert row.cells["iwslt-bleu/far/bleu"].mean == pytest.approx(15.0)
-    assert row.cells["iwslt-bleu/avg/bleu_tokenized"].mean == pytest.approx(16.5)
+    assert row.cells["iwslt-bleu/far/bleu_tokenized"].mean == pytest.approx(17.0)
+    assert row.cells["iwslt-bleu/avg/bleu_tokenized"].mean == pytest.approx(17.5)
     assert all(not c.flags for r in t2.rows for c in r.cells.values())  # complete, unmixed cells
     real = aggregate([], load_spec(PACKAGED_SPECS / "real" / "xlp-table2.yaml"))
     assert "Language Embedding (attaching) (paper)" in render_markdown(real)

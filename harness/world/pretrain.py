@@ -326,6 +326,9 @@ def _pretrain_into(
     with seeding.seeded_globals(config.seed, "pretrain", "init"):
         model = pmodel.build_model(config, tok, config.dropout)
     n_params = sum(p.numel() for p in model.parameters())
+    # a GPU when there is one, as the runner does for tasks (the medium presets' sources); recorded below
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
     wrapped = pmodel.encode_model(model, config, list(language_files)) if language_files else None
     t_train = time.perf_counter()
     curve, dev_curve, tlm_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
@@ -333,6 +336,7 @@ def _pretrain_into(
                                                 tlm_seqs=seqs)  # fmt: skip
     t_end = time.perf_counter()
 
+    (wrapped if wrapped is not None else model).to("cpu")
     _save_source(out, model, wrapped, tok, config)
     info = {
         "schema_version": 1,
@@ -358,6 +362,7 @@ def _pretrain_into(
             "cpu_s": round(time.process_time() - cpu_start, 3),
         },
         "torch_threads": torch.get_num_threads(),
+        "device": device,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         **provenance,
     }

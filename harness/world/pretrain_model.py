@@ -87,8 +87,12 @@ def token_loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: 
                attention_mask: torch.Tensor | None = None) -> torch.Tensor:
     """Mean token loss. For MLM only the selected positions go through the LM head (~7x cheaper).
 
-    ``attention_mask``: padded MLM batches (TLM); None for the full blocks of MLM pretraining.
+    ``attention_mask``: padded MLM batches (TLM); None for the full blocks of MLM pretraining. The
+    tensors are moved to the model's device (a no-op on the CPU).
     """
+    device = model.device
+    inputs, labels = inputs.to(device), labels.to(device)
+    attention_mask = attention_mask.to(device) if attention_mask is not None else None
     if kind == "mlm":
         assert isinstance(model, RobertaForMaskedLM)
         if attention_mask is None:
@@ -132,6 +136,10 @@ class MaskedLMLoss(torch.nn.Module):
     def config(self) -> Any:
         return self.model.config
 
+    @property
+    def device(self) -> torch.device:
+        return self.model.device
+
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.get_input_embeddings()
 
@@ -160,6 +168,8 @@ def encoded_loss(wrapped: Any, kind: str, inputs: torch.Tensor, labels: torch.Te
     The wrapper prepares the batch (language ids; ``attached`` inserts its token, labelled -100).
     """
     batch = wrapped.prepare_batch({"input_ids": inputs, "labels": labels}, languages)
+    device = wrapped.model.device
+    batch = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
     if kind == "mlm":
         return wrapped(**batch)
     labels = batch.pop("labels")
