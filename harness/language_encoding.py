@@ -16,7 +16,8 @@ The language of each sequence travels with the batch: ``language_ids`` (and, for
 encoder–decoders, ``decoder_language_ids``) are popped by :meth:`EncodedModel.forward` /
 :meth:`EncodedModel.generate`, held by the tables for the duration of the call, and read by the
 hooks. Beam search repeats every sequence ``k`` times (``repeat_interleave``); the hooks expand
-the ids the same way.
+the ids the same way. ``language_ids`` of shape ``[batch, length]`` give every token its own
+language (a sentence and its translation in one sequence: TLM pretraining, :mod:`harness.world.tlm`).
 
 The transforms (``x`` a word embedding of a sequence in language ``l``):
 
