@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.records import iter_records
+from harness.run.records import iter_records
 
 
 def _source_facts(record: dict) -> dict:

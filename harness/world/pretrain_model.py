@@ -1,7 +1,7 @@
 """The built-in source models: construction, losses, language-encoding wrappers and the progress bar.
 
-Split out of :mod:`harness.world.pretrain`, which drives them. ``PretrainConfig`` is imported only
-for type checking, so this module does not import its caller.
+Split out of :mod:`harness.world.pretrain`, which drives them; their configuration is
+:mod:`harness.world.pretrain_config` (imported only for type checking).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from transformers import (
 )
 
 if TYPE_CHECKING:
-    from harness.world.pretrain import PretrainConfig
+    from harness.world.pretrain_config import PretrainConfig
 
 
 def special_id(tok: PreTrainedTokenizerBase, primary: str, fallback: str) -> int:
