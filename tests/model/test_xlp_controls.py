@@ -124,3 +124,16 @@ def test_xlp_decoder_option(tok, decoder):
         assert torch.equal(seq2seq(**prepared, labels=labels).logits, no_layer(**prepared, labels=labels).logits)
     with pytest.raises(ValueError, match="decoder: expected true or false"):
         enc("xlp", decoder="no")
+
+
+@pytest.mark.parametrize("languages", [["near"], ["src", "near", "far", "script"]])
+def test_xlp_shared_adds_one_matrix_whatever_the_number_of_languages(tok, languages):
+    """The capacity control: XLP adds n_langs x d^2 parameters, xlp-shared d^2 for any number of languages."""
+    d = 16
+    shared = enc("xlp-shared").wrap(make_mlm(tok), languages, seed=0)
+    per_language = enc("xlp").wrap(make_mlm(tok), languages, seed=0)
+    assert sum(p.numel() for p in shared.tables.parameters()) == d * d == shared.encoding_info()["parameters_added"]
+    assert sum(p.numel() for p in per_language.tables.parameters()) == len(languages) * d * d
+    assert per_language.encoding_info()["parameters_added"] == len(languages) * d * d
+    # same placement and init as XLP: identity, so both start as the plain model
+    assert all(torch.equal(shared.tables["input"].weight[i], torch.eye(d)) for i in range(len(languages)))

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import registry
 from harness.cache import content_hash
 from harness.registry import build_config
 from harness.world import pretrain as pt
@@ -359,3 +360,50 @@ def test_grid_pretrains_one_source_per_encoding(tmp_path):
     assert recs["xlp"]["encoding"]["sides"]["input"]["trainable"] is True  # the trial's wrapper; frozen in its task copy
     for r in recs.values():
         assert set(r["metrics"]) == {"src", "near", "all"} and "transfer_gap" in r["metrics"]["all"]
+
+
+# ------------------------------------------------------------------------------------- packaged grids (issue 28)
+
+XLP_GRIDS = ("xlp-table1", "xlp-table1-translate-train", "xlp-table2")
+
+
+def _grid_trials(name: str, medium: bool = False):
+    from harness.cli import CONFIG_DIR
+    from harness.run.config import load_experiment
+
+    return load_experiment(CONFIG_DIR / ("medium" if medium else "") / f"{name}.yaml").trials()
+
+
+def test_xlp_grids_share_one_tlm_source_per_encoding_and_seed_and_carry_the_controls():
+    sources: dict[tuple[str, int], set[str]] = {}
+    for name in XLP_GRIDS:
+        trials = _grid_trials(name)
+        by_id = {t.encoding.id: t.encoding for t in trials}
+        assert {"none", "additive", "attached", "xlp", "xlp-shared"} <= set(by_id), name
+        seeds = sorted({t.seed for t in trials})
+        assert seeds == ([1, 2, 3] if name.endswith("translate-train") else [1, 2, 3, 4, 5]), name
+        for t in trials:
+            cfg = t.source.pretrain_config(t.encoding.name)
+            assert cfg.tlm_fraction > 0 and cfg.kind == "mlm" and cfg.encoding == t.encoding.name
+            assert set(cfg.extra_languages) == set(WORLD_TARGETS) and cfg.seed == t.seed
+            sources.setdefault((t.encoding.name, t.seed), set()).add(content_hash(cfg.to_dict()))
+    # the three grids (and xlp-nodec with xlp) pretrain the same cached source for an encoding and seed
+    assert all(len(hashes) == 1 for hashes in sources.values()), sources
+    nodec = {t.encoding.id: t.encoding for t in _grid_trials("xlp-table2")}["xlp-nodec"]
+    assert nodec.name == "xlp" and build_config(registry.get("encoding", "xlp").config_cls, nodec.config).decoder is False
+
+
+@pytest.mark.parametrize("name", [*XLP_GRIDS, "methods-x-encodings-new-downstream"])
+def test_medium_presets_keep_the_small_grids_rows_seeds_and_tasks(name):
+    small, medium = _grid_trials(name), _grid_trials(name, medium=True)
+
+    def rows(trials):
+        return sorted({(t.method.id, t.encoding.id, t.task.id) for t in trials})
+
+    assert rows(medium) == rows(small)
+    # at least the small grid's seeds (translate-train keeps 5 on a GPU, 3 on CPU where it is compute-bound)
+    assert {t.seed for t in medium} >= {t.seed for t in small}
+    for t in medium:  # a bigger TLM source of the same languages
+        cfg, ref = t.source.pretrain_config(t.encoding.name), small[0].source.pretrain_config(t.encoding.name)
+        assert cfg.tlm_fraction == ref.tlm_fraction and cfg.extra_languages == ref.extra_languages
+        assert cfg.hidden_size > ref.hidden_size and cfg.steps > ref.steps

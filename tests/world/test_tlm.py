@@ -128,3 +128,52 @@ def test_tlm_pretraining_on_the_tiny_world(tiny_world, encoding):
         assert all(torch.equal(r, rows[0]) for r in rows) and not torch.equal(rows[0], torch.eye(16))
         assert info["encoding"]["parameters_added"] == 16 * 16
 
+
+
+def _originals(batch):
+    """The unmasked ids of a TLM batch: the label where a token was masked, the input elsewhere."""
+    return torch.where(batch["labels"] != -100, batch["labels"], batch["input_ids"])
+
+
+def test_tlm_batches_give_each_token_its_sides_language_and_mask_both_sides(tok):
+    seqs = tlm.pack_pairs(tok, PAIRS, "src", 64, torch.Generator().manual_seed(2))
+    batches = tlm.TlmBatches(seqs, 2, seed=7, pad_id=tok.pad_token_id, mask_kwargs=_mask_kwargs(tok, 0.5))
+    texts = {0: {s for rows in PAIRS.values() for s, _ in rows}}  # language index -> the sentences of that side
+    for li, lang in enumerate(seqs.languages[1:], 1):
+        texts[li] = {t for _, t in PAIRS[lang]}
+    sides_seen = 0
+    for _ in range(4):
+        batch = batches.next()
+        originals, langs, labels = _originals(batch), batch["languages"], batch["labels"]
+        for r, sides in enumerate(batch["sides"]):
+            length = int(batch["attention_mask"][r].sum())
+            ends = [s for s, _ in sides[1:]] + [length]
+            for (start, lang), end in zip(sides, ends, strict=True):
+                assert langs[r, start:end].eq(lang).all()  # every token of the side, specials included
+                side_text = tok.decode(originals[r, start:end], skip_special_tokens=True).strip()
+                assert side_text in texts[lang], (side_text, lang)  # the language id is the language of the text
+                sides_seen += 1
+            for a, b in zip(range(0, len(sides), 2), range(1, len(sides), 2), strict=True):  # each pair of sides
+                masked = [bool(labels[r, sides[k][0]:ends[k]].ne(-100).any()) for k in (a, b)]
+                assert all(masked), (r, sides[a], sides[b])  # masks on both sides of the pair
+    assert sides_seen >= 8
+
+
+def test_tlm_batches_are_a_function_of_the_seed(tok):
+    seqs = tlm.pack_pairs(tok, PAIRS, "src", 40, torch.Generator().manual_seed(0))
+    assert len(seqs.ids) >= 3  # several sequences, so the order is drawn too
+
+    def draw(seed: int) -> list[dict]:
+        batches = tlm.TlmBatches(seqs, 2, seed=seed, pad_id=tok.pad_token_id, mask_kwargs=_mask_kwargs(tok, 0.3))
+        return [batches.next() for _ in range(5)]
+
+    first = draw(11)
+    torch.manual_seed(12345)  # the global generators are never read
+    torch.rand(7)
+    again = draw(11)
+    for a, b in zip(first, again, strict=True):
+        assert a["sides"] == b["sides"]
+        for key in ("input_ids", "labels", "attention_mask", "languages"):
+            assert torch.equal(a[key], b[key]), key
+    other = draw(12)
+    assert any(a["sides"] != b["sides"] or not torch.equal(a["labels"], b["labels"]) for a, b in zip(first, other, strict=True))
