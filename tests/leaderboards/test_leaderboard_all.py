@@ -104,3 +104,10 @@ def test_a_spec_whose_filter_matches_no_record_is_skipped_like_one_without_recor
     with pytest.raises(FileNotFoundError, match=r"matches its filter \{'encoding.name': 'xlp'\}"):
         _records_for(parse_spec(dict(SPEC, where={"encoding.name": "xlp"})), tmp_path)
     assert len(_records_for(parse_spec(dict(SPEC, where={"encoding.name": "none"})), tmp_path)) == len(all_records())
+
+
+def test_committed_findings_match_committed_records(rendered):
+    """``FINDINGS.md`` (every declared comparison's verdict) is what the committed records give."""
+    fresh = (rendered / "FINDINGS.md").read_text()
+    assert fresh == (TABLES / "FINDINGS.md").read_text(), "leaderboards/tables/FINDINGS.md is stale; run tokxfer leaderboard --all"
+    assert "## tasks-encoder" in fresh and "→" in fresh
