@@ -11,7 +11,7 @@ import pytest
 import torch
 from _tokfixtures import SOURCE_TEXT, TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
 
-import methods._similarity as similarity_mod
+import methods._exact_topk as similarity_mod
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
 from methods import _fasttext

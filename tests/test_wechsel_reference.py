@@ -17,7 +17,7 @@ import torch
 from _tokfixtures import SOURCE_TEXT, TARGET_TEXT, from_vocab, unigram
 from conftest import reference_module
 
-import methods._similarity as similarity_mod
+import methods._exact_topk as similarity_mod
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
 from harness.surgery import materialize
 from methods import _fasttext
