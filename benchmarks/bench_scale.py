@@ -16,7 +16,7 @@ same sizes were built before):
   parallel corpus of ``--pairs`` sentence pairs (Tik-to-Tok) and a bilingual dictionary (WECHSEL);
   :func:`benchmarks._synthetic.make_scale_texts`.
 
-A method gets exactly the file inputs it reads (:func:`harness.init_cmd.method_reads`), so a plugin
+A method gets exactly the file inputs it reads (:func:`harness.cli.init_cmd.method_reads`), so a plugin
 method registered with ``--plugin`` is benchmarked the same way. Per method the JSON records wall and
 CPU seconds and peak RSS of the process (``wait4``), its exit status, the longest silence (the longest
 gap between two pieces of output on its stderr/stdout — progress bars, fastText's progress line,
@@ -266,7 +266,7 @@ def child_env(threads: int, cache: Path) -> dict:
 def init_command(method: str, paths: dict, out: Path, seed: int, plugins: list[str]) -> list[str]:
     """``python -m harness.cli init`` for ``method`` with exactly the file inputs it reads."""
     from harness import registry
-    from harness.init_cmd import INPUT_BY_FIELD, method_reads
+    from harness.cli.init_cmd import INPUT_BY_FIELD, method_reads
 
     entry = registry.get("method", method)
     cmd = [sys.executable, "-m", "harness.cli", "init", "--method", method, "--source", paths["source_model"],

@@ -360,7 +360,7 @@ def flat_blocks(config_cls: type) -> dict[str, tuple[str, ...]]:
     holds a nested config dataclass; its keys may also be written at the top level (``epochs: 3``
     as well as ``train: {epochs: 3}``, never both); and the resolved trial config stores them flat,
     always the listed keys and any other key only when it differs from the block's default (see
-    :func:`harness.config.resolved_fields`), so that trial ids stay those of the flat layout.
+    :func:`harness.run.config.resolved_fields`), so that trial ids stay those of the flat layout.
     """
     return dict(getattr(config_cls, "FLAT_BLOCKS", None) or {})
 

@@ -52,8 +52,7 @@ from typing import Any
 import yaml
 
 from harness.errors import TokxferError
-from harness.inputs import InputFileError, load_yaml, one_line, read_text_file
-from harness.safepaths import name_problem
+from harness.inputs import InputFileError, load_yaml, name_problem, one_line, read_text_file
 from leaderboards.stats import ALPHA, TESTS, min_achievable_p
 
 __all__ = [

@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -39,8 +39,20 @@ from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 from methods._tiktotok_counts import FROM_ALIGNMENT, FROM_FUZZY, FROM_IDENTITY, FROM_NUMBER
 from methods._wordvectors import procrustes
 
-if TYPE_CHECKING:
-    from methods.tiktotok import TikToTokConfig
+
+class FallbackSettings(Protocol):
+    """The settings of the fallback this module reads (:class:`methods.tiktotok.TikToTokConfig` has them;
+    a protocol, so this helper does not import the method that uses it)."""
+
+    fasttext_model: str
+    fasttext_dim: int
+    fasttext_epochs: int
+    fasttext_min_count: int
+    fasttext_minn: int
+    fasttext_maxn: int
+    fasttext_bucket: int
+    fasttext_threads: int
+    fasttext_ngram_vectors: bool
 
 logger = logging.getLogger(__name__)
 
@@ -504,7 +516,7 @@ def _side_space(
     return vecs, kinds
 
 
-def fasttext_params(cfg: TikToTokConfig, seed: int) -> dict:
+def fasttext_params(cfg: FallbackSettings, seed: int) -> dict:
     """The :func:`methods._fasttext.train_fasttext` arguments of the fallback's fastText models."""
     return {
         "dim": cfg.fasttext_dim, "epoch": cfg.fasttext_epochs, "min_count": cfg.fasttext_min_count,
@@ -522,7 +534,7 @@ def _side_text(lines: Sequence[str], tok: Any, cache: Path | None, tmp: Path, si
 
 
 def train_fallback_space(
-    cfg: TikToTokConfig,
+    cfg: FallbackSettings,
     inputs: TransferInputs,
     pairs: Sequence[tuple[str, str]],
     seed: int,

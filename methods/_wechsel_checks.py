@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import vocab as _canon
+from harness.errors import UserInputError
 
 _SAMPLE_BYTES = 32 << 20  # corpus text read to collect its vocabulary
 
@@ -28,7 +29,7 @@ def fasttext_bin_words(path: Path, limit: int) -> tuple[list[str], int, int]:
     with open(path, "rb") as f:
         magic, _version = struct.unpack("<ii", f.read(8))
         if magic != 793712314:
-            raise ValueError(f"--source-word-vectors {path}: not a fastText .bin (bad magic number)")
+            raise UserInputError(f"--source-word-vectors {path}: not a fastText .bin (bad magic number)")
         args = struct.unpack("<12id", f.read(12 * 4 + 8))
         minn, maxn = args[9], args[10]
         size, _nwords, _nlabels = struct.unpack("<iii", f.read(12))
@@ -39,7 +40,7 @@ def fasttext_bin_words(path: Path, limit: int) -> tuple[list[str], int, int]:
             while b"\0" not in buf:
                 chunk = f.read(1 << 16)
                 if not chunk:
-                    raise ValueError(f"--source-word-vectors {path}: truncated fastText dictionary")
+                    raise UserInputError(f"--source-word-vectors {path}: truncated fastText dictionary")
                 buf += chunk
             w, buf = buf.split(b"\0", 1)
             while len(buf) < 9:

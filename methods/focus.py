@@ -441,7 +441,7 @@ class Focus:
     """
 
     combines = True
-    """Additional tokens are combinations of anchors: an all-fallback result is flagged (harness.sanity)."""
+    """Additional tokens are combinations of anchors: an all-fallback result is flagged (harness.run.sanity)."""
 
     def __init__(self, config: FocusConfig) -> None:
         self.config = config

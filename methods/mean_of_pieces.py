@@ -73,7 +73,7 @@ class MeanOfPiecesInit:
     """
 
     combines = True
-    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.run.sanity`)."""
 
     def __init__(self, config: MeanOfPiecesConfig) -> None:
         self.config = config

@@ -587,7 +587,7 @@ class VIPI:
     """
 
     combines = True
-    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.run.sanity`)."""
 
     def __init__(self, config: VipiConfig) -> None:
         self.config = config
