@@ -86,6 +86,7 @@ __all__ = [
     "load_fasttext",
     "token_vectors",
     "string_vectors",
+    "vector_reader",
     "training_progress",
     "TrainingProgress",
     "TokenFormat",
@@ -402,11 +403,36 @@ def token_vectors(model: Any, tokenizer: Any, *, token_format: TokenFormat = "st
     words = fasttext_words(tokenizer, token_format)
     vecs = np.zeros((len(words), model.get_dimension()), dtype=np.float32)
     has = np.zeros(len(words), dtype=bool)
+    word_id, read = vector_reader(model)
     for i, w in enumerate(words):
-        if model.get_word_id(w) >= 0:
-            vecs[i] = model.get_word_vector(w)
+        if word_id(w) >= 0:
+            read(w, vecs[i])
             has[i] = True
     return vecs, has
+
+
+def vector_reader(model: Any) -> tuple[Any, Any]:
+    """``(get_word_id, read)`` of a model, ``read(word, row)`` writing ``get_word_vector(word)`` into ``row``.
+
+    For a fastText model both go straight to its C++ object: its Python ``get_word_vector`` asks for the
+    arguments and allocates a vector and an array on every call (half the time of a 60k-token loop). The
+    C++ call zeroes the reused vector before summing the n-gram rows, so the values are the same bits.
+    Other models (:class:`CompactVectors`) are read through their ``get_word_id`` / ``get_word_vector``.
+    """
+    f = getattr(model, "f", None)
+    if f is None or not hasattr(f, "getWordVector"):
+        def read_any(word: str, row: np.ndarray) -> None:
+            row[:] = model.get_word_vector(word)
+        return model.get_word_id, read_any
+    import fasttext_pybind
+
+    buf = fasttext_pybind.Vector(model.get_dimension())
+    view = np.asarray(buf)  # a view of the C++ vector's floats
+
+    def read(word: str, row: np.ndarray) -> None:
+        f.getWordVector(buf, word)
+        row[:] = view
+    return f.getWordId, read
 
 
 def string_vectors(model: Any, strings: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -425,8 +451,9 @@ def string_vectors(model: Any, strings: list[str]) -> tuple[np.ndarray, np.ndarr
         ``(vectors, has_vector)``: float32 ``len(strings) x dim`` and a boolean mask (nonzero vector).
     """
     vecs = np.zeros((len(strings), model.get_dimension()), dtype=np.float32)
+    _, read = vector_reader(model)
     for i, s in enumerate(strings):
         if s:
-            vecs[i] = model.get_word_vector(s)
+            read(s, vecs[i])
     has = np.any(vecs != 0, axis=1)
     return vecs, has
