@@ -19,7 +19,7 @@ Run (the full grid takes hours and the input files of the largest points are sev
 
 Smoke test (small points only)::
 
-    python benchmarks/bench_scaling.py --max 16000 --dims 768 --methods focus,init
+    python benchmarks/bench_scaling.py --max 32000 --dims 768 --methods focus,init
 """
 
 from __future__ import annotations
