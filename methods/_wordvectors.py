@@ -190,11 +190,15 @@ class WordVectors:
         """
         words = list(words)
         out = np.empty((len(words), self.dim), dtype=np.float32)
+        read = _fasttext.vector_reader(self.model)[1] if self.model is not None else None
         for i, w in enumerate(words):
             j = self._index.get(w)
             if j is None:
                 raise KeyError(f"{w!r} is not in the vocabulary of {self.origin}")
-            out[i] = self.model.get_word_vector(w) if self.model is not None else self.matrix[j]
+            if read is not None:
+                read(w, out[i])
+            else:
+                out[i] = self.matrix[j]
         return out
 
     def string_vectors(self, strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
