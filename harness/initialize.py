@@ -35,7 +35,7 @@ from harness import registry, resources, seeding, surgery
 from harness.cache import cached_dir
 from harness.diagnostics import world_diagnostics
 from harness.extension import extend_tokenizer, keep_original_rows
-from harness.protocols import PROVENANCE_NAMES, InitResult, TokenMapping, TransferInputs, TransferResources
+from harness.protocols import PROVENANCE_NAMES, InitResult, RandomRows, TokenMapping, TransferInputs, TransferResources
 from harness.vocab import special_ids, vocab_size
 
 __all__ = ["InitRequest", "Initialized", "load_source", "check_head", "initialize", "initialize_model", "cached_init",
@@ -288,7 +288,8 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
                  weights=m.weights, provenance=m.provenance)
         reasons = {k: np.asarray(v, dtype=np.int64).tolist() for k, v in res.random_reasons.items()}
         (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives,
-                                                 "random_reasons": reasons}, default=str))
+                                                 "random_reasons": reasons,
+                                                 "random_rows": dataclasses.asdict(res.random_rows)}, default=str))
 
     try:
         d = cached_dir(INIT_CACHE_KIND, key, build)
@@ -300,8 +301,9 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
     meta = json.loads((d / "init.json").read_text())
     mapping = TokenMapping(int(z["shape"][0]), int(z["shape"][1]), z["indptr"], z["indices"], z["weights"], z["provenance"])
     # only results whose tokenizer is the given one are cached, so it is the right one here
+    # entries written before ``random_rows`` existed hold methods that draw N(mean, std): the default
     return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"],
-                      meta.get("random_reasons") or {})
+                      meta.get("random_reasons") or {}, RandomRows(**(meta.get("random_rows") or {})))
 
 
 # --------------------------------------------------------------------------------------------

@@ -177,6 +177,43 @@ class TransferInputs(TransferResources):
     extension_tokenizer: Any = None
 
 
+RANDOM_ROW_DISTRIBUTIONS = ("diagonal", "full", "transformers")
+
+
+@dataclass(frozen=True)
+class RandomRows:
+    """How the harness draws a mapping's :data:`FALLBACK` rows (each matrix from its own rows).
+
+    Input embeddings, untied output embeddings and encoder/decoder copies are each drawn from the
+    statistics of the matrix they replace (:mod:`harness.random_rows`); a vocabulary bias's random
+    entries are the source bias's mean under every distribution (METHODS.md, "Output side").
+
+    Attributes:
+        distribution: ``"diagonal"`` (default; every method's fallback, METHODS.md "Baselines"):
+            N(mean, std) per dimension. ``"full"``: N(mu, covariance_scale * Sigma) with mu and Sigma
+            the mean and covariance (divided by the number of rows) of the source rows (Hewitt 2021;
+            a singular Sigma is sampled exactly in its range). ``"transformers"``: what
+            ``resize_token_embeddings(mean_resizing=True)`` does: float32 statistics, N(mu,
+            covariance_scale * Sigma) when torch's positive-definiteness check of that matrix
+            passes, every row mu when it fails.
+        covariance_scale: the factor on Sigma (``full`` / ``transformers``; transformers uses 1e-9).
+
+    Example:
+        >>> RandomRows().distribution, RandomRows("transformers", 1e-9).covariance_scale
+        ('diagonal', 1e-09)
+    """
+
+    distribution: str = "diagonal"
+    covariance_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.distribution not in RANDOM_ROW_DISTRIBUTIONS:
+            raise ValueError(f"RandomRows.distribution must be one of {RANDOM_ROW_DISTRIBUTIONS}, got {self.distribution!r}")
+        scale = self.covariance_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < float(scale) < float("inf")):
+            raise ValueError(f"RandomRows.covariance_scale must be a finite number > 0, got {scale!r}")
+
+
 @dataclass
 class InitResult:
     """What a method returns.
@@ -194,6 +231,8 @@ class InitResult:
             aux_min_count=10 in the target corpus: no auxiliary vector"). Optional: the harness
             *counts* random rows from ``mapping.provenance`` alone, and reports rows without a reason
             here as special tokens without a source role, or "no reason given by the method".
+        random_rows: the distribution the harness draws the random rows from (default: N(mean, std)
+            per dimension; ``multivariate`` asks for the full covariance, see :class:`RandomRows`).
     """
 
     mapping: TokenMapping
@@ -201,6 +240,7 @@ class InitResult:
     info: dict = field(default_factory=dict)
     directives: dict = field(default_factory=dict)
     random_reasons: dict[str, Any] = field(default_factory=dict)
+    random_rows: RandomRows = field(default_factory=RandomRows)
 
 
 @runtime_checkable

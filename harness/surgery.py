@@ -26,18 +26,22 @@ import numpy as np
 import torch
 from torch import nn
 
-from harness.protocols import FALLBACK, SPECIAL, InitResult, TokenMapping
+from harness.protocols import FALLBACK, SPECIAL, InitResult, RandomRows, TokenMapping
+from harness.random_rows import draw
 
 
 class SurgeryError(ValueError):
     """The model cannot receive the new embeddings (no embeddings, missing special tokens …)."""
 
 
-def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Generator, *, chunk: int = 65536) -> torch.Tensor:
-    """Rows of the new matrix: ``W @ source`` for mapped rows, N(mean, std) per dimension for fallbacks.
+def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Generator, *, chunk: int = 65536,
+                random_rows: RandomRows | None = None) -> torch.Tensor:
+    """Rows of the new matrix: ``W @ source`` for mapped rows, random rows for fallbacks.
 
     Works for matrices (``|Vs| x d``) and vectors (a bias, ``|Vs|``: fallback rows get the source
-    mean). Computed in float32 in row chunks of the sparse map, returned in ``source.dtype``.
+    mean). Fallback rows of a matrix are drawn from ``random_rows`` (default N(mean, std) per
+    dimension; :func:`harness.random_rows.draw`) with the statistics of ``source``. Computed in
+    float32 in row chunks of the sparse map, returned in ``source.dtype``.
     """
     if source.shape[0] != mapping.n_source:
         raise SurgeryError(f"mapping expects {mapping.n_source} source rows, the model has {source.shape[0]}")
@@ -55,8 +59,7 @@ def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Ge
         if vec:
             out[fb] = src.mean()
         else:
-            mean, std = src.mean(0), src.std(0)
-            out[fb] = mean + std * torch.randn(fb.numel(), d, generator=generator, dtype=torch.float32)
+            out[fb] = draw(src, fb.numel(), generator, random_rows)
     out = out.to(source.dtype)
     return out[:, 0] if vec else out
 
@@ -224,13 +227,15 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
     pad = _pad_id(result.tokenizer, m.n_target)
 
     others = [w for w in _other_input_embeddings(model) if w is not old_in]
-    new_in = nn.Parameter(materialize(m, old_in.data, generator).to(old_in.device), requires_grad=old_in.requires_grad)
+    rr = result.random_rows
+    new_in = nn.Parameter(materialize(m, old_in.data, generator, random_rows=rr).to(old_in.device),
+                          requires_grad=old_in.requires_grad)
     for w in others:  # encoder/decoder token embeddings held apart from ``shared`` (T5 untied in transformers 5)
         if w.shape != old_in.shape:
             raise SurgeryError(f"{type(model).__name__}: an encoder/decoder token embedding has shape "
                                f"{tuple(w.shape)}, the input embeddings {tuple(old_in.shape)}")
         same = torch.equal(w.data, old_in.data)
-        nw = new_in.data.clone() if same else materialize(m, w.data, generator).to(w.device)
+        nw = new_in.data.clone() if same else materialize(m, w.data, generator, random_rows=rr).to(w.device)
         _swap_tensor(model, w, nn.Parameter(nw, requires_grad=w.requires_grad), m.n_target, pad)
     _swap_tensor(model, old_in, new_in, m.n_target, pad)
     if out_mod is not None and not tied:
@@ -239,7 +244,7 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
             raise SurgeryError(
                 f"mapping was built for {m.n_source} source tokens but the output embeddings have {old_out.shape[0]} rows"
             )
-        new_out = nn.Parameter(materialize(m, old_out.data, generator).to(old_out.device),
+        new_out = nn.Parameter(materialize(m, old_out.data, generator, random_rows=rr).to(old_out.device),
                                requires_grad=old_out.requires_grad)
         _swap_tensor(model, old_out, new_out, m.n_target, pad)
     for old_b in biases:

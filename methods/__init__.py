@@ -5,6 +5,7 @@ from methods import (  # noqa: F401
     focus,
     from_scratch,
     mean_of_pieces,
+    multivariate,
     original,
     overlap,
     random_mapping,
