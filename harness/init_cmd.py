@@ -69,6 +69,8 @@ class InputFlag:
     field: str
     metavar: str
     help: str
+    directory: bool = False
+    """A model directory (``--helper-model``), checked and recorded as one; the others are files."""
 
     @property
     def flag(self) -> str:
@@ -90,6 +92,9 @@ INPUT_FLAGS: tuple[InputFlag, ...] = (
     InputFlag("parallel_corpus", "FILE", 'sentence pairs: JSON lines {"source": ..., "target": ...} or TSV '
               "TARGET_SENTENCE<TAB>SOURCE_SENTENCE (format sniffed from the first line; --swap-parallel if the "
               "sides are the other way round)"),
+    InputFlag("helper_model", "DIR", "a small model trained in the target language with the target tokenizer "
+              "(a save_pretrained directory with its tokenizer): CLP reads its embeddings; OMP uses them as its "
+              "donor space", directory=True),
 )
 """File inputs, in the order of ``--help``."""
 
@@ -186,6 +191,16 @@ METHOD_NEEDS: dict[str, tuple[Need, ...]] = {
     ),
     "tiktotok": (
         Need(("parallel_corpus",), "sentence pairs to word-align"),
+    ),
+    "omp": (
+        Need(("target_corpus", "aux_model_path"), "text to train the donor space, FOCUS's token-level fastText, on "
+             "(or a trained one)", (("donor", "fasttext"),)),
+        Need(("helper_model",), "a model trained in the target vocabulary: its embeddings are the donor space",
+             (("donor", "helper"),)),
+    ),
+    "clp": (
+        Need(("helper_model",), "a small model trained in the target vocabulary: its embedding cosines weight the "
+             "overlap rows"),
     ),
 }
 """Requirements of the built-in methods that read more than the two tokenizers and the source embeddings.
@@ -390,6 +405,21 @@ def _existing_file(value: str | None, flag: str) -> Path | None:
     return p.resolve()
 
 
+def _existing_model_dir(value: str | None, flag: str) -> Path | None:
+    if value is None:
+        return None
+    from harness import inputs
+
+    try:
+        inputs.check_model_dir(value, field=flag)
+    except inputs.InputFileError as e:
+        raise InitInputError(str(e)) from None
+    p = Path(value).expanduser()
+    if not p.is_dir():
+        raise InitInputError(f"{flag} {value}: not found (a local model directory was meant)")
+    return p.resolve()
+
+
 def missing_inputs(name: str, cfg: Any, given: set[str], typed: dict[str, str] | None = None,
                    needs: tuple[Need, ...] | None = None) -> list[str]:
     """One message per unmet requirement of method ``name`` under ``cfg`` (empty: all met).
@@ -549,7 +579,8 @@ def run(args: argparse.Namespace) -> int:
     except registry.RegistryError as e:
         raise registry.RegistryError(f"--method: {e}") from None
     cfg_values = _config_values(args, entry.config_cls, args.method)
-    paths = {f.field: _existing_file(getattr(args, f.field), f.flag) for f in INPUT_FLAGS}
+    paths = {f.field: (_existing_model_dir if f.directory else _existing_file)(getattr(args, f.field), f.flag)
+             for f in INPUT_FLAGS}
     cfg = _method_config(args, entry.config_cls, cfg_values, paths)
 
     with progress.reporting(None if args.quiet else _bar_factory(notes), lines=None if args.quiet else notes.note):
@@ -791,7 +822,8 @@ def _init_info(args: argparse.Namespace, cfg: Any, init: Any, paths: dict, metho
         "source": _model_record(args.source, "--source"),
         "source_tokenizer": _model_record(args.source_tokenizer or args.source, "--source-tokenizer"),
         "target_tokenizer": _model_record(args.target_tokenizer, "--target-tokenizer"),
-        "inputs": {k: {**_input_record(v, INPUT_BY_FIELD[k].flag), "read_by_method": method_paths[k] is not None,
+        "inputs": {k: {**(_model_record if INPUT_BY_FIELD[k].directory else _input_record)(v, INPUT_BY_FIELD[k].flag),
+                       "read_by_method": method_paths[k] is not None,
                        **(input_info.get(k) or {})} for k, v in paths.items() if v is not None},
         "checks": {k: v for k, v in input_info.items() if k not in paths and v is not None},
         "new_head": new_head,

@@ -114,7 +114,7 @@ class TokenMapping:
 
 @dataclass(frozen=True, kw_only=True)
 class TransferResources:
-    """The six optional files a transfer may use, resolved to local paths (``None``: not given).
+    """The optional files (and the helper model directory) a transfer may use, as local paths (``None``: not given).
 
     The one spelling of these paths: the runner resolves them from a target's config
     (:func:`harness.resources.transfer_resources`), ``tokxfer init`` from its flags, and a method
@@ -128,6 +128,8 @@ class TransferResources:
         dictionary: bilingual dictionary, TSV ``target_word<TAB>source_word`` per line.
         source_word_vectors / target_word_vectors: fastText ``.bin`` files (optional; a method
             that needs them and finds ``None`` trains them from the corpora and says so).
+        helper_model: a model directory (with its tokenizer) trained in the target language and
+            vocabulary: CLP's helper, OMP's donor space (a directory, not a file).
 
     Example:
         >>> TransferResources(dictionary=Path("de-en.tsv")).as_dict()["dictionary"]
@@ -140,13 +142,14 @@ class TransferResources:
     dictionary: Path | None = None
     source_word_vectors: Path | None = None
     target_word_vectors: Path | None = None
+    helper_model: Path | None = None
 
     def as_dict(self) -> dict[str, Path | None]:
-        """``{field name: path}`` of the six resources, in declaration order."""
+        """``{field name: path}`` of the resources, in declaration order."""
         return {f.name: getattr(self, f.name) for f in fields(TransferResources)}
 
     def resources(self) -> TransferResources:
-        """Just the six paths (also of a :class:`TransferInputs`)."""
+        """Just the resource paths (also of a :class:`TransferInputs`)."""
         return TransferResources(**self.as_dict())
 
 
@@ -154,7 +157,7 @@ class TransferResources:
 class TransferInputs(TransferResources):
     """Everything a method may read. Paths are plain files; nothing here is downloaded.
 
-    The six resource paths (``target_corpus`` … ``target_word_vectors``) are those of
+    The resource paths (``target_corpus`` … ``helper_model``) are those of
     :class:`TransferResources`; they are keyword-only.
 
     Attributes:

@@ -2,10 +2,12 @@
 (never by whether someone imported a module first)."""
 
 from methods import (  # noqa: F401
+    clp,
     focus,
     from_scratch,
     mean_of_pieces,
     multivariate,
+    omp,
     original,
     overlap,
     random_mapping,
