@@ -292,14 +292,14 @@ class Omp:
                 raise ValueError("omp with donor=helper needs inputs.helper_model: a model trained in the target "
                                  "vocabulary (or use donor=fasttext)")
             vecs, has, info = helper_vectors(inputs.helper_model, inputs.target_tokenizer, n_target)
-            return vecs, has, {"kind": "helper", **info}
+            return vecs, has, {**info, "kind": "helper"}
         if inputs.target_corpus is None and cfg.aux_model_path is None:
             raise ValueError("omp with donor=fasttext needs inputs.target_corpus to train the donor fastText "
                              "(or aux_model_path, or donor=helper with inputs.helper_model)")
         # FOCUS's auxiliary vectors, exactly (extension mode included): one implementation, one cache
         focus = Focus(dataclasses.replace(self.config.focus_config(), aux_seed=seed))
         vecs, has, info = focus._aux_vectors(inputs, n_target, seed)
-        return vecs, has, {"kind": "fasttext", **info}
+        return vecs, has, {**info, "kind": "fasttext"}
 
     def _random_reasons(self, mapping: Any, has: np.ndarray, specials: set[int], n_pairs: int, n_anchors: int,
                         donor_info: dict) -> dict:
