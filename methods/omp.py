@@ -30,8 +30,8 @@ Differences from the public code (tokensurgeon's ``batch_omp``, read for underst
   (its text was not available here).
 
 Cost: ``k`` passes of ``|A| x |O| x d'`` float32 products (selection) plus a float64 least-squares
-solve of at most ``k`` columns per token, in chunks of ``chunk_rows`` tokens; memory
-``chunk_rows x |O|`` floats.
+solve of at most ``k`` columns per token (normal equations, Cholesky), in chunks of ``chunk_rows``
+tokens; memory ``chunk_rows x |O|`` floats.
 """
 
 from __future__ import annotations
@@ -56,6 +56,9 @@ AUX_FIELDS = ("aux_model_path", "aux_dim", "aux_epochs", "aux_min_count", "aux_m
               "aux_bucket", "aux_threads", "aux_seed", "aux_token_format", "extension_aux")
 """Fields shared with :class:`~methods.focus.FocusConfig` (same names, meanings and defaults): the
 donor fastText is FOCUS's auxiliary fastText."""
+GRAM_PIVOT_TOL = 1e-8
+"""A least-squares solve whose Gram matrix has a Cholesky pivot below this share of its largest
+diagonal entry (condition number beyond ~1e8) is redone by ``lstsq`` (see :func:`_least_squares`)."""
 RESIDUAL_TOL = 1e-6
 """A token stops picking anchors once ``||r|| <= RESIDUAL_TOL * ||x||``."""
 
@@ -194,7 +197,7 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
                 S[rows, t] = best
                 picked[rows, best] = True
                 A = D64[S[rows, : t + 1]]  # (b, t+1, d)
-                sol = torch.linalg.lstsq(A.transpose(1, 2), X[rows].unsqueeze(-1)).solution.squeeze(-1)  # (b, t+1)
+                sol = _least_squares(A, X[rows])  # (b, t+1)
                 C[rows, : t + 1] = sol
                 r[rows] = X[rows] - (sol.unsqueeze(1) @ A).squeeze(1)
                 done = torch.linalg.vector_norm(r[rows], dim=1) <= tol[rows]
@@ -204,6 +207,28 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
             counts = (S >= 0).sum(1)
             idx[a : a + B], coef[a : a + B], used[a : a + B] = S.numpy(), C.numpy(), counts.numpy()
     return idx, coef, used
+
+
+def _least_squares(A: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``argmin_c ||x - c @ A||`` per batch row (``A``: ``b x t x d``, ``x``: ``b x d``), float64.
+
+    Normal equations through a batched Cholesky factorization of the ``t x t`` Gram matrices (a
+    batched QR/``lstsq`` of ``d x t`` matrices costs ~100x more on CPU); rows whose Gram matrix is
+    singular or ill-conditioned (an atom in or near the span of the others: a pivot below
+    ``GRAM_PIVOT_TOL`` of the largest diagonal entry, where the normal equations would lose more than
+    ~8 digits) are solved by ``lstsq`` (SVD driver ``gelsd``), which gives the minimum-norm solution.
+    """
+    G = A @ A.transpose(1, 2)
+    rhs = (A @ x.unsqueeze(-1))
+    L, info = torch.linalg.cholesky_ex(G)
+    sol = torch.cholesky_solve(rhs, L)
+    pivots = torch.diagonal(L, dim1=1, dim2=2) ** 2
+    bad = (info != 0) | (pivots.min(dim=1).values <= GRAM_PIVOT_TOL * torch.diagonal(G, dim1=1, dim2=2).max(dim=1).values)
+    if bool(bad.any()):
+        # gelsd (SVD): LAPACK's default gelsy returned one of two answers at random on an exactly
+        # rank-deficient matrix here (torch 2.13 CPU), one of them not even a least-squares solution
+        sol[bad] = torch.linalg.lstsq(A[bad].transpose(1, 2).contiguous(), x[bad].unsqueeze(-1), driver="gelsd").solution
+    return sol.squeeze(-1)
 
 
 # ----------------------------------------------------------------------------------------------

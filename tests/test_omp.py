@@ -182,3 +182,18 @@ def test_new_tokens_outside_the_helpers_vocabulary_are_random_with_a_reason(tran
     assert {t for ids in res.random_reasons.values() for t in ids} == fb
     assert any("helper model's vocabulary" in why for why in res.random_reasons)
     assert all(m.provenance[t] == FALLBACK for t in fb)
+
+
+def test_least_squares_of_a_singular_gram_is_the_minimum_norm_solution():
+    from methods.omp import _least_squares
+
+    g = np.random.default_rng(3)
+    A = g.normal(size=(5, 3, 7))
+    A[1, 2] = A[1, 0]  # row 1: two identical atoms, a singular Gram matrix
+    x = g.normal(size=(5, 7))
+    got = _least_squares(torch.as_tensor(A), torch.as_tensor(x)).numpy()
+    for _ in range(20):  # the same answer every time (LAPACK's gelsy was not, on this matrix)
+        assert np.array_equal(_least_squares(torch.as_tensor(A), torch.as_tensor(x)).numpy(), got)
+    for i in range(5):
+        want = np.linalg.lstsq(A[i].T, x[i], rcond=None)[0]
+        np.testing.assert_allclose(got[i], want, rtol=1e-6, atol=1e-9)
