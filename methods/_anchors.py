@@ -20,7 +20,7 @@ import numpy as np
 from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, SPECIAL, TokenMapping
 
-__all__ = ["helper_vectors", "anchor_mapping"]
+__all__ = ["helper_vectors", "split_tokens", "anchor_mapping"]
 
 
 def helper_vectors(path: Path | str, target_tok: Any, n_target: int) -> tuple[np.ndarray, np.ndarray, dict]:
@@ -75,6 +75,30 @@ def helper_vectors(path: Path | str, target_tok: Any, n_target: int) -> tuple[np
             "matched_target_tokens": int(len(pairs)), "same_vocabulary": bool(same),
             "load_s": round(time.perf_counter() - t0, 3)}
     return vecs, has, info
+
+
+def split_tokens(pairs: np.ndarray, has: np.ndarray, specials: set[int], n_target: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(anchors, new, solve)`` of an anchor method.
+
+    ``anchors``: the overlap pairs ``[target, source]`` whose target token has a vector (``has``;
+    special tokens never count); ``new``: target ids neither in the overlap nor special; ``solve``:
+    the new tokens that have a vector — none when there is no anchor to combine.
+
+    Example:
+        >>> a, n, s = split_tokens(np.array([[1, 7], [2, 8]]), np.array([1, 1, 0, 1, 0], bool), {0}, 5)
+        >>> a.tolist(), n.tolist(), s.tolist()
+        ([[1, 7]], [3, 4], [3])
+    """
+    has = has.copy()
+    has[[t for t in specials if t < n_target]] = False
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    anchors = pairs[has[pairs[:, 0]]]
+    taken = np.zeros(n_target, dtype=bool)
+    taken[pairs[:, 0]] = True
+    taken[[t for t in specials if t < n_target]] = True
+    new = np.flatnonzero(~taken).astype(np.int64)
+    return anchors, new, new[has[new]] if len(anchors) else new[:0]
 
 
 def anchor_mapping(n_target: int, n_source: int, *, specials: np.ndarray, copied: np.ndarray, targets: np.ndarray,

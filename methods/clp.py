@@ -37,7 +37,7 @@ import numpy as np
 from harness import vocab as _canon
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
-from methods._anchors import anchor_mapping, helper_vectors
+from methods._anchors import anchor_mapping, helper_vectors, split_tokens
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine, iter_cosine_chunks
 
 __all__ = ["ClpConfig", "Clp", "clp_weights"]
@@ -151,10 +151,7 @@ class Clp:
         t_helper = time.perf_counter() - t0
         specials = _canon.special_ids(tgt_tok)
         has[[s for s in specials if s < n_target]] = False
-        anchors = pairs[has[pairs[:, 0]]] if len(pairs) else pairs
-        copied = set(pairs[:, 0].tolist())
-        new = np.array([t for t in range(n_target) if t not in copied and t not in specials], dtype=np.int64)
-        solve = new[has[new]] if len(anchors) else new[:0]
+        anchors, new, solve = split_tokens(pairs, has, specials, n_target)
         if cfg.top_k is None and len(solve) * len(anchors) > cfg.max_dense_weights:
             raise ValueError(
                 f"clp: {len(solve)} new tokens x {len(anchors)} overlap tokens = {len(solve) * len(anchors):,} weights "

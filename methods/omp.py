@@ -47,7 +47,7 @@ import torch
 from harness import vocab as _canon
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
-from methods._anchors import anchor_mapping, helper_vectors
+from methods._anchors import anchor_mapping, helper_vectors, split_tokens
 from methods.focus import Focus, FocusConfig
 
 __all__ = ["OmpConfig", "Omp", "omp_select"]
@@ -274,12 +274,9 @@ class Omp:
         donor, has, donor_info = self._donor(inputs, n_target, aux_seed)
         t_donor = time.perf_counter() - t0
         specials = _canon.special_ids(tgt_tok)
-        has[list(s for s in specials if s < n_target)] = False
-        has &= np.linalg.norm(donor, axis=1) > 0
-        anchors = pairs[has[pairs[:, 0]]] if len(pairs) else pairs
-        copied_ids = set(pairs[:, 0].tolist())
-        new = np.array([t for t in range(n_target) if t not in copied_ids and t not in specials], dtype=np.int64)
-        solve = new[has[new]] if len(anchors) else new[:0]
+        has = has & (np.linalg.norm(donor, axis=1) > 0)
+        has[[s for s in specials if s < n_target]] = False
+        anchors, new, solve = split_tokens(pairs, has, specials, n_target)
 
         t0 = time.perf_counter()
         idx, coef, used = omp_select(donor[solve], donor[anchors[:, 0]], cfg.k, selection=cfg.selection,

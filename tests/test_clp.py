@@ -17,7 +17,7 @@ import pytest
 from harness import registry, seeding
 from harness import vocab as _canon
 from harness.config import ConfigError, SourceSpec, TargetSpec, TokenizerSpec
-from harness.protocols import COMBINED, COPIED, FALLBACK, TransferInputs, TransferResources
+from harness.protocols import COMBINED, COPIED, FALLBACK, TransferResources
 from methods.clp import MIN_SIMILARITY_SUM, ClpConfig, clp_weights
 
 
@@ -58,21 +58,8 @@ def test_a_token_whose_cosines_cancel_is_not_combined():
 
 
 @pytest.fixture(scope="module")
-def transfer(tiny_world, tiny_source, tiny_helper, tmp_path_factory):
-    from transformers import AutoModel, AutoModelForMaskedLM
-
-    from harness.tokenizers import load_tokenizer, train_tokenizer
-    from harness.world import World
-
-    w = World(tiny_world)
-    src_model = AutoModelForMaskedLM.from_pretrained(tiny_source)
-    tgt_tok = train_tokenizer([w.text("near", "train")], "unigram", 300, cache_dir=tmp_path_factory.mktemp("tok"))
-    inputs = TransferInputs(
-        source_tokenizer=load_tokenizer(str(tiny_source)), target_tokenizer=tgt_tok,
-        source_embeddings=src_model.get_input_embeddings().weight.detach().float().clone(), helper_model=tiny_helper,
-    )
-    helper = AutoModel.from_pretrained(tiny_helper).get_input_embeddings().weight.detach().double().numpy()
-    return {"inputs": inputs, "helper": helper, "world": w, "model_dir": tiny_source}
+def transfer(near_transfer):
+    return near_transfer
 
 
 def _run(inputs, **cfg):

@@ -13,7 +13,7 @@ import torch
 
 from harness import registry, seeding, surgery
 from harness import vocab as _canon
-from harness.protocols import COMBINED, COPIED, FALLBACK, TransferInputs
+from harness.protocols import COMBINED, COPIED, FALLBACK
 from methods.omp import OmpConfig, omp_select
 
 
@@ -82,23 +82,8 @@ def test_fewer_atoms_than_k_and_degenerate_inputs():
 
 
 @pytest.fixture(scope="module")
-def transfer(tiny_world, tiny_source, tiny_helper, tmp_path_factory):
-    from transformers import AutoModel, AutoModelForMaskedLM
-
-    from harness.tokenizers import load_tokenizer, train_tokenizer
-    from harness.world import World
-
-    w = World(tiny_world)
-    src_model = AutoModelForMaskedLM.from_pretrained(tiny_source)
-    tgt_tok = train_tokenizer([w.text("near", "train")], "unigram", 300, cache_dir=tmp_path_factory.mktemp("tok"))
-    inputs = TransferInputs(
-        source_tokenizer=load_tokenizer(str(tiny_source)), target_tokenizer=tgt_tok,
-        source_embeddings=src_model.get_input_embeddings().weight.detach().float().clone(),
-        target_corpus=w.text("near", "train"), helper_model=tiny_helper, cache_dir=tmp_path_factory.mktemp("cache"),
-    )
-    helper = AutoModel.from_pretrained(tiny_helper).get_input_embeddings().weight.detach().double().numpy()
-    assert load_tokenizer(tiny_helper).get_vocab() == tgt_tok.get_vocab()  # the world helper: the target vocabulary
-    return {"inputs": inputs, "helper": helper, "model_dir": tiny_source}
+def transfer(near_transfer):
+    return near_transfer
 
 
 def _run(inputs, **cfg):
