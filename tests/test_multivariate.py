@@ -242,3 +242,17 @@ def test_config_rejects_bad_values():
     with pytest.raises(ValueError, match="RandomRows.distribution"):
         RandomRows("spherical")
     assert MultivariateConfig().scale == 1.0 and MultivariateConfig(covariance_scale=0.5).scale == 0.5
+
+
+@pytest.mark.parametrize("spec", [RandomRows("full"), RandomRows("transformers", 1e-9), RandomRows("full", 0.5)])
+def test_draws_depend_on_the_generator_only(spec):
+    import random
+
+    E = _source(200, 6)
+    a = draw(E, 50, torch.Generator().manual_seed(9), spec)
+    random.seed(3)
+    np.random.seed(3)
+    torch.manual_seed(3)
+    _ = torch.randn(10), np.random.rand(4)
+    assert torch.equal(a, draw(E, 50, torch.Generator().manual_seed(9), spec))
+    assert not torch.equal(a, draw(E, 50, torch.Generator().manual_seed(10), spec))
