@@ -1,7 +1,7 @@
 """Random embedding rows: the distributions of :class:`harness.protocols.RandomRows`.
 
 The harness draws a mapping's FALLBACK rows here (:func:`draw`, called by
-:func:`harness.surgery.materialize`), each matrix from its own rows' statistics:
+:func:`harness.model.surgery.materialize`), each matrix from its own rows' statistics:
 
 * ``diagonal`` — N(mean, std) per dimension (every method's fallback; METHODS.md "Baselines");
 * ``full`` — N(mu, s * Sigma), mu and Sigma the mean and covariance (divided by n) of the rows

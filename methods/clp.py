@@ -127,7 +127,7 @@ class Clp:
     """
 
     combines = True
-    """New tokens are combinations of overlap rows: an all-fallback result is flagged (harness.sanity)."""
+    """New tokens are combinations of overlap rows: an all-fallback result is flagged (harness.run.sanity)."""
     convex = False
     """Weights sum to 1 but a negative cosine gives a negative weight."""
 

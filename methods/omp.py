@@ -249,7 +249,7 @@ class Omp:
     """
 
     combines = True
-    """New tokens are combinations of anchors: an all-fallback result is flagged (harness.sanity)."""
+    """New tokens are combinations of anchors: an all-fallback result is flagged (harness.run.sanity)."""
     convex = False
     """Coefficients are least-squares solutions: not normalized, possibly negative."""
 

@@ -26,6 +26,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError
 from tasks.languages import HUB_DATASETS, LANGUAGES, get_language, hub_config
 
 TASK_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -45,7 +46,7 @@ trial seed, so all methods and seeds are selected on the same dev examples."""
 DEV_FRACTION = 0.1
 
 
-class DataError(ValueError):
+class DataError(TokxferError, ValueError):
     """A data file or data set that cannot be used; the message names the file or the hub id."""
 
 

@@ -91,8 +91,8 @@ def tiny_helper(tiny_world, tiny_pretrain_overrides) -> Path:
     """A helper model in the target vocabulary (CLP's helper, OMP's donor): a tiny MLM that the harness
     pretrains on the tiny world's ``near`` text (``targets[].helper_model: world:mlm``) with the
     unigram-300 tokenizer the method tests train for ``near`` — the same vocabulary."""
-    from harness.config import SourceSpec, TargetSpec, TokenizerSpec
-    from harness.resources import helper_model_dir
+    from harness.run.config import SourceSpec, TargetSpec, TokenizerSpec
+    from harness.run.resources import helper_model_dir
     from harness.world import World
 
     target = TargetSpec("near", tokenizer=TokenizerSpec(algorithm="unigram", vocab_size=300), helper_model="world:mlm")
