@@ -101,6 +101,49 @@ def test_rows_are_the_brute_force_clp_average_of_the_overlap(transfer, top_k):
     np.testing.assert_allclose(sums[comb], 1.0, atol=1e-5)
 
 
+def test_extension_rows_are_the_brute_force_clp_average_and_old_rows_stay(transfer):
+    """Extension mode: the added tokens are CLP averages of the overlap (now the whole source vocabulary
+    the helper knows), re-derived by hand with the helper's vectors looked up by canonical form; every
+    old id keeps its source row once the harness applies ``keep_original_rows``."""
+    from harness.extension import extend_tokenizer, keep_original_rows
+
+    inputs, H = transfer["inputs"], transfer["helper"]
+    src_tok = inputs.source_tokenizer
+    ext, added = extend_tokenizer(src_tok, inputs.target_tokenizer, inputs.target_corpus, 40)
+    assert len(added) == 40
+    res = _run(dataclasses.replace(inputs, target_tokenizer=ext, extension_tokenizer=inputs.target_tokenizer))
+    n_old = _canon.vocab_size(src_tok)
+    m, info = keep_original_rows(res.mapping, n_old, _canon.special_ids(src_tok))
+    assert info["n_added"] == 40
+    assert np.array_equal(m.indices[m.indptr[:n_old]], np.arange(n_old)) and np.all(m.weights[m.indptr[:n_old]] == 1)
+    # the helper's row of each extended-vocabulary token, by canonical form (the helper speaks the target vocabulary)
+    helper_row = {c: i for i, c in reversed(list(enumerate(_canon.canonical_vocab(inputs.target_tokenizer))))
+                  if c is not None}
+    canon = _canon.canonical_vocab(ext)
+    ov = _canon.compute_overlap(src_tok, ext, fuzzy=False)
+    anchors = np.array([(t, s) for t, s in ov.exact if canon[t] in helper_row], dtype=np.int64)
+    A = H[[helper_row[canon[t]] for t in anchors[:, 0]]]
+    combined = 0
+    for t in added:
+        if canon[t] not in helper_row:
+            assert m.provenance[t] == FALLBACK
+            continue
+        c = _cos(H[[helper_row[canon[t]]]], A)[0]
+        if c.sum() <= MIN_SIMILARITY_SUM:
+            assert m.provenance[t] == FALLBACK
+            continue
+        combined += 1
+        assert m.provenance[t] == COMBINED
+        got = dict(zip(*(x.tolist() for x in m.row(t))))
+        want: dict[int, float] = {}
+        for s, w in zip(anchors[:, 1].tolist(), (c / c.sum()).tolist()):
+            want[s] = want.get(s, 0.0) + w
+        assert got.keys() == want.keys()
+        np.testing.assert_allclose([got[s] for s in want], list(want.values()), rtol=1e-4, atol=1e-6)
+    assert combined >= 10  # the rest: cosines over the whole source vocabulary that sum to <= 0 (checked above)
+    assert {t for ids in res.random_reasons.values() for t in ids} >= {t for t in added if m.provenance[t] == FALLBACK}
+
+
 def test_without_a_helper_or_with_a_foreign_one(transfer):
     inputs = transfer["inputs"]
     with pytest.raises(ValueError, match="inputs.helper_model"):
