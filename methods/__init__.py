@@ -7,6 +7,7 @@ from methods import (  # noqa: F401
     from_scratch,
     mean_of_pieces,
     multivariate,
+    ofa,
     omp,
     original,
     overlap,
