@@ -350,6 +350,7 @@ FAST_METHOD_CONFIG: dict[str, dict] = {
     "wechsel": {"dim": 16, "epochs": 1, "min_count": 1, "threads": 1, "bucket": 540_672},
     "tiktotok": {"min_count": 1, "aligner": "ibm1"},
     "omp": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_threads": 1, "aux_bucket": 540_672},
+    "ofa": {"dim": 16, "epochs": 5, "min_count": 1},
 }
 """Tiny fastText / aligner settings for methods that train auxiliary models; others use defaults."""
 

@@ -193,6 +193,13 @@ METHOD_NEEDS: dict[str, tuple[Need, ...]] = {
         Need(("helper_model",), "a small model trained in the target vocabulary: its embedding cosines weight the "
              "overlap rows"),
     ),
+    "ofa": (
+        Need(("parallel_corpus",), "sentence pairs to build multilingual word vectors from", (("vectors", "parallel"),)),
+        Need(("source_word_vectors",), "source-language word vectors in the same space as the target's",
+             (("vectors", "given"),)),
+        Need(("target_word_vectors",), "target-language word vectors in the same space as the source's",
+             (("vectors", "given"),)),
+    ),
 }
 """Requirements of the built-in methods that read more than the two tokenizers and the source embeddings.
 

@@ -41,7 +41,7 @@ hf_logging.set_verbosity_error()
 METHODS = registry.names("method")
 EXTEND_TOP_N = 10
 PROBE = [3, 5, 9, 17, 40, 41, 12]
-COMBINING = ("focus", "wechsel", "vipi", "tiktotok", "mean-of-pieces", "omp", "clp")
+COMBINING = ("focus", "wechsel", "vipi", "tiktotok", "mean-of-pieces", "omp", "clp", "ofa")
 """Methods whose non-overlap rows are combinations of source rows (the rest copy or draw rows)."""
 
 

@@ -19,6 +19,7 @@ FAST = {
     "wechsel": {"dim": 16, "epochs": 1, "min_count": 1, "bucket": 540_672},
     "tiktotok": {"min_count": 1, "aligner": "ibm1"},
     "omp": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_bucket": 540_672},
+    "ofa": {"dim": 16, "epochs": 5, "min_count": 1},
 }
 METHODS = registry.names("method")
 
