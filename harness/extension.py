@@ -58,6 +58,10 @@ from harness.vocab import (
     vocab_size,
 )
 
+DEFAULT_EXTEND_TOP_N = 30_000
+"""How many target tokens extension mode adds when a config or flag does not say (the FOCUS paper's
+30k); the one place this default is spelled (configs, ``tokxfer init --extend-top-n``, the API)."""
+
 logger = logging.getLogger(__name__)
 
 

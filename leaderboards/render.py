@@ -26,6 +26,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from harness.files import write_atomic
 from harness.inputs import check_name, require_inside
 from leaderboards.aggregate import FLAGS, NONDETERMINISTIC_PREFIX, Cell, Row, Table, best_methods
 from leaderboards.spec import Column, MetricSpec
@@ -884,16 +885,7 @@ def write_text_atomic(path: Path, text: str, *, within: str | os.PathLike | None
     path = Path(path)
     if within is not None:
         require_inside(path.parent, within, "--out")
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, text)
 
 
 def write_index(

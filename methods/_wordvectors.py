@@ -50,7 +50,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
-import os
 import tempfile
 import time
 from collections import Counter
@@ -62,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import TokxferError
+from harness.files import open_atomic
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
 from methods import _fasttext
 
@@ -298,18 +298,12 @@ def word_counts(corpus: str | Path, *, max_lines: int | None = None) -> Counter:
 def _pretokenize_words(corpus: Path, out: Path) -> Path:
     """Write ``corpus`` as space-joined :func:`word_tokenize` words (atomic temp file + rename)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as w, open(corpus, encoding="utf-8", newline="\n") as r:
-            for line in r:
-                toks = word_tokenize(line)
-                if toks:
-                    w.write(" ".join(toks))
-                    w.write("\n")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with open_atomic(out, "w") as w, open(corpus, encoding="utf-8", newline="\n") as r:
+        for line in r:
+            toks = word_tokenize(line)
+            if toks:
+                w.write(" ".join(toks))
+                w.write("\n")
     return out
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.cli.init_checks import InitInputError, Notes, corpus_vocabulary, prepare_dictionary, prepare_parallel
+from harness.extension import DEFAULT_EXTEND_TOP_N
 from harness.model.heads import HeadError, missing_head
 from harness.model.provenance import MAX_RANDOM_ROWS, PROVENANCE_CATEGORIES, provenance_summary, random_rows_warning
 
@@ -344,7 +345,7 @@ def add_arguments(sp: argparse.ArgumentParser) -> None:
                    "(e.g. a plain encoder): the head is initialized at random from --seed and init_info.json says so")
     g.add_argument("--mode", default="replace", choices=["replace", "extend"],
                    help="replace the vocabulary (default), or extend the source vocabulary with target tokens")
-    g.add_argument("--extend-top-n", type=int, default=30000, help="--mode extend: how many target tokens to add")
+    g.add_argument("--extend-top-n", type=int, default=DEFAULT_EXTEND_TOP_N, help="--mode extend: how many target tokens to add")
     g.add_argument("--bias", default="map", choices=["map", "zero", "keep"], help="the MLM output bias of new tokens")
     g.add_argument("--seed", type=int, default=1, help="seed of every random number, an integer >= 0 (default 1)")
     g.add_argument("--config", nargs="*", metavar="KEY=VALUE", help="method options (see --explain), e.g. k=10 temperature=0.1")

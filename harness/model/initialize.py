@@ -33,7 +33,7 @@ import torch
 
 from harness import progress, registry, seeding
 from harness.cache import cached_dir
-from harness.extension import extend_tokenizer, keep_original_rows
+from harness.extension import DEFAULT_EXTEND_TOP_N, extend_tokenizer, keep_original_rows
 from harness.model import surgery
 from harness.model.diagnostics import world_diagnostics
 from harness.protocols import PROVENANCE_NAMES, InitResult, RandomRows, TokenMapping, TransferInputs, TransferResources
@@ -80,7 +80,7 @@ class InitRequest:
     source_language: str = "src"
     target_language: str = "tgt"
     mode: str = "replace"
-    extend_top_n: int = 30000
+    extend_top_n: int = DEFAULT_EXTEND_TOP_N
     bias: str = "map"
     head_needed_by: str | None = None
 
@@ -221,7 +221,7 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
 def initialize_model(
     *, source_model: str, source_tokenizer: str | None, target_tok, method_name: str, method_config: Any,
     seed: int, model_kind: str, transfer_paths: TransferResources | dict, source_language: str = "src",
-    target_language: str = "tgt", mode: str = "replace", extend_top_n: int = 30000, bias: str = "map",
+    target_language: str = "tgt", mode: str = "replace", extend_top_n: int = DEFAULT_EXTEND_TOP_N, bias: str = "map",
 ) -> Initialized:
     """Keyword form of :func:`initialize` (no world, no cache), as ``tokxfer init`` calls it.
 

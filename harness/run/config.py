@@ -36,6 +36,7 @@ import yaml
 from harness import inputs, registry
 from harness.cache import content_hash
 from harness.errors import TokxferError
+from harness.extension import DEFAULT_EXTEND_TOP_N
 from harness.inputs import name_problem
 from harness.registry import MAX_VOCAB_SIZE
 
@@ -306,7 +307,7 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     world: WorldSpec | None = None
     mode: str = "replace"
-    extend_top_n: int = 30000
+    extend_top_n: int = DEFAULT_EXTEND_TOP_N
     description: str = ""
     path: str | None = None
     hold_seeds: tuple[tuple[str, int], ...] = ()
@@ -384,7 +385,7 @@ class TrialSpec:
     task: ComponentSpec
     seed: int
     mode: str = "replace"
-    extend_top_n: int = 30000
+    extend_top_n: int = DEFAULT_EXTEND_TOP_N
     hold_seeds: tuple[tuple[str, int], ...] = ()
 
     def component_seed(self, component: str) -> int | None:
@@ -568,7 +569,7 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         return ExperimentConfig(
             name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
             tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
-            world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", 30000),
+            world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", DEFAULT_EXTEND_TOP_N),
             description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
             hold_seeds=tuple(sorted(hold.items(), key=lambda kv: str(kv[0]))),
         )

@@ -14,11 +14,11 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 from harness import about, registry
+from harness.files import write_atomic
 from harness.run import records
 from harness.run.claims import TrialClaims
 from harness.run.config import ExperimentConfig, TrialSpec, config_hash
@@ -152,9 +152,7 @@ def _mtime_ns(path: Path) -> int | None:
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2))
 
 
 def run_experiment(
