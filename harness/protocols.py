@@ -217,6 +217,34 @@ class RandomRows:
             raise ValueError(f"RandomRows.covariance_scale must be a finite number > 0, got {scale!r}")
 
 
+@dataclass(frozen=True)
+class LowRank:
+    """Rows installed through a rank-``rank`` factorization of each matrix (OFA: ``Es ≈ Fs · P`` by SVD).
+
+    For each matrix the harness installs (input embeddings, untied output embeddings, encoder/decoder
+    copies), with ``V`` the top ``rank`` right singular vectors of the source matrix (uncentered, as
+    OFA's SVD): a mapped row becomes ``(W · Es) · V · Vᵀ`` — the mapping's weights applied to the
+    coordinates ``Fs = U``, times the primitives ``P = S · Vᵀ`` — and a random row is drawn in the
+    coordinate space (from the rows of ``Es · V``, by the result's ``random_rows``) and multiplied by
+    ``Vᵀ``. Rows below ``first_row`` are installed as the mapping gives them (extension mode keeps the
+    original rows). A vocabulary bias is a vector, not a factorized matrix: it is mapped as usual. A
+    ``rank`` at or above a matrix's width changes nothing.
+
+    Example:
+        >>> LowRank(100).first_row
+        0
+    """
+
+    rank: int
+    first_row: int = 0
+
+    def __post_init__(self) -> None:
+        for name, least in (("rank", 1), ("first_row", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise ValueError(f"LowRank.{name} must be an integer >= {least}, got {v!r}")
+
+
 @dataclass
 class InitResult:
     """What a method returns.
@@ -236,6 +264,8 @@ class InitResult:
             here as special tokens without a source role, or "no reason given by the method".
         random_rows: the distribution the harness draws the random rows from (default: N(mean, std)
             per dimension; ``multivariate`` asks for the full covariance, see :class:`RandomRows`).
+        low_rank: ``None`` (default): rows are the mapping's sums of source rows. A :class:`LowRank`:
+            they pass through a rank-``r`` factorization of each matrix (``ofa`` with ``rank < d``).
     """
 
     mapping: TokenMapping
@@ -244,6 +274,7 @@ class InitResult:
     directives: dict = field(default_factory=dict)
     random_reasons: dict[str, Any] = field(default_factory=dict)
     random_rows: RandomRows = field(default_factory=RandomRows)
+    low_rank: LowRank | None = None
 
 
 @runtime_checkable

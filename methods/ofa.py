@@ -25,14 +25,17 @@ OFA factorizes the source embeddings ``Es ≈ Fs · P`` (coordinates ``|Vs| x d'
    reference defaults ``k = 10``, ``τ = 0.1``.
 5. A new token without a vector (or with no candidate) is random (FALLBACK, with its reason).
 
-**Factorization.** The reference's default ``keep_dim`` is the model's width (768 for XLM-R base),
-where it skips the factorization: ``Fs = Es``, ``P = I``. That is the default here (``rank: null``),
-and then the rows above are exactly the mapping's weighted sums of source rows. A smaller ``rank``
-(the paper's OFA-100/200/400) is refused: ``Fs = U_{d'}``, ``P = S_{d'} V_{d'}^T`` (SVD, as the
-reference) makes even copied rows the rank-``d'`` reconstruction ``Es V V^T``, which is no sparse
-combination of source rows — the harness installs mappings only; and a model that keeps the factorized
-embeddings during continued pretraining (the point of OFA's small ``d'``) is outside this harness.
-Since ``Et = Ft · P`` is linear, the mapping's weights are the coordinate weights at every rank.
+**Factorization.** ``rank: null`` (default) is the reference's default ``keep_dim``, the model's
+width (768 for XLM-R base), where it skips the factorization: ``Fs = Es``, ``P = I``, and the rows
+above are exactly the mapping's weighted sums of source rows. A smaller ``rank`` (the paper's
+OFA-100/200/400) factorizes by SVD as the reference does — ``Fs = U_r``, ``P = S_r V_rᵀ`` — and, since
+``Et = Ft · P`` is linear in the coordinates, the mapping's weights are the coordinate weights at every
+rank: the method returns the same mapping plus :class:`~harness.protocols.LowRank` ``(rank)``, and the
+harness installs ``(W · Es) · V_r V_rᵀ`` per matrix (copied rows too become their rank-``r``
+reconstruction; an untied output matrix gets its own SVD) and draws random rows as random coordinates
+(N(mean, std) of ``Fs``'s columns, the reference's fallback) times ``P``. The installed model keeps the
+full-width embedding matrix: OFA's parameter saving during continued pretraining (training ``Ft`` and
+``P`` apart) is not modelled, only the initialization.
 
 Differences from the reference code (``cisnlp/ofa``, ``ofa/utils.py``), each an option where it
 changes rows: ``candidates: with-vector`` (default) lets only source tokens that have a vector be
@@ -57,7 +60,7 @@ from typing import Any, Literal
 import numpy as np
 
 from harness import vocab as _canon
-from harness.protocols import InitResult, TransferInputs
+from harness.protocols import InitResult, LowRank, TransferInputs
 from harness.registry import register_method
 from methods import _align, _fasttext
 from methods._anchors import anchor_mapping
@@ -81,8 +84,8 @@ class OfaConfig:
     """Softmax temperature over the neighbours' cosines (reference ``--temperature 0.1``)."""
 
     rank: int | None = None
-    """``d'``, the coordinates' width; ``null``: the embedding width, i.e. no factorization (the reference's
-    default ``keep_dim``). A smaller rank is refused (see the module docstring)."""
+    """``d'``, the coordinates' width (the paper: 100, 200, 400, or the model's width); ``null``: the embedding
+    width, i.e. no factorization (the reference's default ``keep_dim``)."""
 
     vectors: Literal["parallel", "given"] = "parallel"
     """``parallel``: multilingual word vectors trained here on ``inputs.parallel_corpus`` (merge and shuffle);
@@ -246,14 +249,9 @@ class Ofa:
         src_tok, tgt_tok = inputs.source_tokenizer, inputs.target_tokenizer
         n_source, d = (int(x) for x in inputs.source_embeddings.shape)
         n_target = _canon.vocab_size(tgt_tok)
-        if cfg.rank is not None and cfg.rank < d:
-            raise ValueError(
-                f"ofa: rank={cfg.rank} < the embedding width {d}: factorized rows are rank-{cfg.rank} reconstructions, "
-                "not combinations of source rows, which is all the harness installs; use rank: null (the reference's "
-                "default keep_dim, no factorization)"
-            )
         if cfg.rank is not None and cfg.rank > d:
             raise ValueError(f"ofa: rank={cfg.rank} exceeds the embedding width {d} (the reference refuses it too)")
+        factorized = cfg.rank is not None and cfg.rank < d
         t0 = time.perf_counter()
         (src_words, src_vecs), (tgt_words, tgt_vecs), vec_info = self._word_vectors(inputs, rng)
         t_vectors = time.perf_counter() - t0
@@ -298,7 +296,7 @@ class Ofa:
             "overlap": {**ov.report(), "fuzzy_matching": cfg.fuzzy, "used": int(len(pairs))},
             "vectors": vec_info,
             "ofa": {
-                "k": cfg.k, "temperature": cfg.temperature, "rank": cfg.rank, "factorized": False,
+                "k": cfg.k, "temperature": cfg.temperature, "rank": cfg.rank, "factorized": factorized,
                 "candidates": cfg.candidates, "word_counts": cfg.word_counts, "candidate_tokens": int(len(cand)),
                 "source_coverage": round(float(has_src.mean()), 4) if n_source else None,
                 "target_coverage": round(float(has_tgt.mean()), 4) if n_target else None,
@@ -312,7 +310,8 @@ class Ofa:
         if cfg.vectors == "parallel" and cfg.threads > 1:
             info["nondeterministic"] = ["fasttext"]
         return InitResult(mapping=mapping, tokenizer=tgt_tok, info=info,
-                          random_reasons={why: ids for why, ids in groups.items() if ids})
+                          random_reasons={why: ids for why, ids in groups.items() if ids},
+                          low_rank=LowRank(int(cfg.rank)) if factorized else None)
 
     def _word_vectors(self, inputs: TransferInputs, rng: np.random.Generator
                       ) -> tuple[tuple[list[str], np.ndarray], tuple[list[str], np.ndarray], dict]:

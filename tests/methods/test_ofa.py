@@ -219,9 +219,87 @@ def test_errors_name_the_missing_input_and_the_field(transfer):
     with pytest.raises(ValueError, match="inputs.target_word_vectors"):
         _run(dataclasses.replace(inputs, target_word_vectors=None), vectors="given")
     d = int(inputs.source_embeddings.shape[1])
-    with pytest.raises(ValueError, match="rank=4 < the embedding width"):
-        _run(inputs, vectors="given", rank=4)
-    assert _run(inputs, vectors="given", rank=d).mapping.counts()["combined"] > 0  # rank = width: no factorization
+    with pytest.raises(ValueError, match="exceeds the embedding width"):
+        _run(inputs, vectors="given", rank=d + 1)
+    full = _run(inputs, vectors="given", rank=d)  # rank = width: no factorization
+    assert full.low_rank is None and full.info["ofa"]["factorized"] is False
     for bad in ({"k": 0}, {"temperature": 0}, {"vectors": "colexnet"}, {"rank": -1}, {"candidates": "some"}):
         with pytest.raises(ValueError, match=next(iter(bad))):
             OfaConfig(**bad)
+
+
+# ------------------------------------------------------------------------- the factorization (rank < d)
+
+
+@pytest.fixture(scope="module")
+def untied_source(tmp_path_factory):
+    """A tiny untied XLM-R-style MLM (hidden 16) with the fixtures' transfer files."""
+    from tests._tokfixtures import FAMILIES, SOURCE_TEXT, TARGET_TEXT, transfer_files
+
+    d = tmp_path_factory.mktemp("ofa-untied")
+    fam = FAMILIES["xlm-r-untied"]
+    tok = fam.tokenizer(SOURCE_TEXT)
+    model = fam.build(tok)
+    model.save_pretrained(d / "model")
+    tok.save_pretrained(d / "model")
+    return {"dir": str(d / "model"), "tok": tok, "model": model, "target": fam.tokenizer(TARGET_TEXT),
+            "files": transfer_files(d / "files")}
+
+
+@pytest.mark.parametrize("mode", ["replace", "extend"])
+def test_factorized_rows_are_the_mapping_through_each_matrixs_rank_r_svd(untied_source, mode):
+    """``rank: 4`` of 16: every installed row is the mapping applied to the coordinates ``U_r`` times
+    ``P = S_r V_rᵀ`` — re-derived with numpy's SVD of each matrix (input and untied output apart) — random
+    rows lie in the rank-4 row space, the MLM bias is mapped as usual, and in extension mode the
+    original rows stay the source's bit for bit."""
+    import torch
+
+    from harness.model.initialize import InitRequest, initialize
+    from harness.registry import build_config
+
+    src, rank = untied_source, 4
+    init = initialize(InitRequest(
+        source_model=src["dir"], target_tokenizer=src["target"], method="ofa",
+        method_config=build_config(OfaConfig, {**FAST, "rank": rank}), seed=1, model_kind="mlm",
+        resources=src["files"], mode=mode, extend_top_n=20,
+    ))
+    m = init.result.mapping
+    n_old = _canon.vocab_size(src["tok"])
+    first = n_old if mode == "extend" else 0
+    assert init.result.low_rank is not None and init.result.low_rank.first_row == first
+    assert init.result.info["ofa"]["factorized"] is True
+    W = np.zeros((m.n_target, m.n_source))
+    for t in range(m.n_target):
+        ids, w = m.row(t)
+        W[t, ids] = w
+    fb = m.provenance == FALLBACK
+    mapped = ~fb & (np.arange(m.n_target) >= first)
+    assert mapped.sum() >= 20 and np.sum(m.provenance[first:] == COMBINED) > 0
+    with torch.no_grad():
+        for new, old in ((init.model.get_input_embeddings().weight, src["model"].get_input_embeddings().weight),
+                         (init.model.get_output_embeddings().weight, src["model"].get_output_embeddings().weight)):
+            E, got = old.double().numpy(), new.double().numpy()
+            V = np.linalg.svd(E, full_matrices=False)[2][:rank].T
+            np.testing.assert_allclose(got[mapped], (W[mapped] @ E) @ V @ V.T, atol=2e-5)
+            assert not np.allclose(got[mapped], (W[mapped] @ E), atol=1e-3)  # the factorization changed them
+            rnd = fb & (np.arange(m.n_target) >= first)
+            if rnd.any():
+                np.testing.assert_allclose(got[rnd] - got[rnd] @ V @ V.T, 0, atol=2e-5)
+            if mode == "extend":
+                assert np.array_equal(got[:n_old], E)
+        bias_new, bias_old = init.model.lm_head.bias.double().numpy(), src["model"].lm_head.bias.double().numpy()
+        np.testing.assert_allclose(bias_new[~fb], W[~fb] @ bias_old, atol=1e-6)
+
+
+def test_the_init_cache_keeps_the_factorization(transfer):
+    from harness.model.initialize import cached_init
+    from harness.protocols import LowRank
+
+    inputs = transfer["inputs"]
+    method = registry.get("method", "ofa").make({"vectors": "given", "rank": 3})
+    compute = lambda: method.initialize(inputs, seeding.numpy_rng(1, "init", "ofa"))  # noqa: E731
+    first = cached_init({"test": "ofa-low-rank"}, compute, inputs.target_tokenizer)
+    again = cached_init({"test": "ofa-low-rank"}, compute, inputs.target_tokenizer)
+    assert again.info.get("cache_hit") is True and again.low_rank == first.low_rank == LowRank(3)
+    with pytest.raises(ValueError, match="LowRank.rank"):
+        LowRank(0)
