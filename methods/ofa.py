@@ -120,6 +120,14 @@ class OfaConfig:
     window: int = 10
     """``parallel``: skipgram context window, in tagged words of the shuffled pair."""
 
+    center: bool = True
+    """``parallel``: subtract the mean of all the trained word vectors (both languages). Skipgram on a small
+    corpus leaves every vector with a large shared component (on the tiny world every pair of words has
+    cosine > 0.99), which keeps the neighbour ranking but flattens softmax(cos / τ) to uniform weights;
+    removing it (Mu & Viswanath 2018, "all-but-the-top") keeps the space's alignment. ``false``: raw
+    fastText vectors. ColexNet+ (the reference's vectors) needs no such step; ``given`` vectors are used
+    as they are."""
+
     threads: int = 1
     """``parallel``: fastText threads (1 is bit-reproducible)."""
 
@@ -136,6 +144,8 @@ class OfaConfig:
             if getattr(self, name) not in allowed:
                 raise ValueError(f"OfaConfig.{name} must be one of {', '.join(map(repr, allowed))}, "
                                  f"got {getattr(self, name)!r}")
+        if not isinstance(self.center, bool):
+            raise ValueError(f"OfaConfig.center must be a bool, got {self.center!r}")
         for name in ("k", "dim", "epochs", "min_count", "window", "threads", "chunk_rows"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -351,12 +361,12 @@ class Ofa:
                 ws=cfg.window, bucket=_fasttext.min_bucket(cfg.dim), seed=seed, threads=cfg.threads,
                 cache_dir=Path(inputs.cache_dir) if inputs.cache_dir is not None else None, report=report, compact=True,
             )
-        words, matrix = list(ft.words), np.asarray(ft.word_matrix)
-        sides = []
-        for tag in (SOURCE_TAG, TARGET_TAG):
-            ids = [i for i, w in enumerate(words) if w.startswith(tag)][: cfg.max_words]
-            sides.append(([words[i][len(tag):] for i in ids], matrix[ids]))
+        words, matrix = list(ft.words), np.asarray(ft.word_matrix, dtype=np.float64)
+        tagged = [[i for i, w in enumerate(words) if w.startswith(tag)][: cfg.max_words] for tag in (SOURCE_TAG, TARGET_TAG)]
+        if cfg.center and tagged[0] + tagged[1]:
+            matrix = matrix - matrix[tagged[0] + tagged[1]].mean(0)
+        sides = [([words[i][len(tag):] for i in ids], matrix[ids]) for tag, ids in zip((SOURCE_TAG, TARGET_TAG), tagged)]
         info = {"kind": "parallel (merge and shuffle)", "sentence_pairs": len(pairs), "source_words": len(sides[0][0]),
-                "target_words": len(sides[1][0]), "dim": cfg.dim, "fasttext_seed": seed,
+                "target_words": len(sides[1][0]), "dim": cfg.dim, "centered": cfg.center, "fasttext_seed": seed,
                 "fasttext": {k: report.get(k) for k in ("cache", "seconds", "deterministic")}}
         return sides[0], sides[1], info

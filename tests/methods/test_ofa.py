@@ -196,10 +196,14 @@ def test_parallel_vectors_put_translations_together_and_follow_the_trial_seed(tr
         if t in ti and s in si:
             gold.append((ti[t], si[s]))
     assert len(gold) >= 20
+    assert vinfo["centered"] is True and np.allclose(np.concatenate([sv, tv]).mean(0), 0, atol=1e-6)
     sv = sv / np.linalg.norm(sv, axis=1, keepdims=True)
     tv = tv / np.linalg.norm(tv, axis=1, keepdims=True)
     hits = np.mean([np.argmax(sv @ tv[a]) == b for a, b in gold])  # chance: 1 / len(sw)
     assert hits > 0.5, hits
+    g = np.random.default_rng(0)
+    random_cos = np.mean(np.sum(tv[g.integers(0, len(tv), 2000)] * sv[g.integers(0, len(sv), 2000)], axis=1))
+    assert np.mean([tv[a] @ sv[b] for a, b in gold]) > random_cos + 0.3  # centred: cosines tell pairs apart
 
     a, b = _run(inputs, 3, **FAST), _run(inputs, 3, **FAST)
     assert np.array_equal(a.mapping.indices, b.mapping.indices) and np.array_equal(a.mapping.weights, b.mapping.weights)
