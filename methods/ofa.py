@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -352,13 +353,19 @@ class Ofa:
         pairs = read_parallel_corpus(Path(inputs.parallel_corpus))
         lines = pseudo_bilingual_lines(pairs, rng)
         seed = int(rng.integers(0, 2**31 - 1)) if cfg.fasttext_seed is None else int(cfg.fasttext_seed)
+        # fastText with fewer than 10 threads randomly initializes only the first threads/10 of its input
+        # matrix (methods._fasttext): with no n-grams, buckets are what keeps every word row inside it
+        counts = Counter(w for line in lines for w in line.split())
+        n_words = sum(1 for c in counts.values() if c >= cfg.min_count)
+        spare = -(-(n_words + 1) * (10 - cfg.threads) // cfg.threads) + 10 if cfg.threads < 10 else 0  # +1: "</s>"
+        bucket = max(_fasttext.min_bucket(cfg.dim), spare)
         report: dict = {}
         with tempfile.TemporaryDirectory() as tmp:
             text = Path(tmp) / "pseudo-bilingual.txt"
             text.write_text("\n".join(lines) + "\n", encoding="utf-8")
             ft = _fasttext.train_fasttext(
                 text, dim=cfg.dim, epoch=cfg.epochs, min_count=cfg.min_count, model="skipgram", minn=0, maxn=0,
-                ws=cfg.window, bucket=_fasttext.min_bucket(cfg.dim), seed=seed, threads=cfg.threads,
+                ws=cfg.window, bucket=bucket, seed=seed, threads=cfg.threads,
                 cache_dir=Path(inputs.cache_dir) if inputs.cache_dir is not None else None, report=report, compact=True,
             )
         words, matrix = list(ft.words), np.asarray(ft.word_matrix, dtype=np.float64)
@@ -368,5 +375,6 @@ class Ofa:
         sides = [([words[i][len(tag):] for i in ids], matrix[ids]) for tag, ids in zip((SOURCE_TAG, TARGET_TAG), tagged)]
         info = {"kind": "parallel (merge and shuffle)", "sentence_pairs": len(pairs), "source_words": len(sides[0][0]),
                 "target_words": len(sides[1][0]), "dim": cfg.dim, "centered": cfg.center, "fasttext_seed": seed,
-                "fasttext": {k: report.get(k) for k in ("cache", "seconds", "deterministic")}}
+                "fasttext": {**{k: report.get(k) for k in ("cache", "seconds", "deterministic", "zero_init_words")},
+                             "bucket": bucket}}
         return sides[0], sides[1], info

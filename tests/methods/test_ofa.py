@@ -189,6 +189,7 @@ def test_parallel_vectors_put_translations_together_and_follow_the_trial_seed(tr
     method = Ofa(OfaConfig(dim=32, epochs=50, min_count=1))
     (sw, sv), (tw, tv), vinfo = method._word_vectors(inputs, seeding.numpy_rng(1, "init", "ofa"))
     assert vinfo["sentence_pairs"] > 100 and len(sw) > 50 and len(tw) > 50
+    assert vinfo["fasttext"]["zero_init_words"] == 0
     si, ti = {x: i for i, x in enumerate(sw)}, {x: i for i, x in enumerate(tw)}
     gold = []
     for line in open(w.dictionary("near"), encoding="utf-8"):
