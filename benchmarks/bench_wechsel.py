@@ -53,7 +53,7 @@ embedding matrix (a one-layer XLM-R saved as a Hugging Face directory), cbow dim
 
 * ``reference`` — ``wechsel.WECHSEL(source_ft, target_ft, bilingual_dictionary=...).apply(source_tokenizer,
   target_tokenizer, E)``, in a subprocess; its neighbours (``info.sources``) are kept per row;
-* ``tokxfer`` — :func:`harness.model.initialize.initialize_model` (the function ``tokxfer init`` calls; its CLI has
+* ``tokxfer`` — :func:`harness.model.initialize.initialize` (the function ``tokxfer init`` calls; its CLI has
   no word-vector flags) with each ``--variants`` entry: ``reference`` (:meth:`WechselConfig.reference`),
   ``reference-unique-pairs``, ``reference-float64-procrustes`` and ``reference-no-special-candidates``
   (one option back at the paper's setting: the rows each option explains), ``paper`` (the defaults).
@@ -530,7 +530,7 @@ def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
 
 
 def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> None:
-    """Run WECHSEL through :func:`harness.model.initialize.initialize_model` (what ``tokxfer init`` runs) on the same files.
+    """Run WECHSEL through :func:`harness.model.initialize.initialize` (what ``tokxfer init`` runs) on the same files.
 
     ``tokxfer init`` has no flags for word-vector files, so this calls the function it calls, with
     the same transfer paths plus the two ``.bin`` models, and writes ``init_info.json`` the same way.
@@ -538,8 +538,8 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     import numpy as np
     import torch
 
-    from harness.model.initialize import initialize_model, write_init_info
-    from harness.protocols import COMBINED
+    from harness.model.initialize import InitRequest, initialize, write_init_info
+    from harness.protocols import COMBINED, TransferResources
     from harness.registry import build_config, get
     from harness.run.resources import load_tokenizer
 
@@ -549,14 +549,14 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     cfg = build_config(entry.config_cls, _variant_config(variant), where=f"variant {variant}")
     tgt = load_tokenizer(paths["target_tokenizer"])
     t0 = time.perf_counter()
-    init = initialize_model(
-        source_model=paths["source_model"], source_tokenizer=None, target_tok=tgt, method_name="wechsel", method_config=cfg,
-        seed=1, model_kind="mlm", transfer_paths={
-            "target_corpus": Path(paths["target_text"]), "source_corpus": Path(paths["source_text"]), "parallel_corpus": None,
-            "dictionary": Path(paths["dictionary"]), "source_word_vectors": Path(paths["source_vectors"]),
-            "target_word_vectors": Path(paths["target_vectors"]),
-        },
-    )
+    init = initialize(InitRequest(
+        source_model=paths["source_model"], target_tokenizer=tgt, method="wechsel", method_config=cfg, seed=1,
+        model_kind="mlm", resources=TransferResources(
+            target_corpus=Path(paths["target_text"]), source_corpus=Path(paths["source_text"]),
+            dictionary=Path(paths["dictionary"]), source_word_vectors=Path(paths["source_vectors"]),
+            target_word_vectors=Path(paths["target_vectors"]),
+        ),
+    ))
     wall = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     write_init_info(out / "init_info.json", init, {"method": "wechsel", "variant": variant, "seed": 1})

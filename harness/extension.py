@@ -406,6 +406,8 @@ def _extend_bpe(
         ``(added, skipped)``: the added candidates in id order, and the considered candidates that
         never became reachable.
     """
+    # Stays whole: one pass that picks candidates and re-segments them under the merges chosen so far; its state
+    # (segmentations, merges, stuck candidates) would have to be threaded through every piece.
     model = cfg["model"]
     vocab: dict[str, int] = model["vocab"]
     old_model = _plain_model(cfg, backend)

@@ -419,6 +419,7 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
     for a float field (YAML 1.1 reads ``1e-3`` as a string). Anything else of the wrong type is a
     :class:`ValueError` naming the field, the expected type and the value.
     """
+    # Stays whole: one branch per field type, in the order of the rules above; split, the coercion rules scatter.
     import types
     import typing
 

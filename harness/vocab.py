@@ -32,211 +32,35 @@ Example:
 
 from __future__ import annotations
 
-import functools
-import json
 import re
 import string
 import unicodedata
 import weakref
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from harness import families as _families
 from harness import progress as _progress
+from harness.families import (  # noqa: F401  (re-exported: harness.vocab is the public import path)
+    _BYTE_PIECE,
+    _ROLE_ALIASES,
+    FAMILIES,
+    ROLES,
+    Canon,
+    FamilySpec,
+    _backend,
+    _per_tokenizer,
+    bytes_to_unicode,
+    family_spec,
+    tokenizer_family,
+    tokenizer_key,
+    unicode_to_bytes,
+)
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
-
-FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
-"""The tokenizer families this module understands."""
-
-ROLES = ("bos", "eos", "unk", "pad", "mask", "cls", "sep")
-"""Special-token roles, in the order they are tried when matching."""
-
-# RoBERTa/XLM-R use <s> both as bos and cls and </s> both as eos and sep; BERT has only cls/sep.
-# A role that a tokenizer leaves unset is filled from its counterpart so the two styles match.
-_ROLE_ALIASES = {"cls": "bos", "bos": "cls", "sep": "eos", "eos": "sep"}
-
-_BYTE_PIECE = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
-
-
-@dataclass(frozen=True)
-class Canon:
-    """Canonical form of one token.
-
-    Attributes:
-        text: the token's bytes with the word-start/continuation marker removed.
-        word_start: whether the token begins a word (SentencePiece ``▁``, byte-level ``Ġ``,
-            WordPiece: no ``##``).
-    """
-
-    text: bytes
-    word_start: bool
-
-
-@functools.lru_cache(maxsize=1)
-def bytes_to_unicode() -> dict[int, str]:
-    """GPT-2's reversible map from the 256 byte values to printable unicode characters.
-
-    Example:
-        >>> bytes_to_unicode()[ord(" ")]
-        'Ġ'
-    """
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
-@functools.lru_cache(maxsize=1)
-def unicode_to_bytes() -> dict[str, int]:
-    """Inverse of :func:`bytes_to_unicode` (printable stand-in character -> byte value)."""
-    return {c: b for b, c in bytes_to_unicode().items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# Family detection
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class FamilySpec:
-    """What :func:`canonical_vocab` needs to know about a tokenizer's spelling conventions.
-
-    Attributes:
-        family: one of :data:`FAMILIES`.
-        model_type: the backend model type (``"Unigram"``, ``"BPE"``, ``"WordPiece"``).
-        marker: the word-start marker (``"▁"`` for SentencePiece, ``"Ġ"`` for byte-level) or the
-            continuation prefix (``"##"`` for WordPiece).
-        byte_fallback: whether ``<0xNN>`` pieces are byte-fallback pieces.
-        metaspace_split: SentencePiece only: whether the pre-tokenizer splits at ``▁``.
-    """
-
-    family: str
-    model_type: str
-    marker: str
-    byte_fallback: bool = False
-    metaspace_split: bool = True
-
-
-def _backend(tok: Any) -> Any:
-    backend = getattr(tok, "backend_tokenizer", None)
-    if backend is None or not hasattr(backend, "to_str"):
-        raise ValueError(
-            f"unsupported tokenizer type {type(tok).__name__}: only fast tokenizers (a `tokenizers` backend, "
-            f"PreTrainedTokenizerFast / TokenizersBackend) of the families {', '.join(FAMILIES)} are supported; "
-            "load it with use_fast=True or build it with the `tokenizers` library"
-        )
-    return backend
-
-
-def _components(node: Any) -> list[dict]:
-    """Flatten a (possibly ``Sequence``) normalizer/pre-tokenizer/decoder JSON node."""
-    if not node:
-        return []
-    if node.get("type") == "Sequence":
-        out = []
-        for key in ("pretokenizers", "normalizers", "decoders"):
-            for child in node.get(key) or []:
-                out.extend(_components(child))
-        return out
-    return [node]
-
-
-_SPEC_CACHE: weakref.WeakKeyDictionary[Any, tuple[tuple[int, int], FamilySpec]] = weakref.WeakKeyDictionary()
-
-
-def _per_tokenizer(memo: weakref.WeakKeyDictionary, tok: Any, key: Any, compute: Callable[[], Any]) -> Any:
-    """``compute()``, memoized per tokenizer object while ``key`` stays the same (computed every time
-    for objects that cannot be weakly referenced)."""
-    try:
-        hit = memo.get(tok)
-    except TypeError:
-        return compute()
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    value = compute()
-    memo[tok] = (key, value)
-    return value
-
-
-def family_spec(tok: Any) -> FamilySpec:
-    """Detect a fast tokenizer's family and spelling conventions from its backend.
-
-    The result is cached per tokenizer object (keyed on its backend and length), because parsing
-    the backend JSON of a 250k vocabulary takes tens of milliseconds.
-
-    Raises:
-        ValueError: for slow tokenizers and for model/pre-tokenizer combinations outside
-            :data:`FAMILIES`, naming the type found and what is supported.
-    """
-    backend = _backend(tok)
-    return _per_tokenizer(_SPEC_CACHE, tok, (id(backend), len(tok)),
-                          lambda: _family_spec_from_json(json.loads(backend.to_str()), type(tok).__name__))
-
-
-def _family_spec_from_json(cfg: dict, type_name: str) -> FamilySpec:
-    model = cfg.get("model") or {}
-    mtype = model.get("type", "?")
-    pre = _components(cfg.get("pre_tokenizer"))
-    dec = _components(cfg.get("decoder"))
-    norm = _components(cfg.get("normalizer"))
-    types = {c.get("type") for c in pre + dec}
-    byte_fallback = bool(model.get("byte_fallback")) or "ByteFallback" in {c.get("type") for c in dec}
-    if mtype == "WordPiece":
-        return FamilySpec("wordpiece", mtype, model.get("continuing_subword_prefix") or "##")
-    if mtype not in ("BPE", "Unigram", "WordLevel"):
-        raise ValueError(_unsupported(type_name, mtype, pre, dec))
-    if "ByteLevel" in types:
-        return FamilySpec("bytelevel", mtype, "Ġ", byte_fallback=False)
-    meta = [c for c in pre + dec if c.get("type") == "Metaspace"]
-    if meta:
-        split = all(c.get("split", True) for c in pre if c.get("type") == "Metaspace")
-        return FamilySpec("sentencepiece", mtype, meta[0].get("replacement", "▁"), byte_fallback, split)
-    # Llama/Gemma style: no pre-tokenizer; the normalizer replaces " " with "▁" and the decoder undoes it.
-    for c in norm + dec:
-        if c.get("type") == "Replace":
-            pattern = (c.get("pattern") or {}).get("String")
-            content = c.get("content")
-            if (pattern == " " and content and len(content) == 1 and content != " ") or (
-                content == " " and pattern and len(pattern) == 1
-            ):
-                marker = content if pattern == " " else pattern
-                return FamilySpec("sentencepiece", mtype, marker, byte_fallback, metaspace_split=False)
-    if mtype == "BPE" and model.get("continuing_subword_prefix") and not model.get("end_of_word_suffix"):
-        return FamilySpec("wordpiece", mtype, model["continuing_subword_prefix"])
-    raise ValueError(_unsupported(type_name, mtype, pre, dec))
-
-
-def _unsupported(type_name: str, mtype: str, pre: list[dict], dec: list[dict]) -> str:
-    pre_t = "+".join(str(c.get("type")) for c in pre) or "none"
-    dec_t = "+".join(str(c.get("type")) for c in dec) or "none"
-    return (
-        f"unsupported tokenizer {type_name} (model {mtype}, pre-tokenizer {pre_t}, decoder {dec_t}); supported families: "
-        "sentencepiece (Unigram/BPE with Metaspace or a '▁' Replace normalizer), bytelevel (ByteLevel pre-tokenizer or "
-        "decoder), wordpiece (WordPiece model, or BPE with a continuing_subword_prefix)"
-    )
-
-
-def tokenizer_family(tok: Any) -> str:
-    """``"sentencepiece"``, ``"bytelevel"`` or ``"wordpiece"``.
-
-    Raises:
-        ValueError: naming the tokenizer/model/pre-tokenizer type when it is none of these.
-
-    Example:
-        >>> tokenizer_family(object())  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ValueError: unsupported tokenizer type object: only fast tokenizers ...
-    """
-    return family_spec(tok).family
-
 
 # ----------------------------------------------------------------------------------------------
 # Vocabulary
@@ -604,6 +428,15 @@ def _index(canons: list[Canon | None], is_byte: np.ndarray, limit: int) -> dict[
     return index
 
 
+def _fuzzy_index(index: dict[Canon, int], symbolic_rule: str) -> dict[bytes, dict[bool, int]]:
+    """Lower-cased text of each symbolic source piece -> {word start: source id} (the first id per key)."""
+    fz: dict[bytes, dict[bool, int]] = {}
+    for c, s in index.items():
+        if is_symbolic(c, symbolic_rule):
+            fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+    return fz
+
+
 def match_specials(source_tok: Any, target_tok: Any) -> tuple[np.ndarray, list[str]]:
     """Pairs ``[target_id, source_id]`` of special tokens matched by role, and unmatched contents.
 
@@ -663,7 +496,9 @@ def compute_overlap(
     if symbolic_rule not in SYMBOLIC_RULES:
         raise ValueError(f"compute_overlap: symbolic_rule must be one of {SYMBOLIC_RULES}, got {symbolic_rule!r}")
     limit = len(s_canon) if n_source is None else min(int(n_source), len(s_canon))
-    index = _index(s_canon, s_byte, limit)
+    content = tokenizer_key(source_tok)
+    index = _families._CONTENT_MEMO.get(None if content is None else ("index", content, limit),
+                                        lambda: _index(s_canon, s_byte, limit))
     exact, missing = [], []
     for t, c in enumerate(t_canon):
         if c is None:
@@ -676,10 +511,8 @@ def compute_overlap(
     fuzzy_pairs = []
     if missing:
         # Fuzzy key: lower-cased text, word start ignored; prefer the same word-start flag.
-        fz: dict[bytes, dict[bool, int]] = {}
-        for c, s in index.items():
-            if is_symbolic(c, symbolic_rule):
-                fz.setdefault(c.text.decode("utf-8").lower().encode("utf-8"), {}).setdefault(c.word_start, s)
+        fz = _families._CONTENT_MEMO.get(None if content is None else ("fuzzy", content, limit, symbolic_rule),
+                                         lambda: _fuzzy_index(index, symbolic_rule))
         for t, c in missing:
             cands = fz.get(c.text.decode("utf-8").lower().encode("utf-8"))
             if cands:
@@ -930,6 +763,7 @@ __all__ = [
     "token_string",
     "token_strings",
     "tokenizer_family",
+    "tokenizer_key",
     "unicode_to_bytes",
     "vocab_size",
 ]

@@ -32,6 +32,9 @@ os.environ["HF_HOME"] = str(_SESSION_TMP / "hf_home")
 os.environ["TOKXFER_CACHE"] = str(_SESSION_TMP / "cache")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# `tokxfer run`/`quickstart` run trials in one worker process per core by default; the suite's in-process
+# calls of main() run them in the test's process (xdist already has one per core), tests of the workers ask
+os.environ["TOKXFER_WORKERS"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -48,7 +48,7 @@ from harness.protocols import (
 from harness.run import resources
 from harness.vocab import special_ids, vocab_size
 
-__all__ = ["InitRequest", "Initialized", "load_source", "check_head", "initialize", "initialize_model", "cached_init",
+__all__ = ["InitRequest", "Initialized", "load_source", "check_head", "initialize", "cached_init",
            "init_summary", "provenance_string", "write_init_info", "INIT_CACHE_KIND"]
 
 INIT_CACHE_KIND = "inits"
@@ -224,25 +224,6 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
         model=model, tokenizer=result.tokenizer, result=result, source_tokenizer=src_tok, source_embeddings=src_emb,
         diagnostics=diag, timings={"load_s": t_load, "method_s": t_method, "install_s": time.perf_counter() - t0},
     )
-
-
-def initialize_model(
-    *, source_model: str, source_tokenizer: str | None, target_tok, method_name: str, method_config: Any,
-    seed: int, model_kind: str, transfer_paths: TransferResources | dict, source_language: str = "src",
-    target_language: str = "tgt", mode: str = "replace", extend_top_n: int = DEFAULT_EXTEND_TOP_N, bias: str = "map",
-) -> Initialized:
-    """Keyword form of :func:`initialize` (no world, no cache), as ``tokxfer init`` calls it.
-
-    ``transfer_paths`` may be a mapping with the :class:`TransferResources` field names. New code
-    builds an :class:`InitRequest` and calls :func:`initialize`.
-    """
-    res = transfer_paths if isinstance(transfer_paths, TransferResources) else TransferResources(**transfer_paths)
-    return initialize(InitRequest(
-        source_model=source_model, target_tokenizer=target_tok, method=method_name, method_config=method_config,
-        seed=seed, model_kind=model_kind, resources=res, source_tokenizer=source_tokenizer,
-        source_language=source_language, target_language=target_language, mode=mode, extend_top_n=extend_top_n,
-        bias=bias,
-    ))
 
 
 def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch: bool) -> InitResult:

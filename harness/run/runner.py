@@ -36,7 +36,7 @@ from harness.tokenizers import tokenizer_state
 log = logging.getLogger("tokxfer")
 
 __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run_trial", "trial_record", "failed_record",
-           "execute"]
+           "execute", "prepare_shared"]
 
 
 def device() -> str:
@@ -196,6 +196,34 @@ def failed_record(spec: TrialSpec, exc: BaseException, started: str, *, with_tra
              "traceback": traceback.format_exc() if with_traceback else None}
     return trial_record(spec, "failed", started=started, error=error,
                         flags=None)  # the sanity guards need a finished trial
+
+
+def prepare_shared(specs: list[TrialSpec], *, progress: bool = True) -> None:
+    """Build, in this process, what several trials of a grid share: built-in source models and target tokenizers.
+
+    For worker processes (:class:`harness.run.executors.WorkerPoolExecutor`): two workers would
+    otherwise build the same entry at once (the cache keeps one, the other's minutes are lost), and a
+    source model's pretraining depends on the torch thread count (:mod:`harness.world.pretrain`), so it
+    is pretrained here, with this process's threads, exactly as a one-worker run pretrains it. A
+    resource that cannot be built is left to its trials, which record the error as they always do.
+    """
+    done: set[str] = set()
+    for spec in specs:
+        for what, key, build in (
+            ("source model", ("source", spec.source, spec.world, spec.encoding.name),
+             lambda s=spec: resources.source_model_dir(s.source, s.world, progress=progress, encoding=s.encoding.name)),
+            ("target tokenizer", ("target", spec.target, spec.world),
+             lambda s=spec: resources.target_tokenizer(s.target, resources.world_for(s.world), progress=progress)),
+        ):
+            k = repr(key)
+            if k in done:
+                continue
+            done.add(k)
+            try:
+                build()
+            except Exception as e:  # the trials that need it fail and record why
+                log.debug("could not prepare the %s of trial %s (%s) before the workers start: %s", what,
+                          spec.trial_id, spec.describe(), e)
 
 
 def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> TrialRecord:

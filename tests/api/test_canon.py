@@ -199,9 +199,12 @@ def test_canonical_vocab_covers_every_id_and_nones_specials():
 def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_tokens(monkeypatch):
     import copy
 
+    import harness.families
     import harness.vocab as hv
+    from harness.cache import ProcessMemo
 
     tok = copy.deepcopy(FAMILY_BUILDERS["sentencepiece"]())  # the fixture builders share their tokenizers
+    monkeypatch.setattr(harness.families, "_CONTENT_MEMO", ProcessMemo(8))  # other tests canonicalized the same content
     calls = []
     real = hv._canonical_detail_uncached
     monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
@@ -212,6 +215,40 @@ def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_to
     tok.add_tokens(["zzqqxx"])
     grown = canonical_vocab(tok)
     assert len(calls) == 2 and len(grown) == len(again) + 1 and grown[-1].text == b"zzqqxx"
+
+
+def test_canonical_vocab_is_shared_by_tokenizers_with_the_same_content(monkeypatch):
+    """A trial loads its source tokenizer afresh: a new object with the same content (whatever its
+    truncation state) reuses the canonical forms; other content is canonicalized on its own."""
+    import copy
+
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    import harness.families
+    import harness.vocab as hv
+    from harness.cache import ProcessMemo
+
+    monkeypatch.setattr(harness.families, "_CONTENT_MEMO", ProcessMemo(8))
+    calls = []
+    real = hv._canonical_detail_uncached
+    monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
+    base = FAMILY_BUILDERS["sentencepiece"]()
+
+    def fresh():
+        return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(base.backend_tokenizer.to_str()),
+                                       **{k: getattr(base, k) for k in ("unk_token", "pad_token", "bos_token", "eos_token")})
+
+    a, b = fresh(), fresh()
+    b.backend_tokenizer.enable_truncation(5)
+    assert hv.tokenizer_key(a) == hv.tokenizer_key(b)
+    assert canonical_vocab(a) == canonical_vocab(b) == real(a)[0] and len(calls) == 1
+    c = fresh()
+    c.add_tokens(["zzqqxx"])
+    assert hv.tokenizer_key(c) != hv.tokenizer_key(a)
+    assert canonical_vocab(c)[-1].text == b"zzqqxx" and len(calls) == 2
+    canonical_vocab(copy.deepcopy(FAMILY_BUILDERS["wordpiece"]()))  # the builders share their tokenizers
+    assert len(calls) == 3
 
 
 @pytest.mark.parametrize(
