@@ -19,6 +19,7 @@ from harness import registry, seeding
 from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL
 from methods.ofa import OfaConfig, pseudo_bilingual_lines
+from tests.methods.test_baselines import extension_source  # noqa: F401  (a fixture)
 
 FAST = {"dim": 16, "epochs": 2, "min_count": 1}
 
@@ -237,18 +238,12 @@ def test_errors_name_the_missing_input_and_the_field(transfer):
 
 
 @pytest.fixture(scope="module")
-def untied_source(tmp_path_factory):
-    """A tiny untied XLM-R-style MLM (hidden 16) with the fixtures' transfer files."""
-    from tests._tokfixtures import FAMILIES, SOURCE_TEXT, TARGET_TEXT, transfer_files
+def untied_source(extension_source):  # noqa: F811
+    """The tiny untied XLM-R-style MLM (hidden 16) of the extension tests, with a target tokenizer."""
+    from tests._tokfixtures import TARGET_TEXT, unigram
 
-    d = tmp_path_factory.mktemp("ofa-untied")
-    fam = FAMILIES["xlm-r-untied"]
-    tok = fam.tokenizer(SOURCE_TEXT)
-    model = fam.build(tok)
-    model.save_pretrained(d / "model")
-    tok.save_pretrained(d / "model")
-    return {"dir": str(d / "model"), "tok": tok, "model": model, "target": fam.tokenizer(TARGET_TEXT),
-            "files": transfer_files(d / "files")}
+    return {"dir": str(extension_source["dir"]), "tok": extension_source["tok"], "model": extension_source["model"],
+            "target": unigram(TARGET_TEXT), "files": extension_source["paths"]}
 
 
 @pytest.mark.parametrize("mode", ["replace", "extend"])
