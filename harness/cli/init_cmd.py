@@ -127,6 +127,21 @@ def _existing_file(value: str | None, flag: str) -> Path | None:
     return p.resolve()
 
 
+def _existing_model_dir(value: str | None, flag: str) -> Path | None:
+    if value is None:
+        return None
+    from harness import inputs
+
+    try:
+        inputs.check_model_dir(value, field=flag)
+    except inputs.InputFileError as e:
+        raise InitInputError(str(e)) from None
+    p = Path(value).expanduser()
+    if not p.is_dir():
+        raise InitInputError(f"{flag} {value}: not found (a local model directory was meant)")
+    return p.resolve()
+
+
 def missing_inputs(name: str, cfg: Any, given: set[str], typed: dict[str, str] | None = None,
                    needs: tuple[Need, ...] | None = None) -> list[str]:
     """One message per unmet requirement of method ``name`` under ``cfg`` (empty: all met).
@@ -286,7 +301,8 @@ def run(args: argparse.Namespace) -> int:
     except registry.RegistryError as e:
         raise registry.RegistryError(f"--method: {e}") from None
     cfg_values = _config_values(args, entry.config_cls, args.method)
-    paths = {f.field: _existing_file(getattr(args, f.field), f.flag) for f in INPUT_FLAGS}
+    paths = {f.field: (_existing_model_dir if f.directory else _existing_file)(getattr(args, f.field), f.flag)
+             for f in INPUT_FLAGS}
     cfg = _method_config(args, entry.config_cls, cfg_values, paths)
 
     with progress.reporting(None if args.quiet else _bar_factory(notes), lines=None if args.quiet else notes.note):
@@ -533,7 +549,8 @@ def _init_info(args: argparse.Namespace, cfg: Any, init: Any, paths: dict, metho
         "source": _model_record(args.source, "--source"),
         "source_tokenizer": _model_record(args.source_tokenizer or args.source, "--source-tokenizer"),
         "target_tokenizer": _model_record(args.target_tokenizer, "--target-tokenizer"),
-        "inputs": {k: {**_input_record(v, INPUT_BY_FIELD[k].flag), "read_by_method": method_paths[k] is not None,
+        "inputs": {k: {**(_model_record if INPUT_BY_FIELD[k].directory else _input_record)(v, INPUT_BY_FIELD[k].flag),
+                       "read_by_method": method_paths[k] is not None,
                        **(input_info.get(k) or {})} for k, v in paths.items() if v is not None},
         "checks": {k: v for k, v in input_info.items() if k not in paths and v is not None},
         "new_head": new_head,

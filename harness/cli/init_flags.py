@@ -26,6 +26,8 @@ class InputFlag:
     field: str
     metavar: str
     help: str
+    directory: bool = False
+    """A model directory (``--helper-model``), checked and recorded as one; the others are files."""
 
     @property
     def flag(self) -> str:
@@ -47,6 +49,9 @@ INPUT_FLAGS: tuple[InputFlag, ...] = (
     InputFlag("parallel_corpus", "FILE", 'sentence pairs: JSON lines {"source": ..., "target": ...} or TSV '
               "TARGET_SENTENCE<TAB>SOURCE_SENTENCE (format sniffed from the first line; --swap-parallel if the "
               "sides are the other way round)"),
+    InputFlag("helper_model", "DIR", "a small model trained in the target language with the target tokenizer "
+              "(a save_pretrained directory with its tokenizer): CLP reads its embeddings; OMP uses them as its "
+              "donor space", directory=True),
 )
 """File inputs, in the order of ``--help``."""
 
@@ -143,6 +148,23 @@ METHOD_NEEDS: dict[str, tuple[Need, ...]] = {
     ),
     "tiktotok": (
         Need(("parallel_corpus",), "sentence pairs to word-align"),
+    ),
+    "omp": (
+        Need(("target_corpus", "aux_model_path"), "text to train the donor space, FOCUS's token-level fastText, on "
+             "(or a trained one)", (("donor", "fasttext"),)),
+        Need(("helper_model",), "a model trained in the target vocabulary: its embeddings are the donor space",
+             (("donor", "helper"),)),
+    ),
+    "clp": (
+        Need(("helper_model",), "a small model trained in the target vocabulary: its embedding cosines weight the "
+             "overlap rows"),
+    ),
+    "ofa": (
+        Need(("parallel_corpus",), "sentence pairs to build multilingual word vectors from", (("vectors", "parallel"),)),
+        Need(("source_word_vectors",), "source-language word vectors in the same space as the target's",
+             (("vectors", "given"),)),
+        Need(("target_word_vectors",), "target-language word vectors in the same space as the source's",
+             (("vectors", "given"),)),
     ),
 }
 """Requirements of the built-in methods that read more than the two tokenizers and the source embeddings.

@@ -36,7 +36,15 @@ from harness.cache import cached_dir
 from harness.extension import DEFAULT_EXTEND_TOP_N, extend_tokenizer, keep_original_rows
 from harness.model import surgery
 from harness.model.diagnostics import world_diagnostics
-from harness.protocols import PROVENANCE_NAMES, InitResult, TokenMapping, TransferInputs, TransferResources
+from harness.protocols import (
+    PROVENANCE_NAMES,
+    InitResult,
+    LowRank,
+    RandomRows,
+    TokenMapping,
+    TransferInputs,
+    TransferResources,
+)
 from harness.run import resources
 from harness.vocab import special_ids, vocab_size
 
@@ -236,7 +244,10 @@ def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch:
         return dataclasses.replace(result, info=with_extension(
             original_rows_kept=True, reason="the method keeps the source tokenizer; nothing was added"))
     mapping, ext = keep_original_rows(result.mapping, vocab_size(src_tok), special_ids(src_tok))
-    return dataclasses.replace(result, mapping=mapping, info=with_extension(original_rows_kept=True, **ext))
+    # a factorized result (ofa with rank < d) factorizes the new rows only: the original ones stay the source's
+    low_rank = dataclasses.replace(result.low_rank, first_row=vocab_size(src_tok)) if result.low_rank else None
+    return dataclasses.replace(result, mapping=mapping, low_rank=low_rank,
+                               info=with_extension(original_rows_kept=True, **ext))
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,7 +285,10 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
                  weights=m.weights, provenance=m.provenance)
         reasons = {k: np.asarray(v, dtype=np.int64).tolist() for k, v in res.random_reasons.items()}
         (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives,
-                                                 "random_reasons": reasons}, default=str))
+                                                 "random_reasons": reasons,
+                                                 "random_rows": dataclasses.asdict(res.random_rows),
+                                                 "low_rank": dataclasses.asdict(res.low_rank) if res.low_rank else None},
+                                                default=str))
 
     try:
         d = cached_dir(INIT_CACHE_KIND, key, build)
@@ -286,8 +300,10 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
     meta = json.loads((d / "init.json").read_text())
     mapping = TokenMapping(int(z["shape"][0]), int(z["shape"][1]), z["indptr"], z["indices"], z["weights"], z["provenance"])
     # only results whose tokenizer is the given one are cached, so it is the right one here
+    # entries written before ``random_rows`` existed hold methods that draw N(mean, std): the default
     return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"],
-                      meta.get("random_reasons") or {})
+                      meta.get("random_reasons") or {}, RandomRows(**(meta.get("random_rows") or {})),
+                      LowRank(**meta["low_rank"]) if meta.get("low_rank") else None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ PROVENANCE_CATEGORIES: dict[str, str] = {
                      "methods count as 'copied'; a FOCUS/WECHSEL combination with all weight on one token, which those "
                      "count as 'combined')",
     "combined": "combination of source rows: a weighted sum of two or more source rows",
-    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed; why, row by row, is in "
-                "random_rows.reasons (from the method, else inferred: a special token without a source role)",
+    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed (multivariate: from their full "
+                "covariance); why, row by row, is in random_rows.reasons (from the method, else inferred: a special "
+                "token without a source role)",
 }
 """The provenance categories of ``tokxfer init``'s summary and ``init_info.json`` (``categories``),
 computed from the mapping alone, the same way for every method (:func:`categorize`)."""

@@ -259,11 +259,56 @@ def check_corpus(path: Path, *, chunk_size: int = 1 << 20) -> Path:
     return path
 
 
-def transfer_resources(target: TargetSpec, world: Any) -> TransferResources:
-    """The corpora, dictionary and word vectors of a target, as local paths.
+def helper_model_dir(target: TargetSpec, world: Any, source: SourceSpec | None = None, *,
+                     progress: bool = True) -> Path | None:
+    """The target's helper model (``targets[].helper_model``) as a local directory, ``None`` if unset.
+
+    ``world:mlm`` / ``world:clm``: a RoBERTa/GPT-2-like model pretrained on the target's corpus (its
+    dev text for the held-out loss) with a tokenizer trained exactly as the target tokenizer is
+    (same corpus, algorithm and size: the same vocabulary), with the source's ``pretrain`` settings
+    (architecture, steps, seed; ``PretrainConfig`` defaults for a source that is not a world model),
+    cached by content (:func:`harness.world.pretrain.pretrain_on_files`). Anything else is a local
+    model directory or a ``real:`` name.
+
+    Raises:
+        ResourceError: no corpus to pretrain on, or a directory that is not a model.
+    """
+    value = target.helper_model
+    if value is None:
+        return None
+    field = f"targets[{target.language}].helper_model"
+    if value in TargetSpec.WORLD_HELPERS:
+        corpus = target_corpus(target, world)
+        if corpus is None:
+            raise ResourceError(f"{field}: {value} is pretrained on the target's corpus, and there is none")
+        from harness import registry
+        from harness.world.pretrain import PretrainConfig, pretrain_on_files
+
+        keep = {k: v for k, v in (source.pretrain if source is not None and source.world_kind else {}).items()
+                if k not in ("extra_languages", "extra_fraction", "encoding", "kind")}  # one language, plain
+        cfg = registry.build_config(PretrainConfig, {**keep, "kind": value.split(":", 1)[1],
+                                                     "vocab_size": target.tokenizer.vocab_size,
+                                                     "tokenizer_algorithm": target.tokenizer.algorithm}, where=field)
+        dev = [world.text(target.language, "dev")] if world is not None and target.language in world.languages else []
+        return Path(pretrain_on_files([corpus], cfg, dev_files=dev, cache_dir=cache_dir(), progress=progress))
+    path = local_name(value)
+    try:
+        inputs.check_model_dir(path, field=field)
+    except inputs.InputFileError as e:
+        raise ResourceError(str(e)) from None
+    if not Path(path).expanduser().is_dir():
+        raise ResourceError(f"{field}: {path} is not a local model directory (the helper's embeddings are read from it)")
+    return Path(path).expanduser()
+
+
+def transfer_resources(target: TargetSpec, world: Any, *, source: SourceSpec | None = None,
+                       progress: bool = True) -> TransferResources:
+    """The corpora, dictionary, word vectors and helper model of a target, as local paths.
 
     Paths named in the target's config are checked to exist; a world target language gets the
-    world's source corpus, parallel corpus and gold dictionary where the config names none.
+    world's source corpus, parallel corpus and gold dictionary where the config names none. A
+    ``world:`` helper model is pretrained here on first use (:func:`helper_model_dir`, which reads
+    ``source``'s pretraining settings).
 
     Raises:
         ResourceError: a named file does not exist (naming the field), or a corpus is empty or
@@ -277,6 +322,7 @@ def transfer_resources(target: TargetSpec, world: Any) -> TransferResources:
         dictionary=_file(target.dictionary, f"targets[{lang}].dictionary"),
         source_word_vectors=_file(target.source_word_vectors, f"targets[{lang}].source_word_vectors"),
         target_word_vectors=_file(target.target_word_vectors, f"targets[{lang}].target_word_vectors"),
+        helper_model=helper_model_dir(target, world, source, progress=progress),
     )
     if world is not None and lang in world.languages and lang != world.source_language:
         res = dataclasses.replace(

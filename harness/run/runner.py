@@ -55,7 +55,7 @@ def init_cache_key(spec: TrialSpec, source_path: str, model_kind: str, inputs: d
     language and path).
     """
     key = {
-        "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": dataclasses.asdict(spec.target),
+        "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": spec.target.resolved(),
         "world": dataclasses.asdict(spec.world) if spec.world else None, "method": spec.method.as_dict(),
         "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.component_seed("init"), "kind": model_kind,
         "version": about.package_version(), "method_code": registry.code_hash("method", spec.method.name),
@@ -72,7 +72,8 @@ def init_inputs(target_tokenizer: Any, transfer: Any) -> dict:
     state = tokenizer_state(target_tokenizer)
     if state is None:
         state = content_hash(sorted(target_tokenizer.get_vocab().items()))
-    files = {name: file_hash(Path(path)) for name, path in transfer.as_dict().items() if path is not None}
+    files = {name: content_hash(Path(path)) if Path(path).is_dir() else file_hash(Path(path))  # a helper model: a tree
+             for name, path in transfer.as_dict().items() if path is not None}
     return {"target_tokenizer": state, "files": files}
 
 
@@ -110,7 +111,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     t0 = time.perf_counter()
     src_path = resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
     tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
-    transfer = resources.transfer_resources(spec.target, world)
+    transfer = resources.transfer_resources(spec.target, world, source=spec.source, progress=progress)
     t_resources = time.perf_counter() - t0
 
     seeds = spec.component_seeds()
