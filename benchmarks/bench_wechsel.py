@@ -691,6 +691,7 @@ def _compare(a: dict, b: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
+    # Long but flat: the flags, then one branch per mode (core, end to end, variants), each calling helpers.
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=0.1, help="vocabulary-size multiplier; 1.0 = XLM-R (250,002) -> 50k target")
     p.add_argument("--seed", type=int, default=0)

@@ -233,8 +233,8 @@ def train_fasttext(
     Example:
         >>> # m = train_fasttext(Path("tok.txt"), dim=16, epoch=1, min_count=1, cache_dir=Path("cache"))
     """
-    # Long only by its docstring, which documents each of fastText's parameters where callers read them; the body
-    # is ~30 lines whose steps are helpers (checks, the full or compact cache entry, the zero-row warning, the report).
+    # Stays whole (long only by its docstring, which documents each of fastText's parameters where callers read them; the body
+    # is ~30 lines whose steps are helpers (checks, the full or compact cache entry, the zero-row warning, the report)).
     _check_training_args(text, model=model, threads=threads, compact=compact, store=store, bucket=bucket, dim=dim)
     text = Path(text)
     params = training_params(

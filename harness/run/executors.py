@@ -229,6 +229,8 @@ class _PoolExecutor:
         claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
     ) -> list[dict]:
         """Run the specs on the pool; return their records (failed ones for trials whose worker died)."""
+        # Stays whole: the dispatch loop (hand out, wait, collect, replace a lost worker) shares the queue, the
+        # workers and the progress bar; split, that state would travel through every piece.
         import multiprocessing as mp
         from multiprocessing.connection import wait
 

@@ -187,7 +187,7 @@ def run_experiment(
         RecordError: a record that resuming would overwrite cannot be read (names the file).
         OSError: the runs dir cannot be written (read-only, full).
     """
-    # The nested callbacks share this run's claims and record mtimes (the protocol of harness.run.claims that
+    # Stays whole: the nested callbacks share this run's claims and record mtimes (the protocol of harness.run.claims that
     # survived the kill -9 tests); kept in one function so the protocol reads in one place.
     runs_dir = Path(runs_dir)
     exp_dir = runs_dir / cfg.name

@@ -111,6 +111,8 @@ def _pretrain_into(
     tokenizer (the same mixed corpus as plain multilingual pretraining, hence the same vocabulary).
     ``tlm_pairs`` (``config.tlm_fraction > 0``): each extra language's (source, translation) pairs.
     """
+    # Stays whole: data, model, encoding wrapper, training and the saved provenance run in the order the cache
+    # entry records; split, its eight inputs would be threaded through each piece.
     t_start, cpu_start = time.perf_counter(), time.process_time()
     tok = tk.train_tokenizer(
         list(train_files), config.tokenizer_algorithm, config.vocab_size, cache_dir=cache_dir, progress=False
@@ -217,6 +219,8 @@ def _train_source(
 ) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
     """The pretraining loop (``wrapped``: the language-encoded model, or None); returns the (MLM)
     loss curve, the dev curve and the TLM loss curve (empty without TLM) as ``[step, loss]`` rows."""
+    # Stays whole: one training loop (MLM and TLM batches, schedule, dev curve) whose state is the optimizer,
+    # the step count and three curves.
     special_ids = torch.tensor(sorted(set(tok.all_special_ids)), dtype=torch.long)
     regular_ids = torch.tensor(sorted(set(range(len(tok))) - set(tok.all_special_ids)), dtype=torch.long)
     mask_kwargs: dict[str, Any] = dict(
@@ -446,6 +450,7 @@ def pretrained_source(
         >>> json.loads((path / "pretrain_info.json").read_text())["final_loss"]            # doctest: +SKIP
         5.1
     """
+    # Over 80 lines by its docstring and the nested build of the cache entry; the body reads config, checks, build.
     if config is None:
         config = PretrainConfig(kind=kind or "mlm")
     elif kind is not None and kind != config.kind:
