@@ -23,21 +23,25 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
+import logging
 import math
 import os
 import re
 import shutil
 import tempfile
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from harness.errors import TokxferError
 from harness.files import write_atomic
+
+log = logging.getLogger("tokxfer")
 
 __all__ = ["cache_root", "ensure_root", "cache_subdir", "is_cache_root", "adopt_root", "CacheError", "MARKER",
            "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
@@ -356,6 +360,51 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
     if target.is_dir():  # renames are atomic: an existing target is always complete
         return target
     parent = cache_subdir(kind, parent.parent)
+    locks = parent.parent / LOCKS_DIR  # outside the kind folders: never listed or pruned as an entry
+    locks.mkdir(mode=0o700, exist_ok=True)
+    with _build_lock(locks / f"{kind}-{target.name}.lock", f"{kind} entry {target.name}"):
+        if target.is_dir():  # built by the process we waited for
+            return target
+        return _build_entry(target, parent, key_json, build_fn)
+
+
+LOCKS_DIR = ".locks"
+"""Folder of the build locks under the cache root (dot-named: ``tokxfer cache ls`` skips it)."""
+
+
+def _only_locks(path: Path) -> bool:
+    """Whether ``path`` is a real folder holding nothing but build-lock files."""
+    return (not path.is_symlink() and path.is_dir()
+            and all(q.is_file() and not q.is_symlink() and q.name.endswith(".lock") for q in path.iterdir()))
+
+
+@contextlib.contextmanager
+def _build_lock(path: Path, what: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path`` while one process builds an entry (others wait, then reuse it).
+
+    Two workers of a grid asking for the same uncached source model would otherwise both build it
+    (minutes each; only one result is kept). ``flock`` is released by the kernel when its holder
+    dies, so a killed builder never blocks the next one. Where ``fcntl`` is missing the lock is skipped
+    (the rename below still keeps entries whole).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: concurrent builders stay correct, only wasteful
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting for another process building the %s", what)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _build_entry(target: Path, parent: Path, key_json: str, build_fn: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=parent))
     try:
         build_fn(tmp)
@@ -567,6 +616,8 @@ def adopt_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
         return root, "created"
     foreign = []
     for p in sorted(root.iterdir()):
+        if p.name == LOCKS_DIR and _only_locks(p):  # build locks (cached_dir)
+            continue
         if p.is_symlink() or not p.is_dir() or not _KIND_RE.match(p.name) or p.name.startswith("."):
             foreign.append(p)
             continue
@@ -578,7 +629,8 @@ def adopt_root(root: str | os.PathLike | None = None) -> tuple[Path, str]:
             f"`tokxfer cache prune` never deletes in it (move those away, or point TOKXFER_CACHE at a folder of its own)"
         )
     _write_marker(root, "adopted")
-    return root, f"adopted {sum(1 for k in root.iterdir() if k.is_dir() for _ in k.iterdir())} entries"
+    kinds = [k for k in root.iterdir() if k.is_dir() and k.name != LOCKS_DIR]
+    return root, f"adopted {sum(1 for k in kinds for _ in k.iterdir())} entries"
 
 
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 from pathlib import Path
 
@@ -422,3 +423,28 @@ def test_check_corpus_rejects_empty_file(tmp_path):
     p.write_bytes(b"")
     with pytest.raises(ResourceError, match="empty.txt: corpus is empty"):
         check_corpus(p)
+
+
+def test_a_second_builder_waits_for_the_first_and_reuses_its_entry(tmp_path):
+    """Two processes asking for one uncached entry: the second waits on the build lock and reuses it."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "build.py"
+    script.write_text(
+        "import sys, time\nfrom pathlib import Path\nfrom harness.cache import cached_dir\n"
+        "def build(d):\n"
+        "    Path(sys.argv[2]).joinpath(f'built-{sys.argv[3]}').touch()\n"
+        "    time.sleep(2.0)\n"
+        "    (d / 'x').write_text('x')\n"
+        "print(cached_dir('demo', {'k': 1}, build, root=Path(sys.argv[1])))\n")
+    root, marks = tmp_path / "cache", tmp_path / "marks"
+    marks.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    procs = [subprocess.Popen([sys.executable, str(script), str(root), str(marks), str(i)], env=env,
+                              stdout=subprocess.PIPE, text=True) for i in range(2)]
+    outs = [p.communicate(timeout=120)[0].strip() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1] and (Path(outs[0]) / "x").read_text() == "x"
+    assert len(list(marks.iterdir())) == 1, "the entry was built twice"
+    assert [p.name for p in (root / "demo").iterdir()] == [Path(outs[0]).name]  # no lock or temp file among entries
