@@ -396,9 +396,12 @@ def _build_lock(path: Path, what: str) -> Iterator[None]:
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            log.info("waiting for another process building the %s", what)
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        except BlockingIOError:  # said once, then a heartbeat while we wait: never a silent stall
+            from harness import progress
+
+            log.warning("waiting for another process building the %s (lock %s)", what, path)
+            with progress.heartbeat(f"waiting for the {what}"):
+                fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)  # releases the lock
