@@ -122,10 +122,9 @@ def entity_scores(
         features,
         collate,
         output_fn,
-        batch_size=cfg.train.eval_batch_size,
         device=device,
-        mixed_precision=cfg.train.mixed_precision,
         show_progress=show,
+        **cfg.train.predict_options(features),
         description=desc,
     )
     y_true, y_pred, truncated = [], [], 0

@@ -206,10 +206,9 @@ class Qa:
             features,
             collate,
             output_fn,
-            batch_size=cfg.train.eval_batch_size,
             device=device,
-            mixed_precision=cfg.train.mixed_precision,
             show_progress=show,
+            **cfg.train.predict_options(features),
             description=desc,
         )
         texts = best_spans(

@@ -119,10 +119,9 @@ def accuracy_of(
         features,
         collate,
         lambda batch, out: out.logits.argmax(-1).tolist(),
-        batch_size=cfg.train.eval_batch_size,
         device=device,
-        mixed_precision=cfg.train.mixed_precision,
         show_progress=show,
+        **cfg.train.predict_options(features),
         description=desc,
     )
     return metrics.accuracy_with_examples(preds, [f["labels"] for f in features])
