@@ -510,3 +510,25 @@ def test_train_config_rejects_unknown_speed_options():
                        ({"length_pool": 0}, "length_pool")):  # fmt: skip
         with pytest.raises(ValueError, match=match):
             TrainConfig(**bad)
+
+
+def test_task_features_are_encoded_once_per_process(tokenizer, task_files, monkeypatch):
+    """Two trials that share a tokenizer, data and settings tokenize each split once; other settings re-encode."""
+    import tasks.data
+    import tasks.xnli
+    from harness.cache import ProcessMemo
+    from tasks.xnli import Xnli, XnliConfig
+
+    monkeypatch.setattr(tasks.data, "_FEATURE_MEMO", ProcessMemo(12))
+    calls = []
+    real = tasks.xnli.encode_pairs
+    monkeypatch.setattr(tasks.xnli, "encode_pairs", lambda tok, ds, n: calls.append(n) or real(tok, ds, n))
+    files = str(task_files / "{lang}" / "xnli" / "{split}.jsonl")
+    cfg = build_config(XnliConfig, {**FAST, "epochs": 1, "files": files})
+    first = Xnli(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    assert len(calls) == 3  # train, dev, test
+    again = Xnli(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    assert len(calls) == 3 and again.metrics == first.metrics
+    Xnli(build_config(XnliConfig, {**FAST, "epochs": 1, "max_length": 48, "files": files})).run(
+        _ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    assert calls[3:] == [48, 48, 48]
