@@ -12,7 +12,8 @@ the same machine state and the reported ratio (baseline / this) is meaningful on
 ``--baseline-overrides`` gives the baseline its own overrides when this checkout's options are
 unknown to it.
 
-Every run records its wall time (process start-up included), CPU seconds, peak RSS, the record's
+Every run records its wall time (process start-up included), CPU seconds (with one thread, close to
+the wall time the run would take on an idle core, and far less disturbed by other load), peak RSS, the record's
 timings (``task_s``, ``stages_s``, ``total_s``), its metrics, torch's thread count, and the load
 average before and after. A speed result needs an idle machine: when the 1-minute load average
 exceeds the usable cores before or after a run, the run is marked ``loaded`` and the printed ratio
@@ -47,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_quickstart import THREAD_VARS, _git, load_average, load_records, machine_facts  # noqa: E402
+from benchmarks.bench_quickstart import THREAD_VARS, _git, load_average, machine_facts  # noqa: E402
 
 DEFAULT_CONFIG = "harness/configs/tasks-encoder.yaml"
 PREPARE_BUDGET = ("max_train_examples=16", "max_eval_examples=8", "train.epochs=1")
@@ -108,7 +109,7 @@ def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs
     if code != 0:
         raise RuntimeError(f"`{' '.join(cmd[1:])}` (code {tree}) exited with {code}; end of {log}:\n"
                            f"{log.read_text(errors='replace')[-3000:]}")  # fmt: skip
-    recs = [r for d in runs.iterdir() if d.is_dir() for r in load_records(d)]
+    recs = [json.loads(p.read_text()) for p in sorted(runs.glob("*/records/*.json"))]
     if len(recs) != 1 or recs[0].get("status") != "ok":
         raise RuntimeError(f"{runs}: expected one ok record, found {[r.get('status') for r in recs]}")
     rec = recs[0]
@@ -179,10 +180,12 @@ def summarize(runs: list[dict]) -> dict:
         mine = [r for r in runs if r["side"] == side]
         out[side] = {"wall_s_median": statistics.median(r["wall_s"] for r in mine),
                      "task_s_median": statistics.median(r["timings"]["task_s"] for r in mine),
+                     "cpu_s_median": statistics.median(r["cpu_s"] for r in mine),
                      "n": len(mine), "metrics_identical": all(r["metrics"] == mine[0]["metrics"] for r in mine)}  # fmt: skip
     if "baseline" in out:
         out["ratio_wall"] = round(out["baseline"]["wall_s_median"] / out["this"]["wall_s_median"], 3)
         out["ratio_task"] = round(out["baseline"]["task_s_median"] / out["this"]["task_s_median"], 3)
+        out["ratio_cpu"] = round(out["baseline"]["cpu_s_median"] / out["this"]["cpu_s_median"], 3)
     out["loaded"] = any(r["loaded"] for r in runs)
     return out
 
@@ -210,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     s = result["summary"]
     if "ratio_wall" in s:
         mark = "  (LOADED machine: not a speed result)" if s["loaded"] else ""
-        print(f"baseline / this: wall {s['ratio_wall']:.2f}x, task {s['ratio_task']:.2f}x{mark}")
+        print(f"baseline / this: wall {s['ratio_wall']:.2f}x, task {s['ratio_task']:.2f}x, CPU {s['ratio_cpu']:.2f}x{mark}")
     path = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"trial_{args.task}_{args.method}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
