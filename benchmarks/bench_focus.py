@@ -6,7 +6,7 @@ Every method runs in its own subprocess on the same deterministic synthetic inpu
 the inputs, records its RSS, then runs and times only the method:
 
 * ``tokxfer``   — :func:`methods.focus.focus_mapping` (chunked cosine + exact top-k sparsemax) and
-  :func:`harness.surgery.materialize` (the rows the harness installs).
+  :func:`harness.model.surgery.materialize` (the rows the harness installs).
 * ``deepfocus`` — the reference package (PyPI ``deepfocus`` 1.0.1, installed ``--no-deps`` with
   ``fasttext-numpy2``, ``fastdist``, ``numba``, ``print-on-steroids``): its step 4 (copy overlap
   rows) and step 6 ``focus_additional_token_initialization`` (fastdist float64 cosine matrix, then a
@@ -98,7 +98,7 @@ def _run_tokxfer(x, args) -> tuple:
         k=args.k, chunk_rows=args.chunk_rows,
     )
     m = core.mapping
-    # The CSR product harness.surgery.materialize performs; its fallback draws are left out (as in deepfocus's timed part).
+    # The CSR product harness.model.surgery.materialize performs; its fallback draws are left out (as in deepfocus's timed part).
     W = torch.sparse_csr_tensor(
         torch.from_numpy(m.indptr), torch.from_numpy(m.indices), torch.from_numpy(m.weights), size=(m.n_target, m.n_source)
     )

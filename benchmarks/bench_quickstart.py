@@ -311,7 +311,7 @@ def run_phase(phase: str, *, size: str, overrides: list[str], cache: Path, work:
         shutil.rmtree(runs)
     logs = work / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    from harness.config import load_experiment  # the grid's name and world, as the command line resolves them
+    from harness.run.config import load_experiment  # the grid's name and world, as the command line resolves them
 
     cfg = load_experiment(ROOT / spec["config"], overrides)
     load_start, t_start = load_average(), time.time()

@@ -8,7 +8,7 @@ builds the inputs, records its RSS, then runs and times only WECHSEL's step 3 (s
 softmax) and the target rows it produces:
 
 * ``tokxfer``   — :func:`methods.wechsel.wechsel_mapping` (chunked exact top-k with a bfloat16
-  screen where the CPU has native bf16) and :func:`harness.surgery.materialize` (the rows the
+  screen where the CPU has native bf16) and :func:`harness.model.surgery.materialize` (the rows the
   harness installs, fallback draws included).
 * ``wechsel``   — the reference package (PyPI ``wechsel`` 0.0.4, installed ``--no-deps``; it
   needs ``scikit-learn``, and ``fasttext-numpy2`` in place of its ``fasttext`` pin; its
@@ -53,7 +53,7 @@ embedding matrix (a one-layer XLM-R saved as a Hugging Face directory), cbow dim
 
 * ``reference`` — ``wechsel.WECHSEL(source_ft, target_ft, bilingual_dictionary=...).apply(source_tokenizer,
   target_tokenizer, E)``, in a subprocess; its neighbours (``info.sources``) are kept per row;
-* ``tokxfer`` — :func:`harness.initialize.initialize_model` (the function ``tokxfer init`` calls; its CLI has
+* ``tokxfer`` — :func:`harness.model.initialize.initialize_model` (the function ``tokxfer init`` calls; its CLI has
   no word-vector flags) with each ``--variants`` entry: ``reference`` (:meth:`WechselConfig.reference`),
   ``reference-unique-pairs``, ``reference-float64-procrustes`` and ``reference-no-special-candidates``
   (one option back at the paper's setting: the rows each option explains), ``paper`` (the defaults).
@@ -243,7 +243,7 @@ def _rss_bytes() -> int:
 def _run_tokxfer(x: SyntheticWechselInputs, args) -> tuple:
     import torch
 
-    from harness.surgery import materialize
+    from harness.model.surgery import materialize
     from methods.wechsel import wechsel_mapping
 
     t0, c0 = time.perf_counter(), time.process_time()
@@ -530,7 +530,7 @@ def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
 
 
 def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> None:
-    """Run WECHSEL through :func:`harness.initialize.initialize_model` (what ``tokxfer init`` runs) on the same files.
+    """Run WECHSEL through :func:`harness.model.initialize.initialize_model` (what ``tokxfer init`` runs) on the same files.
 
     ``tokxfer init`` has no flags for word-vector files, so this calls the function it calls, with
     the same transfer paths plus the two ``.bin`` models, and writes ``init_info.json`` the same way.
@@ -538,10 +538,10 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     import numpy as np
     import torch
 
-    from harness.initialize import initialize_model, write_init_info
+    from harness.model.initialize import initialize_model, write_init_info
     from harness.protocols import COMBINED
     from harness.registry import build_config, get
-    from harness.resources import load_tokenizer
+    from harness.run.resources import load_tokenizer
 
     torch.set_num_threads(threads)
     paths = json.loads((work / "manifest.json").read_text())["paths"]

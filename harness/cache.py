@@ -36,6 +36,8 @@ from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError
+
 __all__ = ["cache_root", "ensure_root", "cache_subdir", "is_cache_root", "adopt_root", "CacheError", "MARKER",
            "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
            "list_entries", "remove_entries", "parse_age", "ProcessMemo"]
@@ -84,7 +86,7 @@ class ProcessMemo:
         return len(self._values)
 
 
-class CacheError(ValueError):
+class CacheError(TokxferError, ValueError):
     """The cache location or a cache folder cannot be used as asked; the message names the folder."""
 
 
@@ -146,7 +148,7 @@ def is_cache_root(root: str | os.PathLike) -> bool:
 
 
 def _write_marker(root: Path, how: str) -> None:
-    from harness.records import now_iso, package_version
+    from harness.about import now_iso, package_version
 
     text = json.dumps({"tokxfer_cache": 1, how: now_iso(), "tokxfer_version": package_version()}) + "\n"
     fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", dir=root)
@@ -278,7 +280,7 @@ def canonical_json(obj: Any, *, ascii: bool = False, allow_nan: bool = False) ->
     """The canonical JSON text that :func:`content_hash` hashes (sorted keys, no spaces, files as digests).
 
     This is tokxfer's one canonical JSON form: cache keys, trial ids
-    (:func:`harness.config.config_hash`) and record digests (:func:`harness.tracking.record_digest`)
+    (:func:`harness.run.config.config_hash`) and record digests (:func:`harness.run.tracking.record_digest`)
     all hash it.
 
     Args:
@@ -601,7 +603,7 @@ def parse_age(text: str) -> float:
     """
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*", str(text))
     if not m:
-        raise ValueError(f"--older-than {text!r}: expected a number and a unit s, m, h, d or w, e.g. 30d or 12h")
+        raise CacheError(f"--older-than {text!r}: expected a number and a unit s, m, h, d or w, e.g. 30d or 12h")
     return float(m.group(1)) * _AGE_UNITS[m.group(2)]
 
 

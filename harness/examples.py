@@ -37,6 +37,8 @@ from typing import Any
 
 import numpy as np
 
+from harness.errors import TokxferError
+
 __all__ = [
     "REDUCERS", "ExampleScores", "Scores", "ExamplesError", "examples_file_name", "write_examples", "read_examples",
     "attach",
@@ -46,7 +48,7 @@ EXAMPLES_VERSION = 1
 """Version of the per-example file layout (stored in the record's ``examples`` section)."""
 
 
-class ExamplesError(ValueError):
+class ExamplesError(TokxferError, ValueError):
     """A per-example file is missing, corrupt, or does not match its record."""
 
 

@@ -20,6 +20,13 @@ Example:
     Traceback (most recent call last):
     ...
     harness.inputs.YAMLInputError: line 2: duplicate key 'seeds' (first at line 1); give each key once
+
+Names that become file names, and paths that must stay inside a folder: experiment names,
+leaderboard spec names and trial ids come from files a user (or someone else) wrote; each becomes one
+path component under a folder tokxfer owns (``RUNS_DIR/<experiment>/``, ``--out/<spec>.md``,
+``records/<trial_id>.json``). :func:`name_problem` says why a text cannot be such a component, and
+:func:`require_inside` checks, after resolving every link, that a path tokxfer is about to write or
+delete lies inside the folder it belongs to.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from typing import Any
 import yaml
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, SequenceNode
+
+from harness.errors import TokxferError
 
 __all__ = [
     "MAX_YAML_BYTES",
@@ -48,7 +57,7 @@ __all__ = [
     "check_input_file",
     "check_corpus_head",
     "check_model_dir",
-    "looks_local",
+    "looks_local", "name_problem", "check_name", "inside", "require_inside", "UnsafePathError"
 ]
 
 MAX_YAML_NODES = 100_000
@@ -66,7 +75,7 @@ hand-written config of 8 MB is certainly something else (a corpus passed by mist
 CORPUS_HEAD_BYTES = 64 * 1024
 """How much of a corpus ``validate`` reads to tell text from binary: enough for hundreds of lines,
 little enough that checking every corpus of a grid costs nothing. The full UTF-8 check runs when
-a trial reads the corpus (:func:`harness.resources.check_corpus`)."""
+a trial reads the corpus (:func:`harness.run.resources.check_corpus`)."""
 
 
 class YAMLInputError(yaml.YAMLError):
@@ -77,7 +86,7 @@ class YAMLInputError(yaml.YAMLError):
     """
 
 
-class InputFileError(ValueError):
+class InputFileError(TokxferError, ValueError):
     """A named file is missing, not a regular file, too large, empty, or not text."""
 
 
@@ -304,3 +313,88 @@ def check_model_dir(value: str | os.PathLike, field: str = "source.model", *, mi
         raise InputFileError(
             f"{field}: {path}: model directory has no weights (*.safetensors or *.bin), so no embeddings to transfer"
         )
+
+
+# --------------------------------------------------------------------------------------------
+# names and paths
+
+MAX_NAME = 200
+
+
+class UnsafePathError(TokxferError, ValueError):
+    """A name or path would leave the folder it belongs to; the message names both."""
+
+
+def name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a single file or folder name tokxfer writes, or ``None`` when it can.
+
+    Refused: non-text, empty or blank names, ``.``/``..``, path separators, a leading ``.`` or
+    ``-`` (hidden files, names read as options), control characters, surrounding spaces, more
+    than 200 characters.
+
+    Example:
+        >>> name_problem(".hidden"), name_problem("a/b"), name_problem("ok-1.2")
+        ("it starts with '.'", "it is '.' or '..' or contains a path separator", None)
+    """
+    if not isinstance(name, str):
+        return f"it is a {type(name).__name__}, not text"
+    if not name.strip():
+        return "it is empty"
+    if name in (".", "..") or "/" in name or "\\" in name or "\0" in name:
+        return "it is '.' or '..' or contains a path separator"
+    if name[0] in ".-":
+        return f"it starts with {name[0]!r}"
+    if name != name.strip():
+        return "it has leading or trailing spaces"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "it contains control characters"
+    if len(name) > MAX_NAME:
+        return f"it is longer than {MAX_NAME} characters"
+    return None
+
+
+def check_name(name: Any, what: str) -> str:
+    """``name`` if :func:`name_problem` finds nothing, else :class:`UnsafePathError` naming ``what``.
+
+    Example:
+        >>> check_name("qs", "spec name")
+        'qs'
+    """
+    why = name_problem(name)
+    if why is not None:
+        raise UnsafePathError(f"{what} {name!r} cannot be a file name ({why}); use letters, digits and - _ . +")
+    return name
+
+
+def inside(path: str | os.PathLike, folder: str | os.PathLike, *, resolve_folder: bool = True) -> bool:
+    """Whether ``path`` lies in ``folder`` (or is it) once resolved (links, ``..``).
+
+    Args:
+        path: the path to check (resolved).
+        folder: the folder it must lie in; resolved too unless ``resolve_folder`` is false (then it
+            must already be the real path: a folder that is itself a link then does not count as itself).
+
+    Example:
+        >>> inside("/tmp/a/../b", "/tmp/a")
+        False
+    """
+    real = Path(os.path.realpath(path))
+    base = Path(os.path.realpath(folder)) if resolve_folder else Path(folder)
+    return real == base or base in real.parents
+
+
+def require_inside(path: str | os.PathLike, folder: str | os.PathLike, what: str, *,
+                   resolve_folder: bool = True) -> Path:
+    """``Path(path)`` if it lies in ``folder`` after resolving (see :func:`inside`), else
+    :class:`UnsafePathError` naming both.
+
+    Example:
+        >>> require_inside("/tmp/x/y.md", "/tmp/x", "--out")
+        PosixPath('/tmp/x/y.md')
+    """
+    if not inside(path, folder, resolve_folder=resolve_folder):
+        raise UnsafePathError(
+            f"{what}: {path} resolves to {os.path.realpath(path)}, outside {folder} (a symbolic link on the way?); "
+            f"refusing to write or delete there"
+        )
+    return Path(path)

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from harness.errors import TokxferError
 from harness.protocols import ADDED_POSITIONS_KEY, DECODER_LANGUAGE_IDS_KEY, LANGUAGE_IDS_KEY
 
 KINDS = ("additive", "attached", "xlp")
@@ -58,7 +59,7 @@ POSITION_KEYS = ("start_positions", "end_positions")
 """1-D batch keys holding token indices (extractive QA); ``attached`` shifts them past the inserted token."""
 
 
-class EncodingError(ValueError):
+class EncodingError(TokxferError, ValueError):
     """A language-encoding misuse: unknown language, missing ids, unsupported model layout."""
 
 

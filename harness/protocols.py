@@ -2,13 +2,13 @@
 
 Methods, encodings, tasks, trackers and executors implement these protocols; nobody has to
 inherit from a base class. Which harness modules ``methods`` and ``tasks`` may import is written
-down in ``docs/ARCHITECTURE.md`` (and checked by ``tests/test_architecture.py``): this module,
+down in ``docs/ARCHITECTURE.md`` (and checked by ``tests/api/test_architecture.py``): this module,
 :mod:`harness.registry`, :mod:`harness.seeding` and the public helpers such as :mod:`harness.vocab`.
 
 An initialization method does not write embedding rows itself: it returns a :class:`TokenMapping`,
 a sparse row-stochastic-or-not map from target token ids to source token ids plus, per target
 token, its provenance. The harness then *materializes* that mapping identically for the input
-embeddings, untied output embeddings and the MLM-head bias (see :func:`harness.surgery.materialize`),
+embeddings, untied output embeddings and the MLM-head bias (see :func:`harness.model.surgery.materialize`),
 which is how every method handles the output side the same way (METHODS.md, "Output side").
 """
 
@@ -117,7 +117,7 @@ class TransferResources:
     """The six optional files a transfer may use, resolved to local paths (``None``: not given).
 
     The one spelling of these paths: the runner resolves them from a target's config
-    (:func:`harness.resources.transfer_resources`), ``tokxfer init`` from its flags, and a method
+    (:func:`harness.run.resources.transfer_resources`), ``tokxfer init`` from its flags, and a method
     reads them on its :class:`TransferInputs` (which is a ``TransferResources`` plus the tokenizers
     and embeddings).
 
@@ -352,17 +352,19 @@ class Stage(Protocol):
 class Tracker(Protocol):
     """Mirror of trial records to an experiment tracker (MLflow, or nothing)."""
 
-    def log_trial(self, experiment: str, record: dict, artifacts: list[Path] | None = None) -> None: ...
+    def log_trial(self, experiment: str, record: Any, artifacts: list[Path] | None = None) -> None:
+        """Mirror one trial: ``record`` is its :class:`harness.run.records.TrialRecord` as written."""
+        ...
 
 
 @runtime_checkable
 class Executor(Protocol):
     """Places trials on resources and runs them; failures are isolated and recorded.
 
-    ``run`` executes every spec with the ``execute`` it is given (:func:`harness.runner.execute`,
-    passed in by :func:`harness.experiment.run_experiment`: it runs the trial and writes its
+    ``run`` executes every spec with the ``execute`` it is given (:func:`harness.run.runner.execute`,
+    passed in by :func:`harness.run.experiment.run_experiment`: it runs the trial and writes its
     record), calls ``on_record(record)`` in the calling process as each one finishes, and returns
-    the records (as JSON mappings). ``claim(spec)`` is asked before a trial starts (``False``:
+    the records (:class:`harness.run.records.TrialRecord` values, as ``execute`` returns them). ``claim(spec)`` is asked before a trial starts (``False``:
     another process runs it); ``lost(spec, reason, since)`` records a trial whose worker died.
     """
 

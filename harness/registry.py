@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness.errors import TokxferError, UserInputError
+
 KINDS = ("method", "encoding", "task", "stage")
 ENTRY_POINT_GROUPS = {
     "method": "tokxfer.methods",
@@ -58,7 +60,7 @@ MAX_INT_SETTING = 2**63 - 1
 larger value overflows (or raises) there, hours into a trial instead of at ``validate``."""
 
 
-class RegistryError(KeyError):
+class RegistryError(TokxferError, KeyError):
     """Unknown or duplicate registry name."""
 
     def __str__(self) -> str:  # KeyError quotes its message; we want it plain
@@ -201,7 +203,7 @@ def _dist_name(ep: importlib.metadata.EntryPoint) -> str | None:
     return None if dist is None else dist.metadata["Name"]
 
 
-class PluginError(ImportError):
+class PluginError(TokxferError, ImportError):
     """A ``--plugin`` file is missing, does not compile, fails to import, or registers a taken name."""
 
 
@@ -296,7 +298,7 @@ def check_seed(value: Any, where: str) -> int:
         ValueError: seeds.0: expected a seed, an integer in [0, 4294967295], got -1
     """
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise ValueError(f"{where}: expected a seed, an integer in [0, {MAX_SEED}], got {value!r}")
+        raise UserInputError(f"{where}: expected a seed, an integer in [0, {MAX_SEED}], got {value!r}")
     return value
 
 
@@ -314,7 +316,7 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
     ``[0, MAX_SEED]``.
     """
     if not isinstance(values, dict):
-        raise TypeError(f"{where}: expected a mapping of config values, got {type(values).__name__}")
+        raise UserInputError(f"{where}: expected a mapping of config values, got {type(values).__name__}")
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     values = _nest_flat_keys(config_cls, values, fields, where)
     unknown = [k for k in values if k not in fields]
@@ -322,7 +324,7 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
         k = unknown[0]
         close = difflib.get_close_matches(k, list(fields), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise ValueError(
+        raise UserInputError(
             f"{where}: unknown key {k!r}{hint} (known keys: {', '.join(sorted(fields)) or 'none'})"
         )
     kwargs = {}
@@ -339,7 +341,7 @@ def build_config(config_cls: type, values: dict, *, where: str = "config") -> An
     try:
         return config_cls(**kwargs)
     except (TypeError, ValueError) as e:
-        raise ValueError(f"{where}: {e}") from None
+        raise UserInputError(f"{where}: {e}") from None
 
 
 def field_default(f: dataclasses.Field) -> Any:
@@ -358,7 +360,7 @@ def flat_blocks(config_cls: type) -> dict[str, tuple[str, ...]]:
     holds a nested config dataclass; its keys may also be written at the top level (``epochs: 3``
     as well as ``train: {epochs: 3}``, never both); and the resolved trial config stores them flat,
     always the listed keys and any other key only when it differs from the block's default (see
-    :func:`harness.config.resolved_fields`), so that trial ids stay those of the flat layout.
+    :func:`harness.run.config.resolved_fields`), so that trial ids stay those of the flat layout.
     """
     return dict(getattr(config_cls, "FLAT_BLOCKS", None) or {})
 
@@ -379,10 +381,10 @@ def _nest_flat_keys(config_cls: type, values: dict, fields: dict, where: str) ->
         if nested is None:
             nested = {}
         elif not isinstance(nested, dict):
-            raise ValueError(f"{where}.{block}: expected a mapping of config values, got {nested!r}")
+            raise UserInputError(f"{where}.{block}: expected a mapping of config values, got {nested!r}")
         both = sorted(set(flat) & set(nested))
         if both:
-            raise ValueError(
+            raise UserInputError(
                 f"{where}: {both[0]!r} is given both at the top level and in {block!r}; give it once (as {block}.{both[0]})"
             )
         out[block] = {**nested, **flat}
@@ -427,14 +429,14 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
             return build_config(tp, v, where=where)
         if isinstance(v, tp):
             return v
-        raise ValueError(f"{where}: expected a mapping, got {v!r}")
+        raise UserInputError(f"{where}: expected a mapping, got {v!r}")
     origin = typing.get_origin(tp)
     if origin in (typing.Union, getattr(types, "UnionType", None)):
         args = typing.get_args(tp)
         if v is None:
             if type(None) in args:
                 return None
-            raise ValueError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got null")
+            raise UserInputError(f"{where}: expected {' or '.join(_type_name(a) for a in args)}, got null")
         rest = [a for a in args if a is not type(None)]
         if len(rest) == 1:
             return _coerce(rest[0], v, where)
@@ -443,51 +445,51 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
                 return _coerce(a, v, where)
             except ValueError:
                 continue
-        raise ValueError(f"{where}: expected {' or '.join(_type_name(a) for a in rest)}, got {v!r}")
+        raise UserInputError(f"{where}: expected {' or '.join(_type_name(a) for a in rest)}, got {v!r}")
     if origin is typing.Literal:
         if v not in typing.get_args(tp):
-            raise ValueError(f"{where}: expected {_type_name(tp)}, got {v!r}")
+            raise UserInputError(f"{where}: expected {_type_name(tp)}, got {v!r}")
         return v
     if origin is tuple:
         if not isinstance(v, (list, tuple)):
-            raise ValueError(f"{where}: expected a list, got {v!r}")
+            raise UserInputError(f"{where}: expected a list, got {v!r}")
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_coerce(args[0], x, f"{where}.{i}") for i, x in enumerate(v))
         return tuple(v)
     if origin in (list, dict):
         if not isinstance(v, origin):
-            raise ValueError(f"{where}: expected {_type_name(origin)}, got {v!r}")
+            raise UserInputError(f"{where}: expected {_type_name(origin)}, got {v!r}")
         return v
     if tp is bool:
         if not isinstance(v, bool):
-            raise ValueError(f"{where}: expected true or false, got {v!r}")
+            raise UserInputError(f"{where}: expected true or false, got {v!r}")
         return v
     if tp is int:
         if isinstance(v, bool) or not isinstance(v, int):
-            raise ValueError(f"{where}: expected an integer, got {v!r}")
+            raise UserInputError(f"{where}: expected an integer, got {v!r}")
         if abs(v) > MAX_INT_SETTING:
-            raise ValueError(f"{where}: {v} is beyond the 64-bit range (at most {MAX_INT_SETTING} in magnitude)")
+            raise UserInputError(f"{where}: {v} is beyond the 64-bit range (at most {MAX_INT_SETTING} in magnitude)")
         return v
     if tp is float:
         text = v
         if isinstance(v, str) and _FLOAT_TEXT.fullmatch(v.strip()):
             v = float(v)
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ValueError(f"{where}: expected a number, got {v!r}")
+            raise UserInputError(f"{where}: expected a number, got {v!r}")
         try:
             x = float(v)
         except OverflowError:  # an integer beyond the float range
             x = math.inf
         if not math.isfinite(x):
-            raise ValueError(f"{where}: expected a finite number, got {text!r}")
+            raise UserInputError(f"{where}: expected a finite number, got {text!r}")
         return x
     if tp is str:
         if not isinstance(v, str):
-            raise ValueError(f"{where}: expected a text, got {v!r}")
+            raise UserInputError(f"{where}: expected a text, got {v!r}")
         return v
     if tp in (dict, list):
         if not isinstance(v, tp):
-            raise ValueError(f"{where}: expected {_type_name(tp)}, got {v!r}")
+            raise UserInputError(f"{where}: expected {_type_name(tp)}, got {v!r}")
         return v
     return v

@@ -54,6 +54,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from harness import progress as _progress
 from harness.cache import cached_dir, file_hash
+from harness.errors import TokxferError
 
 __all__ = [
     "ALGORITHMS",
@@ -93,6 +94,10 @@ _UTF8_CHUNK = 1 << 20
 # Input validation
 # ----------------------------------------------------------------------------------------------
 
+
+
+class TokenizerNotFoundError(TokxferError, OSError):
+    """A tokenizer named by path or hub id cannot be found here (its message says where it looked)."""
 
 def _check_corpus_paths(corpus: Sequence[Path | str]) -> list[Path]:
     """Cheap checks that need no reading: a non-empty list of existing, non-empty files."""
@@ -529,7 +534,7 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerFast:
         pass  # not in the local hub cache
     if _env_offline() or not _hub_reachable():
         why = "offline mode is set (HF_HUB_OFFLINE/TRANSFORMERS_OFFLINE)" if _env_offline() else "no connection"
-        raise OSError(
+        raise TokenizerNotFoundError(
             f"cannot load tokenizer {name!r}: it is not a local directory, not in the local Hugging Face "
             f"cache, and the Hugging Face hub is unreachable ({why}). Pass a local directory written by "
             "save_pretrained, or download it on a machine with network access."

@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import progress as _progress
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TokenMapping
 
 FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
@@ -318,7 +319,7 @@ def _canonical_detail_uncached(tok: Any) -> tuple[list[Canon | None], np.ndarray
     specials = special_ids(tok)
     added = {int(i): a for i, a in (getattr(tok, "added_tokens_decoder", None) or {}).items()}
     u2b = unicode_to_bytes()
-    for piece, i in vocab.items():
+    for piece, i in _progress.iterate(vocab.items(), "canonical token forms", total=len(vocab)):
         if i in specials:
             continue
         if i in added:
@@ -398,6 +399,30 @@ def token_string(tok: Any, token_id: int) -> str:
         else _canon_one(piece, family_spec(tok), unicode_to_bytes())[0]
     )
     return decode_canon(canon)
+
+
+def token_strings(tok: Any) -> list[str]:
+    """:func:`token_string` of every id below ``len(tok)``, in one pass over the canonical vocabulary.
+
+    The same strings as ``[token_string(tok, i) for i in range(len(tok))]``, which rebuilds the
+    special ids and the added-token table for every id (~50 µs a token: 13 s for a 250k vocabulary).
+
+    Example:
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> bk = Tokenizer(models.BPE({"Ġcaf": 0, "Ã©": 1, "Ã": 2, "<s>": 3}, []))
+        >>> bk.pre_tokenizer = pre_tokenizers.ByteLevel()
+        >>> token_strings(PreTrainedTokenizerFast(tokenizer_object=bk, bos_token="<s>"))
+        ['caf', 'é', '', '<s>']
+    """
+    n = len(tok)
+    canon = canonical_vocab(tok)
+    out = [decode_canon(c) if c is not None else "" for c in canon[:n]]
+    out += [""] * (n - len(out))
+    for i in special_ids(tok):
+        if 0 <= i < n:
+            out[i] = str(tok.convert_ids_to_tokens(i))
+    return out
 
 
 def decode_canon(canon: Canon) -> str:
@@ -903,6 +928,7 @@ __all__ = [
     "special_roles",
     "surface_form",
     "token_string",
+    "token_strings",
     "tokenizer_family",
     "unicode_to_bytes",
     "vocab_size",

@@ -5,7 +5,7 @@ apart in :func:`load_records`. Nothing is silently averaged: a cell whose seeds 
 whose records come from different schema/tokxfer versions, or that holds two records for one
 seed (two configurations mixed in one cell) still shows its mean but carries a flag, and failed
 trials are counted separately (never averaged, never dropped without a trace). Cells built from
-records that :mod:`harness.sanity` flagged (the record's ``flags``) carry the ``sanity`` or
+records that :mod:`harness.run.sanity` flagged (the record's ``flags``) carry the ``sanity`` or
 ``nondeterministic`` flag and the codes behind it (:attr:`Cell.guards`). Provenance is marked too:
 a cell holding a record written from a dirty git tree (``git.dirty``) carries ``dirty``, one holding
 a record of another world build than the table's (``revisions.world.fingerprint`` differing from the
@@ -29,11 +29,10 @@ from typing import Any
 import numpy as np
 
 from harness.examples import ExampleScores
-from harness.records import TrialRecord
+from harness.run.records import TrialRecord, as_trial_records
 from leaderboards.spec import ROW_KEY_SEPARATOR, Column, LeaderboardSpec, MetricSpec
 from leaderboards.stats import Interval, Sample, TableStats, analyze, mean_interval
 
-AnyRecord = TrialRecord | Mapping
 """A trial record, typed or as its JSON mapping (what :func:`load_records` returns)."""
 
 __all__ = [
@@ -42,10 +41,7 @@ __all__ = [
     "Table",
     "FLAGS",
     "load_records",
-    "record_method",
-    "record_encoding",
     "record_row",
-    "record_version",
     "matches_where",
     "cell_observations",
     "summarize",
@@ -74,18 +70,18 @@ FLAGS: dict[str, tuple[str, str]] = {
 """Flag name → (footnote marker, legend text), in rendering order."""
 
 NONDETERMINISTIC_PREFIX = "nondeterministic:"
-"""Record flags (:mod:`harness.sanity`) with this code prefix mark cells ``nondeterministic``; every
+"""Record flags (:mod:`harness.run.sanity`) with this code prefix mark cells ``nondeterministic``; every
 other record flag marks them ``sanity``."""
 
 
-def record_flag_codes(record: AnyRecord) -> frozenset[str]:
+def record_flag_codes(record: TrialRecord) -> frozenset[str]:
     """Codes of the sanity flags a record carries (``flags`` is ``None`` or absent when unchecked).
 
     Example:
-        >>> sorted(record_flag_codes({"trial_id": "t", "status": "ok", "flags": [{"code": "loss_near_zero", "message": "…"}]}))
+        >>> sorted(record_flag_codes(TrialRecord("t", "ok", flags=[{"code": "loss_near_zero", "message": "…"}])))
         ['loss_near_zero']
     """
-    return TrialRecord.of(record).flag_codes
+    return record.flag_codes
 
 
 def _cell_flags(codes: Iterable[str]) -> set[str]:
@@ -104,60 +100,43 @@ def load_records(dirs: str | os.PathLike | Iterable[str | os.PathLike]) -> list[
     """Load every trial record from one or more records directories.
 
     Accepts ``runs/<experiment>`` or ``runs/<experiment>/records``; records are validated and
-    migrated by :func:`harness.records.read_records` (the one record reader) and know their files,
+    migrated by :func:`harness.run.records.read_records` (the one record reader) and know their files,
     so their per-example results are found beside them. Every function of this module also takes
-    record mappings (tests), read as :class:`~harness.records.TrialRecord` values.
+    record mappings (tests), read as :class:`~harness.run.records.TrialRecord` values.
 
     Raises:
         FileNotFoundError: a directory does not exist.
-        harness.records.RecordError: a file is truncated, corrupt or from a newer schema (named).
+        harness.run.records.RecordError: a file is truncated, corrupt or from a newer schema (named).
 
     Example:
         >>> load_records("runs/quickstart")  # doctest: +SKIP
     """
-    from harness.records import read_records
+    from harness.run.records import read_records
 
     if isinstance(dirs, (str, os.PathLike)):
         dirs = [dirs]
     return [rec for d in dirs for rec in read_records(Path(d))]
 
 
-def record_method(record: AnyRecord) -> str | None:
-    """Method id of a record (:attr:`TrialRecord.method_id`)."""
-    return TrialRecord.of(record).method_id
-
-
-def record_encoding(record: AnyRecord) -> str:
-    """Encoding id of a record (:attr:`TrialRecord.encoding_id`; ``none`` when absent)."""
-    return TrialRecord.of(record).encoding_id
-
-
-def record_row(record: AnyRecord, row_by: str = "method") -> str | None:
+def record_row(record: TrialRecord, row_by: str = "method") -> str | None:
     """The row key of a record under a spec's ``row_by`` (see :data:`leaderboards.spec.ROW_BY`).
 
     Example:
-        >>> r = {"trial_id": "t", "status": "ok", "config": {"method": {"id": "focus"}, "encoding": {"id": "xlp"}}}
+        >>> r = TrialRecord("t", "ok", config={"method": {"id": "focus"}, "encoding": {"id": "xlp"}})
         >>> record_row(r), record_row(r, "encoding"), record_row(r, "method+encoding")
         ('focus', 'xlp', 'focus + xlp')
     """
-    rec = TrialRecord.of(record)
-    method = rec.method_id
+    method = record.method_id
     if row_by == "method":
         return method
     if row_by == "encoding":
-        return rec.encoding_id
-    return None if method is None else f"{method}{ROW_KEY_SEPARATOR}{rec.encoding_id}"
+        return record.encoding_id
+    return None if method is None else f"{method}{ROW_KEY_SEPARATOR}{record.encoding_id}"
 
 
-def record_version(record: AnyRecord) -> str:
-    """``schema <n> / tokxfer <version>`` of a record."""
-    return TrialRecord.of(record).version
-
-
-def matches_where(record: AnyRecord, where: Iterable[tuple[str, Any]]) -> bool:
+def matches_where(record: TrialRecord, where: Iterable[tuple[str, Any]]) -> bool:
     """Whether the record's resolved config has every ``dotted.path == value`` (a spec's ``where``)."""
-    rec = TrialRecord.of(record)
-    return all(rec.config_value(k) == v for k, v in where)
+    return all(record.config_value(k) == v for k, v in where)
 
 
 def _is_number(x: Any) -> bool:
@@ -201,7 +180,7 @@ ExampleReader = Callable[[TrialRecord, Column, str], "ExampleScores | None"]
 
 
 def record_examples(record: TrialRecord, column: Column, language: str) -> ExampleScores | None:
-    """A record's per-example statistics for a column (:meth:`harness.records.TrialRecord.scores`).
+    """A record's per-example statistics for a column (:meth:`harness.run.records.TrialRecord.scores`).
 
     The default :data:`ExampleReader`: the statistics the runner stored beside the record (read once
     and hash-checked), or those a record built in memory carries. Metrics not read from ``metrics``
@@ -216,7 +195,7 @@ def record_examples(record: TrialRecord, column: Column, language: str) -> Examp
     """
     if column.metric.source != "metrics":
         return None
-    return TrialRecord.of(record).scores(language, column.metric.record_key)
+    return record.scores(language, column.metric.record_key)
 
 
 def _world(record: TrialRecord) -> str | None:
@@ -240,7 +219,7 @@ def _applies(record: TrialRecord, column: Column, language: str) -> bool:
 
 
 def cell_observations(
-    records: Iterable[AnyRecord],
+    records: Iterable[TrialRecord],
     method: str,
     column: Column,
     language: str | None = None,
@@ -263,7 +242,7 @@ def cell_observations(
     lang = language or column.language
     obs: list[Observation] = []
     failed = 0
-    for r in map(TrialRecord.of, records):
+    for r in records:
         if record_row(r, row_by) != method or not _in_column_task(r, column):
             continue
         if not r.ok:
@@ -297,7 +276,7 @@ class Cell:
         failed: failed trials belonging to this cell.
         versions: distinct record versions behind the values.
         reference: whether this is a paper number (not measured here).
-        guards: codes of the sanity flags of the records behind the values (:mod:`harness.sanity`).
+        guards: codes of the sanity flags of the records behind the values (:mod:`harness.run.sanity`).
         ci: the mean's 95 % CI (:func:`leaderboards.stats.mean_interval`; ``None`` for paper and empty cells).
         examples: per-example results behind the values, one block per language (several for an
             average column) holding each seed's :class:`~harness.examples.ExampleScores`, or ``None``
@@ -563,7 +542,7 @@ SEED_COMPONENTS = {
 """Display names of the per-component seeds a record may carry under ``seeds``."""
 
 
-def random_sources(records: Iterable[AnyRecord], row_by: str = "method") -> str:
+def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "method") -> str:
     """One sentence: which random sources vary across a table's seeds (what its CIs cover).
 
     Per cell (row, task, task id, target language), a component seed under ``seeds`` that takes
@@ -579,7 +558,7 @@ def random_sources(records: Iterable[AnyRecord], row_by: str = "method") -> str:
         'The CIs cover the seeds that vary per trial: initialization and, where the pipeline trains, LAPT and fine-tuning (seeded from the trial seed); the source model was pretrained once (one checkpoint for every seed of a row), so its variance is not in them.'
     """
     groups: dict[tuple, list[TrialRecord]] = defaultdict(list)
-    for r in map(TrialRecord.of, records):
+    for r in as_trial_records(records):
         if r.ok:
             key = (record_row(r, row_by), r.task_name, r.config_value("task.id"), r.target_language)
             groups[key].append(r)
@@ -629,12 +608,12 @@ def _majority_world(recs: list[TrialRecord]) -> tuple[str | None, bool]:
 
 
 def aggregate(
-    records: Iterable[AnyRecord], spec: LeaderboardSpec, examples: ExampleReader | None = record_examples
+    records: Iterable[TrialRecord | Mapping], spec: LeaderboardSpec, examples: ExampleReader | None = record_examples
 ) -> Table:
     """Build the table of a spec from trial records (pure: no I/O).
 
     Args:
-        records: trial records (:class:`~harness.records.TrialRecord` values or their JSON mappings).
+        records: trial records (:class:`~harness.run.records.TrialRecord` values or their JSON mappings).
         spec: the leaderboard spec.
         examples: reader of per-example results (default: arrays inline in the record,
             :func:`record_examples`; ``None``: seeds only).
@@ -656,7 +635,7 @@ def aggregate(
         >>> round(cell.mean, 2), round(cell.std, 4), cell.n
         (6.1, 0.1414, 2)
     """
-    all_records = [TrialRecord.of(r) for r in records]
+    all_records = as_trial_records(records)
     recs = [r for r in all_records if matches_where(r, spec.where)]
     notes: list[str] = []
     if len(recs) != len(all_records):

@@ -8,8 +8,8 @@ import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from harness.records import TrialRecord
-from harness.safepaths import check_name, require_inside
+from harness.inputs import check_name, require_inside
+from harness.run.records import TrialRecord, as_trial_records
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import render_markdown, write_all, write_index
@@ -57,7 +57,7 @@ def _did_you_mean(name: str, candidates) -> str:
 
 KnownNames = Callable[[str], Collection[str]]
 """``known(kind)``: the names tokxfer knows of a kind (``task``, ``method``, ``encoding``, ``language``)
-without records. Given by the command line (``harness/cli.py``: the registry and the built-in world;
+without records. Given by the command line (``harness/cli/main.py``: the registry and the built-in world;
 this room reads records only), so a spec's names can be checked against more than its records."""
 
 
@@ -78,7 +78,7 @@ def check_spec_names(spec, records: list[dict], known: KnownNames | None = None)
 
     if known is None:
         return
-    recs = [TrialRecord.of(r) for r in records]
+    recs = as_trial_records(records)
     origin = str(spec.source) if spec.source is not None else f"spec {spec.name!r}"
     exps = ", ".join(spec.experiments)
     until = "; leave it out until its experiment has run"
@@ -128,7 +128,7 @@ def check_columns(table, records: list) -> None:
         SpecError: naming the spec, the column and the metrics the task's records do have.
     """
     by_task: dict[str, list[TrialRecord]] = {}
-    for r in map(TrialRecord.of, records):
+    for r in as_trial_records(records):
         if r.ok:
             by_task.setdefault(r.task_name, []).append(r)
     for c in table.columns:
@@ -284,7 +284,7 @@ def compare_command(args) -> int:
     if dups:
         raise SpecError(f"--against lists {', '.join(map(repr, dups))} twice; name each baseline once")
     records = load_records(args.experiment_dir)
-    if not any(TrialRecord.of(r).ok for r in records):
+    if not any(r.ok for r in records):
         raise SpecError(f"{args.experiment_dir}: no successful trial records to compare")
     if not 0 < args.alpha < 0.5:
         raise SpecError(f"--alpha: expected a number in (0, 0.5), got {args.alpha}")
@@ -306,7 +306,7 @@ def _auto_spec(records: list) -> dict:
     """A spec covering every task × language × metric found in the records (for ``compare``)."""
     cols: dict[tuple[str, str], set[str]] = {}
     seeds, exps = set(), set()
-    for r in map(TrialRecord.of, records):
+    for r in as_trial_records(records):
         if not r.ok:
             continue
         task = r.task_name

@@ -27,9 +27,9 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from harness.records import TrialRecord
-from harness.safepaths import name_problem
-from leaderboards.aggregate import AnyRecord, Table, matches_where, summarize
+from harness.inputs import name_problem
+from harness.run.records import TrialRecord, as_trial_records
+from leaderboards.aggregate import Table, matches_where, summarize
 from leaderboards.render import write_text_atomic
 
 __all__ = ["plot_language_bars", "plot_curves", "plot_gold_alignment", "SpecPlot", "write_spec_plots", "lapt_curves"]
@@ -114,7 +114,7 @@ def plot_language_bars(
 
 
 def plot_curves(
-    records: Iterable[AnyRecord],
+    records: Iterable[TrialRecord | Mapping],
     path: str | os.PathLike,
     curve: str = "lapt_loss",
     methods: Sequence[str] | None = None,
@@ -137,7 +137,7 @@ def plot_curves(
         ValueError: no record has the curve.
     """
     groups: dict[tuple[str, str], list[dict[int, float]]] = defaultdict(list)
-    for r in map(TrialRecord.of, records):
+    for r in as_trial_records(records):
         pts = (r.curves or {}).get(curve)
         lang = str(r.target_language)
         if not r.ok or not pts or (language is not None and lang != language):
@@ -178,7 +178,7 @@ def plot_curves(
 
 
 def plot_gold_alignment(
-    records: Iterable[AnyRecord],
+    records: Iterable[TrialRecord | Mapping],
     path: str | os.PathLike,
     metrics: Sequence[str] = ("gold_top1", "gold_top5"),
     language: str | None = None,
@@ -201,7 +201,7 @@ def plot_gold_alignment(
         ValueError: no record (of the methods) has the diagnostics.
     """
     seen: dict[tuple, dict[str, float]] = {}
-    for r in map(TrialRecord.of, records):
+    for r in as_trial_records(records):
         diag = r.init_diagnostics
         lang = r.target_language
         if not r.ok or not diag or (language is not None and lang != language):
@@ -261,7 +261,7 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "x"
 
 
-def lapt_curves(records: Iterable[AnyRecord]) -> list[str]:
+def lapt_curves(records: Iterable[TrialRecord]) -> list[str]:
     """Names of the LAPT loss curves in the records, sorted.
 
     ``<id>.loss`` for every stage named ``lapt`` in a record's ``config.stages`` (how the runner
@@ -270,7 +270,7 @@ def lapt_curves(records: Iterable[AnyRecord]) -> list[str]:
     curve shows up as a failed figure instead of a silently missing one.
     """
     names = set()
-    for r in map(TrialRecord.of, records):
+    for r in records:
         for st in r.stage_specs:
             if st.get("name") == LAPT_STAGE:
                 names.add(f"{st.get('id') or LAPT_STAGE}.loss")
@@ -295,7 +295,7 @@ def _one_per_stage_run(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     return out
 
 
-def _spec_records(table: Table, records: Iterable[AnyRecord]) -> list[TrialRecord]:
+def _spec_records(table: Table, records: Iterable[TrialRecord]) -> list[TrialRecord]:
     """The records behind the table: the spec's filter, tasks, row methods and required seeds."""
     spec = table.spec
     tasks = {c.task for c in table.columns}
@@ -303,7 +303,7 @@ def _spec_records(table: Table, records: Iterable[AnyRecord]) -> list[TrialRecor
     seeds = set(spec.required_seeds)
     return [
         r
-        for r in map(TrialRecord.of, records)
+        for r in records
         if matches_where(r, spec.where)
         and r.task_name in tasks
         and r.method_id in methods
@@ -361,7 +361,7 @@ def _planned(table: Table, records: list[TrialRecord]) -> list[tuple[str, str, C
     return plans
 
 
-def write_spec_plots(table: Table, records: Iterable[AnyRecord], out_dir: str | os.PathLike) -> list[SpecPlot]:
+def write_spec_plots(table: Table, records: Iterable[TrialRecord | Mapping], out_dir: str | os.PathLike) -> list[SpecPlot]:
     """Write every figure of one leaderboard as ``<out_dir>/<name>.png``; never raises for one figure.
 
     * per (task, metric) of the table's language columns (averages skipped): :func:`plot_language_bars`;
@@ -394,7 +394,7 @@ def write_spec_plots(table: Table, records: Iterable[AnyRecord], out_dir: str | 
         (out / old).unlink(missing_ok=True)  # a link is removed itself, never what it points to
     results = []
     if table.rows:  # no measured method: nothing to draw (the caller says so once)
-        for name, caption, draw in _planned(table, _spec_records(table, records)):
+        for name, caption, draw in _planned(table, _spec_records(table, as_trial_records(records))):
             path = out / f"{name}.png"
             try:
                 results.append(SpecPlot(name, caption, draw(path)))

@@ -44,7 +44,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from harness.records import TrialRecord
+from harness.run.records import as_trial_records
 from leaderboards.aggregate import FLAGS, aggregate, matches_where
 from leaderboards.render import write_text_atomic
 from leaderboards.spec import Column, LeaderboardSpec, MetricSpec, RowSpec
@@ -355,7 +355,7 @@ def provenance_of(records: Iterable[Mapping], command: str) -> dict:
     Git sha, device, tokxfer and library versions are taken from the records (they produced the
     values); a value that differs between records is kept as the list of its values.
     """
-    recs = [TrialRecord.of(r) for r in records]
+    recs = as_trial_records(records)
     env_keys = sorted({k for r in recs for k in (r.environment or {})})
     env = {k: _merge((r.environment or {}).get(k) for r in recs) for k in env_keys}
     device = env.pop("device", None)

@@ -26,7 +26,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from harness.safepaths import check_name, require_inside
+from harness.inputs import check_name, require_inside
 from leaderboards.aggregate import FLAGS, NONDETERMINISTIC_PREFIX, Cell, Row, Table, best_methods
 from leaderboards.spec import Column, MetricSpec
 from leaderboards.stats import BETTER, NO_DIFFERENCE, WORSE, Verdict
@@ -879,7 +879,7 @@ def write_text_atomic(path: Path, text: str, *, within: str | os.PathLike | None
         within: the folder ``path`` must lie in once links are resolved (``--out``); checked first.
 
     Raises:
-        harness.safepaths.UnsafePathError: ``path`` lies outside ``within``.
+        harness.inputs.UnsafePathError: ``path`` lies outside ``within``.
     """
     path = Path(path)
     if within is not None:

@@ -51,8 +51,8 @@ from typing import Any
 
 import yaml
 
-from harness.inputs import InputFileError, load_yaml, one_line, read_text_file
-from harness.safepaths import name_problem
+from harness.errors import TokxferError
+from harness.inputs import InputFileError, load_yaml, name_problem, one_line, read_text_file
 from leaderboards.stats import ALPHA, TESTS, min_achievable_p
 
 __all__ = [
@@ -89,7 +89,7 @@ MIN_SEEDS = 3
 degrees of freedom for the spread, and n = 2 leaves it one."""
 
 
-class SpecError(ValueError):
+class SpecError(TokxferError, ValueError):
     """A leaderboard spec or paper-numbers file is invalid (the message names file and key)."""
 
 

@@ -20,7 +20,7 @@ Which test, and why (the default, ``test: t``):
 * **Not a percentile bootstrap over seeds** for CIs: with 3 seeds there are 10 distinct resamples,
   the resampled means never leave the observed range, and the bootstrap variance is (n−1)/n of the
   plug-in one. Measured here on normal data: a nominal 95 % percentile interval over 3 seeds covers
-  the mean ≈ 76 % of the time; the t-interval 95 % (``tests/test_stats.py`` asserts both).
+  the mean ≈ 76 % of the time; the t-interval 95 % (``tests/leaderboards/test_stats.py`` asserts both).
 * **With per-example results** (per seed, the statistics behind its metric on each test example:
   0/1 for an accuracy, per-sentence entity counts for an F1, segment statistics for a corpus BLEU —
   :class:`harness.examples.ExampleScores`; the same examples in the same order for every trial of a
@@ -558,7 +558,7 @@ def holm(pvalues: Sequence[float | None], alpha: float = ALPHA) -> list[float | 
     """Holm-adjusted p-values (step-down: sort, multiply the i-th smallest by m − i + 1, running max, cap 1).
 
     The same numbers as ``statsmodels.stats.multitest.multipletests(p, method="holm")[1]``
-    (``tests/test_stats.py`` checks it on random inputs with ties); computed here because statsmodels'
+    (``tests/leaderboards/test_stats.py`` checks it on random inputs with ties); computed here because statsmodels'
     Holm branch calls ``gc.collect()`` on every call — 0.13 s each with this project's heap, and a
     table needs two families per column (bold, ranks) besides its declared comparisons.
 

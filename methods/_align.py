@@ -729,7 +729,8 @@ def align_corpus(
     while len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)
     t1 = time.perf_counter()
-    links = [symmetrize(f, r, symmetrization) for f, r in zip(fwd, rev)]
+    links = [symmetrize(f, r, symmetrization)
+             for f, r in _progress.iterate(zip(fwd, rev), f"{symmetrization} (sentence pairs)", total=len(fwd))]
     info = {
         "aligner": aligner,
         "deterministic": aligner not in NONDETERMINISTIC_ALIGNERS,

@@ -74,6 +74,7 @@ from typing import Any, Literal
 import numpy as np
 
 from harness import progress as _progress
+from harness.errors import TokxferError
 
 logger = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def min_bucket(dim: int) -> int:
     return -(-MIN_INPUT_MATRIX_BYTES // (4 * int(dim)))
 
 
-class EmptyVocabularyError(ValueError):
+class EmptyVocabularyError(TokxferError, ValueError):
     """fastText found no word occurring at least ``min_count`` times (corpus too small)."""
 
 

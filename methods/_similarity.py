@@ -196,10 +196,13 @@ def chunked_topk_cosine(
     indices = np.empty((n, kk), dtype=np.int64)
     if m == 0:
         return values, indices
+    bar = _progress.counter("similarity search (query rows)", n)
     for start, block in iter_cosine_chunks(queries, keys, chunk_rows=chunk_rows, normalized=normalized):
         v, i = torch.topk(block, kk, dim=1, sorted=True)
         values[start : start + len(block)] = v.numpy()
         indices[start : start + len(block)] = i.numpy()
+        bar.update(len(block))
+    bar.close()
     return values, indices
 
 
@@ -301,12 +304,15 @@ def chunked_sparsemax_cosine(
     counts = np.zeros(n, dtype=np.int64)
     idx_parts: list[np.ndarray] = []
     w_parts: list[np.ndarray] = []
+    bar = _progress.counter("sparsemax over cosine similarities (query rows)", n)
     for start, block in iter_cosine_chunks(queries, keys, chunk_rows=chunk_rows, normalized=normalized):
         w, i = sparsemax_topk(block, k)
         mask = w > 0
         counts[start : start + len(block)] = mask.sum(dim=1).numpy()
         idx_parts.append(i[mask].numpy())  # boolean indexing is row-major: rows stay in order
         w_parts.append(w[mask].numpy())
+        bar.update(len(block))
+    bar.close()
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
     indices = np.concatenate(idx_parts) if idx_parts else np.zeros(0, dtype=np.int64)
@@ -605,6 +611,19 @@ def _escalation_budget(mode: str, rows: int, m: int, kk: int) -> float:
     return rows * (_base_width(kk) + (_SCREEN_COST[nxt] - _SCREEN_COST[mode]) * m / _RESCORE_COST)
 
 
+_DEFER_SHARE = 0.25
+"""``screen="auto"``: a chunk escalates to the next screen as a whole (for good) when more than this share
+of its rows need more candidates than :func:`_row_cap`; fewer such rows are screened again on their own."""
+
+
+def _row_cap(mode: str, m: int, kk: int) -> float | None:
+    """``auto``: the candidates a row may need in ``mode`` before it is screened again in the next finer
+    screen on its own (the per-row form of :func:`_escalation_budget`); ``None`` for the finest screen."""
+    if mode == SCREENS[-1]:
+        return None
+    return _escalation_budget(mode, 1, m, kk)
+
+
 @dataclass
 class _Selected:
     """Exact top of one chunk (see :func:`_select_chunk`)."""
@@ -619,6 +638,8 @@ class _Selected:
     """Widest candidate set of a row."""
     next_width: int
     """A starting width for the next chunk (1.25 x the 95th percentile of what this chunk needed)."""
+    deferred: torch.Tensor | None = None
+    """Rows left for a finer screen (``row_cap``; their ``pos``/``values`` rows are unset), or ``None``."""
 
 
 class _Escalate(Exception):
@@ -642,7 +663,7 @@ def _row_widths(a: torch.Tensor, vals: torch.Tensor, thr: torch.Tensor, width: i
 
 def _select_chunk(
     qn: torch.Tensor, a: torch.Tensor, mode: str, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, kk: int,
-    width: int, budget: float | None = None,
+    width: int, budget: float | None = None, row_cap: float | None = None,
 ) -> _Selected | None:
     """Exact top-``kk`` of every row of a screened chunk, or ``None`` if the screen's bound failed.
 
@@ -653,7 +674,10 @@ def _select_chunk(
     ``v_k - eps``), so the exact top-``kk`` among them is the exact top-``kk`` overall. A row is
     first taken ``width`` wide; rows with more candidates are counted and taken as wide as they
     need (rounded up to a power of two). With a ``budget`` (``screen="auto"``), a chunk whose
-    candidates exceed it raises :class:`_Escalate` before anything is rescored. Candidates are
+    candidates exceed it raises :class:`_Escalate` before anything is rescored. With a ``row_cap``
+    (``auto``), rows needing more candidates than that are not rescored but returned as
+    ``deferred`` for a finer screen — unless they are more than :data:`_DEFER_SHARE` of the chunk,
+    which then escalates as a whole (the budget counts the other rows' candidates). Candidates are
     rescored exactly (float64), the bound is verified on every one of them, and the top-``kk`` is
     taken by decreasing float64 cosine, ties to the lower position. Widths change only the work
     done, never the result.
@@ -668,13 +692,15 @@ def _select_chunk(
     need = _row_widths(a, vals, thr, width)
     bucket = torch.where(need > width, torch.clamp(2 ** torch.ceil(torch.log2(need.to(torch.float64))), max=m), width)
     bucket = bucket.to(torch.int64)
-    work = int(bucket.sum())
-    if budget is not None and work > budget:
-        raise _Escalate(work / c)
+    hard = need > row_cap if row_cap is not None else torch.zeros(c, dtype=torch.bool)
+    n_hard = int(hard.sum())
+    work = int(bucket[~hard].sum())
+    if budget is not None and (work > budget or n_hard > _DEFER_SHARE * c):
+        raise _Escalate(int(bucket.sum()) / c)
     out_pos = torch.empty((c, kk), dtype=torch.int64)
     out_val = torch.empty((c, kk), dtype=torch.float64)
-    for w in torch.unique(bucket).tolist():
-        rows = torch.nonzero(bucket == w).squeeze(1)
+    for w in torch.unique(bucket[~hard]).tolist():
+        rows = torch.nonzero((bucket == w) & ~hard).squeeze(1)
         if w == width:
             v_g, p_g = vals[rows], pos[rows]
         else:
@@ -685,9 +711,11 @@ def _select_chunk(
         if bool(((v_g.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
             return None
         out_pos[rows], out_val[rows] = _top_by_value_then_position(exact, p_g, kk)
-    q95 = float(torch.quantile(need.to(torch.float32), 0.95))
+    kept = need[~hard] if n_hard < c else need
+    q95 = float(torch.quantile(kept.to(torch.float32), 0.95))
     next_width = min(m, max(_base_width(kk), int(np.ceil(1.25 * q95 / 8.0)) * 8))
-    return _Selected(out_pos, out_val, work, int(bucket.max()), next_width)
+    widest = int(bucket[~hard].max()) if n_hard < c else 0
+    return _Selected(out_pos, out_val, work, widest, next_width, torch.nonzero(hard).squeeze(1) if n_hard else None)
 
 
 class _Screens:
@@ -717,13 +745,22 @@ class _Screens:
             self.mode, self.matrix = mode, kt
         return qn.to(self.matrix.dtype) @ self.matrix
 
-    def fp32_blocked(self, qn: torch.Tensor, block: int = 65536) -> torch.Tensor:
-        """float32 scores without a full float32 copy (the rare fallback of a bf16 chunk)."""
-        out = torch.empty((qn.shape[0], len(self.cand)), dtype=torch.float32)
+    def blocked(self, qn: torch.Tensor, mode: str, block: int = 65536) -> torch.Tensor:
+        """Scores in ``mode`` without keeping a full copy of the keys in it (the bf16 fallback, and rows
+        screened again on their own in a finer screen); each key block is made as :meth:`scores` makes it."""
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
+        out = torch.empty((qn.shape[0], len(self.cand)), dtype=dtype)
+        q = qn.to(dtype)
         for a in range(0, len(self.cand), block):
             b = min(a + block, len(self.cand))
-            out[:, a:b] = qn @ (self.keys[self.cand[a:b]] * self.inv[a:b, None]).T
+            rows = self.keys[self.cand[a:b]]
+            kb = rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64" else (rows * self.inv[a:b, None]).to(dtype)
+            out[:, a:b] = q @ kb.T
         return out
+
+    def fp32_blocked(self, qn: torch.Tensor, block: int = 65536) -> torch.Tensor:
+        """float32 scores without a full float32 copy (the rare fallback of a bf16 chunk)."""
+        return self.blocked(qn, "fp32", block)
 
 
 def _chunk_step(chunk_rows: int, m: int, mode: str) -> int:
@@ -784,7 +821,11 @@ def topk_cosine(
     ``screen="auto"`` starts with bf16 where the CPU multiplies bfloat16 natively (else fp32)
     and is adaptive: a chunk whose candidates would cost more to rescore than the next finer
     screen (:func:`_escalation_budget`) is screened again in that precision, before any
-    rescoring, and so are the chunks after it (``stats["screen_switched"]`` says why). With
+    rescoring, and so are the chunks after it (``stats["screen_switched"]`` says why). A few
+    hard rows do not move a chunk: rows needing more candidates than :func:`_row_cap` (a query
+    whose best keys are a cluster of keys pointing the same way, which only a float64 screen
+    tells apart) are screened again on their own in the finer screen
+    (``stats["rows_rescreened"]``), as long as they are at most :data:`_DEFER_SHARE` of the chunk. With
     concentrated cosines (word fastText vectors trained on a few MB: the 10th best neighbour
     within a few thousandths of the best) a bf16 or even fp32 error margin keeps most of a row;
     the fp64 screen's margin (~1e-13) keeps about ``k``, so the rescoring stays bounded and the
@@ -852,7 +893,7 @@ def topk_cosine(
     has[rows.numpy()] = True
     stats = {
         "screen": run.mode, "screen_requested": screen, "screen_switched": "; ".join(run.switches) or None,
-        "screen_chunks": run.chunks, "queries": int(n), "queries_with_vector": int(len(rows)), "keys": n_keys,
+        "screen_chunks": run.chunks, "rows_rescreened": run.rescreened, "queries": int(n), "queries_with_vector": int(len(rows)), "keys": n_keys,
         "keys_usable": m, "duplicate_keys": groups.duplicates, "k": kk, "dim": int(d),
         "chunk_rows": _chunk_step(chunk_rows, len(ucand), run.mode),
         "candidates_per_row": round(run.n_cand / max(len(rows), 1), 2), "widest_candidate_set": run.widest,
@@ -873,6 +914,7 @@ class _ChunkRun:
         self.width = _base_width(kr)
         self.switches: list[str] = []
         self.chunks = {s: 0 for s in SCREENS}
+        self.rescreened = {s: 0 for s in SCREENS[1:]}
         self.n_cand = self.widest = self.n_fallback = 0
         self.t_score = self.t_select = 0.0
 
@@ -890,8 +932,9 @@ class _ChunkRun:
         t1 = time.perf_counter()
         self.t_score += t1 - ts
         budget = _escalation_budget(self.mode, len(rr), m, self.kr) if self.adaptive else None
+        row_cap = _row_cap(self.mode, m, self.kr) if self.adaptive else None
         try:
-            res = _select_chunk(qn, a, self.mode, self.keys, self.cand, self.inv, self.kr, self.width, budget)
+            res = _select_chunk(qn, a, self.mode, self.keys, self.cand, self.inv, self.kr, self.width, budget, row_cap)
         except _Escalate as e:
             nxt = SCREENS[SCREENS.index(self.mode) + 1]
             self.switches.append(f"{self.mode} screen kept {e.per_row:.0f} candidates per row of {m} keys "
@@ -913,4 +956,28 @@ class _ChunkRun:
         self.n_cand += res.candidates
         self.widest = max(self.widest, res.widest)
         self.width = res.next_width
+        if res.deferred is not None:
+            self._finish_deferred(qn, res, self.mode)
         return res.pos, res.values
+
+    def _finish_deferred(self, qn: torch.Tensor, res: _Selected, mode: str) -> None:
+        """Fill the rows ``res`` deferred: screened again on their own in the next finer screen (and, if
+        some of them need it, the one after), selected exactly as every other row."""
+        rows = res.deferred
+        nxt = SCREENS[SCREENS.index(mode) + 1]
+        m = int(self.cand.numel())
+        ts = time.perf_counter()
+        a = self.screens.blocked(qn[rows], nxt)
+        t1 = time.perf_counter()
+        self.t_score += t1 - ts
+        sub = _select_chunk(qn[rows], a, nxt, self.keys, self.cand, self.inv, self.kr, _base_width(self.kr), None,
+                            _row_cap(nxt, m, self.kr))  # fmt: skip
+        self.t_select += time.perf_counter() - t1
+        if sub is None:
+            raise RuntimeError(f"topk_cosine: {nxt} scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
+        self.rescreened[nxt] += len(rows)
+        self.n_cand += sub.candidates
+        self.widest = max(self.widest, sub.widest)
+        if sub.deferred is not None:
+            self._finish_deferred(qn[rows], sub, nxt)
+        res.pos[rows], res.values[rows] = sub.pos, sub.values

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import progress as _progress
 from methods import _align
 
 __all__ = ["read_parallel_corpus", "words_with_tokens"]
@@ -82,6 +83,7 @@ def words_with_tokens(
         Per text, ``(word, token ids)`` pairs in order.
     """
     out: list[list[tuple[str, tuple[int, ...]]]] = []
+    bar = _progress.counter("words tokenized in context (sentences)", len(texts))
     for a in range(0, len(texts), batch_size):
         chunk = list(texts[a : a + batch_size])
         try:
@@ -99,4 +101,6 @@ def words_with_tokens(
                 if w < len(spans):
                     groups[w].append(int(tid))
             out.append([(text[sa:sb], tuple(g)) for (sa, sb), g in zip(spans, groups) if g])
+        bar.update(len(chunk))
+    bar.close()
     return out

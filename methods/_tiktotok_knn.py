@@ -26,10 +26,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 
+from harness import progress as _progress
 from harness import vocab as _canon
 from harness.cache import content_hash
 from harness.protocols import TransferInputs
@@ -38,8 +39,20 @@ from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 from methods._tiktotok_counts import FROM_ALIGNMENT, FROM_FUZZY, FROM_IDENTITY, FROM_NUMBER
 from methods._wordvectors import procrustes
 
-if TYPE_CHECKING:
-    from methods.tiktotok import TikToTokConfig
+
+class FallbackSettings(Protocol):
+    """The settings of the fallback this module reads (:class:`methods.tiktotok.TikToTokConfig` has them;
+    a protocol, so this helper does not import the method that uses it)."""
+
+    fasttext_model: str
+    fasttext_dim: int
+    fasttext_epochs: int
+    fasttext_min_count: int
+    fasttext_minn: int
+    fasttext_maxn: int
+    fasttext_bucket: int
+    fasttext_threads: int
+    fasttext_ngram_vectors: bool
 
 logger = logging.getLogger(__name__)
 
@@ -312,7 +325,7 @@ def fasttext_token_space(
     vecs = np.zeros((n_rows, model.get_dimension()), dtype=np.float32)
     kinds = np.zeros(n_rows, dtype=np.int8)
     oov: list[int] = []
-    for i, w in enumerate(words[:n_rows]):
+    for i, w in enumerate(_progress.iterate(words[:n_rows], "fastText token vectors (vocabulary lookups)")):
         if skip[i]:
             continue
         if model.get_word_id(w) >= 0:
@@ -323,27 +336,68 @@ def fasttext_token_space(
     if not oov:
         return vecs, kinds
     vocab = model.get_words()
-    n_words = len(vocab)
-    trained = np.unique(
-        np.concatenate([np.zeros(0, np.int64)] + [np.asarray(model.get_subwords(w)[1], dtype=np.int64) for w in vocab])
-    )
-    trained = trained[trained >= n_words]  # n-gram rows (word rows come first)
-    per_token: list[tuple[int, np.ndarray]] = []
-    for i in oov:
-        ids = np.asarray(model.get_subwords(words[i])[1], dtype=np.int64)
-        ids = ids[np.isin(ids, trained)]
-        if len(ids):
-            per_token.append((i, ids))
-    if not per_token:
+    trained = _trained_ngram_rows(model, vocab)
+    # every out-of-vocabulary token's n-gram rows, flat, with the position of its token in ``oov``
+    per_token = [np.asarray(model.get_subwords(words[i])[1], dtype=np.int64)
+                 for i in _progress.iterate(oov, "fastText token vectors (n-grams of rare tokens)")]  # fmt: skip
+    lengths = np.fromiter((len(ids) for ids in per_token), dtype=np.int64, count=len(per_token))
+    flat = np.concatenate([np.zeros(0, np.int64), *per_token])
+    owner = np.repeat(np.arange(len(oov), dtype=np.int64), lengths)
+    # membership by one boolean mask over the model's rows (a per-token ``np.isin`` re-sorts ``trained`` each time)
+    is_trained = np.zeros(int(max(flat.max(initial=-1), trained.max(initial=-1))) + 1, dtype=bool)
+    is_trained[trained] = True
+    keep = is_trained[flat]
+    flat, owner = flat[keep], owner[keep]
+    if not len(flat):
         return vecs, kinds
-    rows_needed = np.unique(np.concatenate([ids for _, ids in per_token]))
-    table = np.stack([np.asarray(model.get_input_vector(int(r)), dtype=np.float32) for r in rows_needed])
-    for i, ids in per_token:
-        v = table[np.searchsorted(rows_needed, ids)].mean(axis=0)
-        if np.any(v != 0):
-            vecs[i] = v
-            kinds[i] = NGRAMS
+    rows_needed = np.unique(flat)
+    table = np.zeros((len(rows_needed), vecs.shape[1]), dtype=np.float32)
+    for j, r in enumerate(_progress.iterate(rows_needed.tolist(), "fastText token vectors (n-gram rows)")):
+        table[j] = model.get_input_vector(r)
+    _ngram_means(np.asarray(oov, dtype=np.int64), owner, np.searchsorted(rows_needed, flat), table, vecs, kinds)
     return vecs, kinds
+
+
+def _trained_ngram_rows(model: Any, vocab: Sequence[str]) -> np.ndarray:
+    """Sorted distinct input rows of character n-grams that occur in some in-vocabulary word (word rows come first)."""
+    n_words = len(vocab)
+    parts = [np.asarray(model.get_subwords(w)[1], dtype=np.int64)
+             for w in _progress.iterate(vocab, "fastText token vectors (trained n-grams)")]  # fmt: skip
+    trained = np.unique(np.concatenate([np.zeros(0, np.int64), *parts]))
+    return trained[trained >= n_words]
+
+
+def _ngram_means(
+    oov: np.ndarray, owner: np.ndarray, row_of: np.ndarray, table: np.ndarray, vecs: np.ndarray, kinds: np.ndarray
+) -> None:
+    """Each token ``oov[k]``'s vector: the mean of ``table[row_of[owner == k]]``, kept when nonzero.
+
+    ``owner`` is nondecreasing. Bit for bit what ``table[ids].mean(axis=0)`` per token gives (the
+    algorithm this replaced): ``ndarray.mean`` over axis 0 adds the rows one after the other in
+    float32 from 0 (pairwise only when the rows are single numbers) and divides by the count; here the
+    k-th rows of all tokens are added in one vectorized step, for k = 1, 2, ... up to the longest
+    token's count (memory: one ``tokens x dim`` float32 array).
+    """
+    if not len(owner):
+        return
+    bounds = np.flatnonzero(np.diff(owner, prepend=-1, append=owner[-1] + 1))  # start of each owner's run, and the end
+    starts, lengths = bounds[:-1], np.diff(bounds)
+    tokens = oov[owner[starts]]
+    if table.shape[1] == 1:  # one-number rows: numpy sums them pairwise, so take its own mean per token
+        sums = np.stack([table[row_of[a : a + n]].mean(axis=0) for a, n in zip(starts.tolist(), lengths.tolist())])
+    else:
+        sums = table[row_of[starts]] + np.float32(0.0)  # numpy's sum starts from 0 (so -0.0 + 0.0 = +0.0)
+        bar = _progress.counter("fastText token vectors (n-gram means, by position)", int(lengths.max()))
+        bar.update(1)
+        for k in range(1, int(lengths.max())):
+            more = np.flatnonzero(lengths > k)
+            sums[more] += table[row_of[starts[more] + k]]
+            bar.update(1)
+        bar.close()
+        np.true_divide(sums, lengths.astype(np.intp)[:, None], out=sums, casting="unsafe")  # as ndarray.mean divides
+    nonzero = np.any(sums != 0, axis=1)
+    vecs[tokens[nonzero]] = sums[nonzero]
+    kinds[tokens[nonzero]] = NGRAMS
 
 
 def token_space_key(fasttext_key: str, tokenizer: Any, n_rows: int, skip: np.ndarray, ngrams: bool) -> str:
@@ -462,7 +516,7 @@ def _side_space(
     return vecs, kinds
 
 
-def fasttext_params(cfg: TikToTokConfig, seed: int) -> dict:
+def fasttext_params(cfg: FallbackSettings, seed: int) -> dict:
     """The :func:`methods._fasttext.train_fasttext` arguments of the fallback's fastText models."""
     return {
         "dim": cfg.fasttext_dim, "epoch": cfg.fasttext_epochs, "min_count": cfg.fasttext_min_count,
@@ -480,7 +534,7 @@ def _side_text(lines: Sequence[str], tok: Any, cache: Path | None, tmp: Path, si
 
 
 def train_fallback_space(
-    cfg: TikToTokConfig,
+    cfg: FallbackSettings,
     inputs: TransferInputs,
     pairs: Sequence[tuple[str, str]],
     seed: int,

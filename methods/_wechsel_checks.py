@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import vocab as _canon
+from harness.errors import UserInputError
 
 _SAMPLE_BYTES = 32 << 20  # corpus text read to collect its vocabulary
 
@@ -28,7 +29,7 @@ def fasttext_bin_words(path: Path, limit: int) -> tuple[list[str], int, int]:
     with open(path, "rb") as f:
         magic, _version = struct.unpack("<ii", f.read(8))
         if magic != 793712314:
-            raise ValueError(f"--source-word-vectors {path}: not a fastText .bin (bad magic number)")
+            raise UserInputError(f"--source-word-vectors {path}: not a fastText .bin (bad magic number)")
         args = struct.unpack("<12id", f.read(12 * 4 + 8))
         minn, maxn = args[9], args[10]
         size, _nwords, _nlabels = struct.unpack("<iii", f.read(12))
@@ -39,7 +40,7 @@ def fasttext_bin_words(path: Path, limit: int) -> tuple[list[str], int, int]:
             while b"\0" not in buf:
                 chunk = f.read(1 << 16)
                 if not chunk:
-                    raise ValueError(f"--source-word-vectors {path}: truncated fastText dictionary")
+                    raise UserInputError(f"--source-word-vectors {path}: truncated fastText dictionary")
                 buf += chunk
             w, buf = buf.split(b"\0", 1)
             while len(buf) < 9:
@@ -74,11 +75,12 @@ def ngram_coverage(source_tok: Any, words: list[str], minn: int, maxn: int) -> d
     for w in words:
         seen |= {w[i:i + n] for n in range(1, maxn + 1) for i in range(len(w) - n + 1)}
     specials = _canon.special_ids(source_tok)
+    strings = _canon.token_strings(source_tok)  # one pass (token_string per id rebuilds the specials each time)
     n = none = mostly = 0
     for i in range(len(source_tok)):
         if i in specials:
             continue
-        s = _canon.token_string(source_tok, i)
+        s = strings[i]
         if not s or not s.strip():
             continue
         grams = _grams(s, minn, maxn)

@@ -61,6 +61,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.errors import TokxferError
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
 from methods import _fasttext
 
@@ -95,11 +96,11 @@ _FASTTEXT_EOS = "</s>"
 """fastText's line-end word: in every trained vocabulary, never a real word."""
 
 
-class DictionaryError(ValueError):
+class DictionaryError(TokxferError, ValueError):
     """A bilingual dictionary yields no usable word pair for the given vocabularies."""
 
 
-class DimensionMismatchError(ValueError):
+class DimensionMismatchError(TokxferError, ValueError):
     """Source and target word vectors have different dimensions."""
 
 

@@ -428,7 +428,7 @@ class Focus:
     """
 
     combines = True
-    """Additional tokens are combinations of anchors: an all-fallback result is flagged (harness.sanity)."""
+    """Additional tokens are combinations of anchors: an all-fallback result is flagged (harness.run.sanity)."""
 
     def __init__(self, config: FocusConfig) -> None:
         self.config = config
@@ -581,7 +581,7 @@ class Focus:
                     vecs, has = _fasttext.token_vectors(model, tok, token_format=cfg.aux_token_format)
             else:
                 path = cfg.aux_model_path or inputs.target_word_vectors
-                strings = [_canon.token_string(tok, i) for i in range(len(tok))]
+                strings = _canon.token_strings(tok)
                 if path:
                     model = _fasttext.load_fasttext(Path(path))
                     info["source"] = {"path": str(path)}

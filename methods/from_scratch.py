@@ -25,7 +25,7 @@ class FromScratchInit:
     Returns an all-FALLBACK mapping (only its shape matters) and the directive
     ``{"reinitialize_body": True}``: after installing it, the harness re-initializes *every*
     parameter — embeddings, output head and bias included — with the architecture's own
-    ``_init_weights`` under the trial seed (:func:`harness.surgery.reinitialize_all`). No row is
+    ``_init_weights`` under the trial seed (:func:`harness.model.surgery.reinitialize_all`). No row is
     drawn from the source's statistics, so the result does not depend on the source weights at
     all, only on its config, the target vocabulary size and the seed. (The directive keeps its
     historical name; it covers the whole model.) In extension mode no original row is kept either.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from harness import progress as _progress
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
 from harness.vocab import (
@@ -72,7 +73,7 @@ class MeanOfPiecesInit:
     """
 
     combines = True
-    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.run.sanity`)."""
 
     def __init__(self, config: MeanOfPiecesConfig) -> None:
         self.config = config
@@ -90,7 +91,7 @@ class MeanOfPiecesInit:
         stats = Counter()
         logged: list[dict] = []
         random_ids: dict[str, list[int]] = {}
-        for t, canon in enumerate(canonical_vocab(tgt)):
+        for t, canon in enumerate(_progress.iterate(canonical_vocab(tgt), "mean of pieces (target tokens)")):
             if canon is None or t in done:
                 continue
             if self.config.segmentation == "model":

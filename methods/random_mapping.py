@@ -51,7 +51,7 @@ class RandomMappingInit:
 
     uninformed = True
     """A control: its rows carry no information about the target tokens, so a loss at init at the
-    uniform guess is expected and not flagged (harness.sanity)."""
+    uniform guess is expected and not flagged (harness.run.sanity)."""
 
     def __init__(self, config: RandomMappingConfig) -> None:
         self.config = config

@@ -88,7 +88,7 @@ seed option in eflomal 2.0; it reads ``/dev/urandom``): one 63-bit number drawn 
 generator becomes part of its alignment cache key under ``inputs.cache_dir``, so a re-run reads
 the same links, but two cold runs differ; a result built on it carries
 ``info["nondeterministic"] = ["eflomal"]``, which the harness turns into a record flag and a
-leaderboard marker (:mod:`harness.sanity`). A second number, drawn after it whatever the aligner
+leaderboard marker (:mod:`harness.run.sanity`). A second number, drawn after it whatever the aligner
 and the fallback, seeds the fallback's fastText models (one thread: reproducible; with
 ``fasttext_threads > 1`` the info lists ``"fasttext"`` as nondeterministic too). Deterministic
 runs carry no ``nondeterministic`` key.
@@ -542,7 +542,7 @@ class TikToTok:
     """
 
     combines = True
-    """Rows are alignment-weighted mixtures of source rows: an all-fallback result is flagged (harness.sanity)."""
+    """Rows are alignment-weighted mixtures of source rows: an all-fallback result is flagged (harness.run.sanity)."""
 
     def __init__(self, config: TikToTokConfig) -> None:
         self.config = config
@@ -593,7 +593,7 @@ class TikToTok:
             info["fallback"]["fasttext"] = space.info
             if any(space.info.get(side, {}).get("deterministic") is False for side in ("target", "source")):
                 nondeterministic.append("fasttext")
-        if nondeterministic:  # components whose output the trial seed does not fix (harness.sanity flags them)
+        if nondeterministic:  # components whose output the trial seed does not fix (harness.run.sanity flags them)
             info["nondeterministic"] = nondeterministic
         info["overlap"] = overlap.report()
         info["corpus"] = aligned.corpus

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from harness import progress as _progress
 from harness import vocab as _canon
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
@@ -484,7 +485,7 @@ def vipi_mapping(
     multi = capped = 0
     max_count = 0
     examples: list[dict] = []
-    for t in range(n_target):
+    for t in _progress.iterate(range(n_target), "VIPI partitions (target tokens)"):
         if provenance[t] != FALLBACK:
             continue
         c = target[t]
@@ -586,7 +587,7 @@ class VIPI:
     """
 
     combines = True
-    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.sanity`)."""
+    """Rows of non-overlap tokens are combinations of source rows (read by :mod:`harness.run.sanity`)."""
 
     def __init__(self, config: VipiConfig) -> None:
         self.config = config

@@ -392,7 +392,7 @@ class Wechsel:
     """
 
     combines = True
-    """Rows are top-k mixtures of source rows: an all-fallback result is flagged (harness.sanity)."""
+    """Rows are top-k mixtures of source rows: an all-fallback result is flagged (harness.run.sanity)."""
 
     def __init__(self, config: WechselConfig) -> None:
         self.config = config

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from harness.cache import ProcessMemo
+from harness.errors import TokxferError
 from tasks.languages import HUB_DATASETS, LANGUAGES, get_language, hub_config
 
 TASK_COLUMNS: dict[str, tuple[str, ...]] = {
@@ -54,7 +55,7 @@ target tokenizer and a task reuse them); the least recently used is dropped beyo
 _FEATURE_MEMO = ProcessMemo(FEATURE_MEMO_ENTRIES)
 
 
-class DataError(ValueError):
+class DataError(TokxferError, ValueError):
     """A data file or data set that cannot be used; the message names the file or the hub id."""
 
 

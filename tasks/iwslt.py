@@ -109,7 +109,7 @@ class IwsltConfig:
     }
     """The ``train`` keys are stored flat in the resolved config (trial ids of the flat layout kept)."""
     NEW_FIELDS_OMITTED_WHEN_NONE = ("languages", "tokenized_bleu")
-    """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
+    """Options added after records existed: left out of the trial id while unset (harness.run.config.resolved_fields)."""
 
     files: str | None = None
     """Local JSONL path template with ``{lang}`` and ``{split}``; default: the world directory for

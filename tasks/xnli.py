@@ -66,7 +66,7 @@ class XnliConfig:
     FLAT_BLOCKS = {"train": FINETUNE_KEYS}
     """The ``train`` keys are stored flat in the resolved config (trial ids of the flat layout kept)."""
     NEW_FIELDS_OMITTED_WHEN_NONE = ("train_language", "eval_languages")
-    """Options added after records existed: left out of the trial id while unset (harness.config.resolved_fields)."""
+    """Options added after records existed: left out of the trial id while unset (harness.run.config.resolved_fields)."""
 
     setting: str = "translate-train"
     """``translate-train`` or ``cross-lingual`` (train on the source language, test on targets)."""

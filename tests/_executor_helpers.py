@@ -1,11 +1,11 @@
-"""Picklable stand-ins for :func:`harness.runner.execute`, importable by worker processes and jobs."""
+"""Picklable stand-ins for :func:`harness.run.runner.execute`, importable by worker processes and jobs."""
 
 from __future__ import annotations
 
 import os
 import signal
 
-from harness import records
+from harness.run import records
 
 
 def fake_execute(spec, runs_dir, progress=False):

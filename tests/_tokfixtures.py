@@ -1,8 +1,8 @@
 """Tiny tokenizers of every family, trained in memory from a few dozen strings (no network).
 
-Used by ``tests/test_canon.py`` and ``tests/test_baselines.py``; importable by other test files.
+Used by ``tests/api/test_canon.py`` and ``tests/methods/test_baselines.py``; importable by other test files.
 Also: tokenizers of specific model families and :data:`FAMILIES`, tiny random models of every
-architecture family the harness claims (``tests/test_surgery.py``, ``tests/test_arch_matrix.py``).
+architecture family the harness claims (``tests/model/test_surgery.py``, ``tests/methods/test_arch_matrix.py``).
 Specials follow ``harness/tokenizers.py``: RoBERTa-style ``<s> </s> <pad> <unk> <mask>`` for
 SentencePiece and byte-level BPE, BERT-style ``[CLS] [SEP] [PAD] [UNK] [MASK]`` for WordPiece.
 """

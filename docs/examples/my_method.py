@@ -1,4 +1,4 @@
-"""my_method.py — initialize every new token as the mean of the overlap rows (the README walkthrough; tests/test_plugin_example.py runs it)."""
+"""my_method.py — initialize every new token as the mean of the overlap rows (the README walkthrough; tests/api/test_plugin_example.py runs it)."""
 from dataclasses import dataclass
 import numpy as np
 from harness.protocols import COPIED, COMBINED, InitResult, TokenMapping

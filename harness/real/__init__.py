@@ -22,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.errors import TokxferError
+
 __all__ = ["PREFIX", "Source", "SOURCES", "MODELS", "LANGUAGES", "RealLaneError", "is_real_name", "resolve",
            "model_key", "data_key", "CONVERTER_VERSION", "DATA_VERSION"]
 
@@ -32,7 +34,7 @@ DATA_VERSION = 2
 """Part of the data's cache key: bump when the catalogue processing changes what it writes."""
 
 
-class RealLaneError(ValueError):
+class RealLaneError(TokxferError, ValueError):
     """The real lane's resources are missing, unverifiable or misnamed (the message says what to do)."""
 
 

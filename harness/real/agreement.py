@@ -106,7 +106,7 @@ def agreement_from_records(world_dir: str | Path, real_dir: str | Path, *,
                            comparable: Sequence[tuple[str, str]] = COMPARABLE, n_boot: int = 2000, seed: int = 0,
                            exclude: Iterable[str] = ("original",)) -> list[dict]:
     """:func:`kendall_agreement` for every comparable (task, metric), from two directories of records."""
-    from harness.records import iter_records
+    from harness.run.records import iter_records
 
     world = list(iter_records(world_dir))
     real = list(iter_records(real_dir))

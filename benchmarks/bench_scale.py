@@ -1,0 +1,406 @@
+"""Every registered method end to end at XLM-R scale: wall time, peak memory and the longest silence.
+
+Each method runs as a user runs it, ``python -m harness.cli init --method M`` (what ``tokxfer init``
+runs), in its own process with an empty ``TOKXFER_CACHE`` (cold: fastText, alignments and tokenizer
+pre-tokenization are computed), on files this script builds under ``--work-dir`` (reused when the
+same sizes were built before):
+
+* a source model shaped like XLM-R base: a SentencePiece-Unigram vocabulary of ``--source-vocab``
+  pieces (250,002 by default: ``<s> <pad> </s> <unk>`` at 0-3, the source language's own pieces from
+  a Unigram trained on its text, about a third of the target's pieces, pieces of other pseudo-languages
+  in three scripts, ``<mask>`` last; :func:`benchmarks._synthetic.xlmr_like_vocabulary`) and a
+  one-layer XLM-R masked LM with ``--dim`` (768) embeddings;
+* a target SentencePiece-Unigram tokenizer of ``--target-vocab`` pieces (50,000) trained on the
+  target text;
+* source and target text (a few MB each: FOCUS's auxiliary fastText, WECHSEL's word vectors), a
+  parallel corpus of ``--pairs`` sentence pairs (Tik-to-Tok) and a bilingual dictionary (WECHSEL);
+  :func:`benchmarks._synthetic.make_scale_texts`.
+
+A method gets exactly the file inputs it reads (:func:`harness.cli.init_cmd.method_reads`), so a plugin
+method registered with ``--plugin`` is benchmarked the same way. Per method the JSON records wall and
+CPU seconds and peak RSS of the process (``wait4``), its exit status, the longest silence (the longest
+gap between two pieces of output on its stderr/stdout — progress bars, fastText's progress line,
+notes — counting the start and the exit) with the line before and after it, the method's own
+timings from ``init_info.json``, and the load average before and after. Targets (2 cores, idle):
+**no method over 5 minutes, none silent for more than 10 s**; the table marks each.
+
+Run::
+
+    python benchmarks/bench_scale.py --json benchmarks/results/scale_250k.json      # 250,002 x 50,000 (~1 h)
+    python benchmarks/bench_scale.py --source-vocab 25000 --target-vocab 5000       # quick (~5 min)
+    python benchmarks/bench_scale.py --methods tiktotok,focus --work-dir /tmp/scale  # some methods, files kept
+
+Timings are results only on an idle machine (the load averages in the JSON say whether it was).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks.bench_quickstart import _git, load_average, machine_facts  # noqa: E402
+from benchmarks.bench_quickstart import child_env as quickstart_env  # noqa: E402
+
+TIME_TARGET_S = 300.0
+"""A method's wall time on 2 idle cores, at most (issue 31)."""
+SILENCE_TARGET_S = 10.0
+"""The longest a method may print nothing, at most."""
+INPUTS_VERSION = 2
+"""Bumped when the built files change for the same arguments (the work folder is rebuilt)."""
+FASTTEXT_START = re.compile(r"^(Number of (words|labels)|Read \d+M words)")
+"""fastText's own lines before it trains (its progress line comes when training ends; issue 32 adds a heartbeat)."""
+
+
+# ------------------------------------------------------------------------------------------ sizes
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """What the inputs are built for (defaults: XLM-R base against a 50k target vocabulary)."""
+
+    source_vocab: int = 250_002
+    target_vocab: int = 50_000
+    dim: int = 768
+    lines: int | None = None
+    """Sentences of each monolingual text; default ``min(2 * target_vocab, 100_000)``, at least 600."""
+    pairs: int | None = None
+    """Parallel sentence pairs; default ``min(0.8 * target_vocab, 40_000)``, at least 400."""
+    dictionary: int = 5000
+    seed: int = 0
+
+    def resolved(self) -> dict:
+        d = dict(self.__dict__)
+        d["lines"] = self.lines or max(min(2 * self.target_vocab, 100_000), 600)
+        d["pairs"] = self.pairs or max(min(int(0.8 * self.target_vocab), 40_000), 400)
+        d["target_words"] = max(int(1.2 * self.target_vocab), 1000)
+        d["language_vocab"] = max(min(self.source_vocab // 6, 40_000), 300)
+        d["version"] = INPUTS_VERSION
+        return d
+
+
+def build_inputs(work: Path, sizes: Sizes) -> dict:
+    """Build (or reuse) the files under ``work``; return the manifest (paths and achieved sizes)."""
+    want = sizes.resolved()
+    manifest = work / "manifest.json"
+    if manifest.is_file():
+        old = json.loads(manifest.read_text())
+        if old.get("inputs") == want and all(Path(p).exists() for p in old["paths"].values()):
+            return old
+    import numpy as np
+    import torch
+    from tokenizers import AddedToken, Tokenizer
+    from transformers import PreTrainedTokenizerFast, XLMRobertaConfig, XLMRobertaForMaskedLM
+    from transformers.utils import logging as hf_logging
+
+    from benchmarks._synthetic import make_scale_texts, xlmr_like_vocabulary
+    from harness.tokenizers import train_tokenizer
+
+    hf_logging.set_verbosity_error()
+    t0 = time.perf_counter()
+    work.mkdir(parents=True, exist_ok=True)
+    texts = make_scale_texts(work / "text", n_target_words=want["target_words"], n_lines=want["lines"],
+                             n_pairs=want["pairs"], n_dictionary=want["dictionary"], seed=sizes.seed)  # fmt: skip
+    cache = work / "build-cache"
+    tgt = train_tokenizer([texts.target], "unigram", vocab_size=sizes.target_vocab, cache_dir=cache)
+    lang = train_tokenizer([texts.source], "unigram", vocab_size=want["language_vocab"], cache_dir=cache)
+    tgt_dir, src_dir = work / "target-tokenizer", work / "source-model"
+    tgt.save_pretrained(tgt_dir)
+    t1 = time.perf_counter()
+
+    def pieces(tok: Any) -> list[tuple[str, float]]:
+        return [(p, float(s)) for p, s in json.loads(tok.backend_tokenizer.to_str())["model"]["vocab"]]
+
+    vocab = xlmr_like_vocabulary(pieces(lang), pieces(tgt), sizes.source_vocab, sizes.seed)
+    cfg = json.loads(lang.backend_tokenizer.to_str())
+    cfg["model"]["vocab"] = [[p, s] for p, s in vocab]
+    ids = {p: i for i, (p, _) in enumerate(vocab)}
+    for a in cfg["added_tokens"]:
+        a["id"] = ids[a["content"]]
+    src = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(cfg)), bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+        pad_token="<pad>", cls_token="<s>", sep_token="</s>",
+        mask_token=AddedToken("<mask>", lstrip=True, rstrip=False, normalized=False, special=True),
+        clean_up_tokenization_spaces=False,
+    )  # fmt: skip
+    if len(src) != sizes.source_vocab or src.mask_token_id != sizes.source_vocab - 1:
+        raise RuntimeError(f"source tokenizer has {len(src)} tokens (mask {src.mask_token_id}), expected {sizes.source_vocab}")
+    config = XLMRobertaConfig(
+        vocab_size=sizes.source_vocab, hidden_size=sizes.dim, num_hidden_layers=1, num_attention_heads=max(sizes.dim // 64, 1),
+        intermediate_size=4 * sizes.dim, max_position_embeddings=514, type_vocab_size=1, pad_token_id=src.pad_token_id,
+        bos_token_id=src.bos_token_id, eos_token_id=src.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(sizes.seed)
+    model = XLMRobertaForMaskedLM(config)
+    rng = np.random.default_rng(sizes.seed)
+    emb = rng.standard_normal((sizes.source_vocab, sizes.dim), dtype=np.float32)
+    emb *= np.float32(0.05)
+    with torch.no_grad():
+        model.get_input_embeddings().weight.copy_(torch.from_numpy(emb))
+    del emb
+    model.save_pretrained(src_dir)
+    src.save_pretrained(src_dir)
+    del model
+    shutil.rmtree(cache, ignore_errors=True)
+    overlap = len(set(src.get_vocab()) & set(tgt.get_vocab()))
+    info = {
+        "inputs": want,
+        "build_s": {"texts_and_tokenizers": round(t1 - t0, 1), "total": round(time.perf_counter() - t0, 1)},
+        "paths": {"source_model": str(src_dir), "target_tokenizer": str(tgt_dir), "target_corpus": str(texts.target),
+                  "source_corpus": str(texts.source), "parallel_corpus": str(texts.parallel),
+                  "dictionary": str(texts.dictionary)},
+        "sizes": {"n_source": len(src), "n_target": len(tgt), "dim": sizes.dim, "shared_pieces": overlap,
+                  "language_pieces": len(lang),
+                  "source_text_mb": round(texts.source.stat().st_size / 2**20, 2),
+                  "target_text_mb": round(texts.target.stat().st_size / 2**20, 2),
+                  "parallel_mb": round(texts.parallel.stat().st_size / 2**20, 2), "pairs": want["pairs"],
+                  "dictionary_pairs": sum(1 for _ in open(texts.dictionary, encoding="utf-8"))},
+    }  # fmt: skip
+    manifest.write_text(json.dumps(info, indent=1))
+    return info
+
+
+# ------------------------------------------------------------------------------------------ running
+
+
+@dataclass
+class Output:
+    """What a child printed: every arrival of output (a pipe read) with its time (seconds since the
+    start) and the line on screen then, and the complete lines (``\\r`` or ``\\n`` ended)."""
+
+    events: list[tuple[float, str]] = field(default_factory=list)
+    lines: list[tuple[float, str]] = field(default_factory=list)
+    partial: str = ""
+
+    def add(self, t: float, chunk: str) -> None:
+        segs = re.split(r"[\r\n]", self.partial + chunk)  # a write may end mid-line (fastText: "labels: " + "0")
+        self.partial = segs[-1]
+        done = [x.strip() for x in segs[:-1] if x.strip()]
+        self.lines += [(t, x) for x in done]
+        shown = self.partial.strip() or (done[-1] if done else (self.events[-1][1] if self.events else ""))
+        self.events.append((t, shown))
+
+    def silences(self, end: float, n: int | None = 5) -> list[dict]:
+        """The ``n`` longest gaps between two outputs (the start and ``end`` count as outputs), longest
+        first, each with the line on screen before and after it and whether it is fastText training's
+        own (it starts after fastText's ``Number of labels`` line: its progress line comes only at the end)."""
+        times = [0.0] + [t for t, _ in self.events] + [end]
+        texts = ["(start)"] + [s for _, s in self.events] + ["(exit)"]
+        order = sorted(range(len(times) - 1), key=lambda i: times[i] - times[i + 1])[:n]
+        return [{"seconds": round(times[k + 1] - times[k], 2), "at_s": round(times[k], 2), "after": texts[k][:200],
+                 "before": texts[k + 1][:200], "fasttext_training": bool(FASTTEXT_START.match(texts[k]))}
+                for k in order]  # fmt: skip
+
+    def longest_silence(self, end: float) -> dict:
+        """The longest gap between two outputs (the start and ``end`` count as outputs), and around it."""
+        return self.silences(end, 1)[0]
+
+
+def run_child(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
+    """Run ``cmd``, timestamping its output; wall and CPU seconds, peak RSS (``wait4``), the longest silence."""
+    out = Output()
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+
+    def read() -> None:
+        with open(log, "wb") as f:
+            while chunk := os.read(fd, 1 << 16):
+                f.write(chunk)
+                f.flush()  # readable while the child runs
+                out.add(time.perf_counter() - t0, chunk.decode("utf-8", errors="replace"))
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    timed_out = False
+
+    def kill() -> None:
+        nonlocal timed_out
+        timed_out = True
+        os.killpg(proc.pid, 9)
+
+    timer = threading.Timer(timeout, kill)
+    timer.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    end = time.perf_counter() - t0
+    timer.cancel()
+    proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
+    reader.join(timeout=10)
+    proc.stdout.close()
+    return {
+        "exit": proc.returncode, "timed_out": timed_out, "wall_s": round(end, 2),
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "peak_rss_gb": round(usage.ru_maxrss * 1024 / 2**30, 3),
+        "longest_silence": out.longest_silence(end), "silences": out.silences(end),
+        "longest_silence_outside_fasttext_training": next(
+            (g for g in out.silences(end, None) if not g["fasttext_training"]), None),
+        "output_lines": len(out.lines),
+        "last_output": out.lines[-1][1][:300] if out.lines else None,
+    }  # fmt: skip
+
+
+def child_env(threads: int, cache: Path) -> dict:
+    """:func:`benchmarks.bench_quickstart.child_env` (this checkout first, offline, ``threads`` for every
+    pool, ``cache`` as ``TOKXFER_CACHE``) with progress bars on and unbuffered output."""
+    env = quickstart_env(cache, threads)
+    env.pop("TQDM_DISABLE", None)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def init_command(method: str, paths: dict, out: Path, seed: int, plugins: list[str]) -> list[str]:
+    """``python -m harness.cli init`` for ``method`` with exactly the file inputs it reads."""
+    from harness import registry
+    from harness.cli.init_cmd import INPUT_BY_FIELD, method_reads
+
+    entry = registry.get("method", method)
+    cmd = [sys.executable, "-m", "harness.cli", "init", "--method", method, "--source", paths["source_model"],
+           "--target-tokenizer", paths["target_tokenizer"], "--seed", str(seed), "--out", str(out), "--overwrite"]  # fmt: skip
+    for p in plugins:
+        cmd += ["--plugin", p]
+    for name in method_reads(method, entry.cls):
+        if name in paths:
+            cmd += [INPUT_BY_FIELD[name].flag, paths[name]]
+    return cmd
+
+
+def method_timings(out: Path) -> dict | None:
+    """The method's own timings from ``init_info.json`` (``info.timings``, and the command's ``timings``)."""
+    path = out / "init_info.json"
+    if not path.is_file():
+        return None
+    info = json.loads(path.read_text())
+    return {"init": info.get("timings"), "method": (info.get("info") or {}).get("timings")}
+
+
+def benchmark(args: argparse.Namespace) -> dict:
+    """Build the inputs, run every method, return the JSON record."""
+    from harness import registry
+
+    registry.load_builtins()
+    for p in args.plugin:
+        registry.load_plugin(p)
+    methods = args.methods or registry.names("method")
+    unknown = [m for m in methods if m not in registry.names("method")]
+    if unknown:
+        raise SystemExit(f"--methods: unknown {unknown}; registered: {', '.join(registry.names('method'))}")
+    sizes = Sizes(args.source_vocab, args.target_vocab, args.dim, args.lines, args.pairs, args.dictionary, args.seed)
+    tmp = None
+    if args.work_dir is None:
+        tmp = tempfile.mkdtemp(prefix="bench-scale-")
+    work = Path(args.work_dir or tmp)
+    try:
+        print(f"building inputs in {work} ({sizes.source_vocab:,} x {sizes.target_vocab:,}, dim {sizes.dim}) ...", flush=True)
+        t0 = time.perf_counter()
+        files = build_inputs(work, sizes)
+        print(f"  inputs ready in {time.perf_counter() - t0:.1f} s: {json.dumps(files['sizes'])}", flush=True)
+        (work / "logs").mkdir(exist_ok=True)
+        results: dict[str, Any] = {}
+        load_start, git = load_average(), _git()  # the code the methods run is the code at the start
+        for m in methods:
+            out = work / "out" / m
+            cache = Path(tempfile.mkdtemp(prefix=f"cache-{m}-", dir=work))
+            cmd = init_command(m, files["paths"], out, args.seed, args.plugin)
+            print(f"running {m} ...", flush=True)
+            before = load_average()
+            res = run_child(cmd, child_env(args.threads, cache), work / "logs" / f"{m}.log", args.timeout)
+            res.update(load_avg_before=before, load_avg_after=load_average(), timings=method_timings(out),
+                       command=["tokxfer", *cmd[3:]])  # fmt: skip
+            res["time_target_met"] = res["exit"] == 0 and res["wall_s"] <= TIME_TARGET_S
+            res["silence_target_met"] = res["exit"] == 0 and res["longest_silence"]["seconds"] <= SILENCE_TARGET_S
+            other = res["longest_silence_outside_fasttext_training"]
+            res["silence_target_met_outside_fasttext_training"] = res["exit"] == 0 and other["seconds"] <= SILENCE_TARGET_S
+            results[m] = res
+            shutil.rmtree(cache, ignore_errors=True)
+            if not args.keep_outputs:
+                shutil.rmtree(out, ignore_errors=True)
+            status = "ok" if res["exit"] == 0 else ("TIMED OUT" if res["timed_out"] else f"FAILED (exit {res['exit']})")
+            print(f"  {status}: {res['wall_s']} s, peak RSS {res['peak_rss_gb']} GB, longest silence "
+                  f"{res['longest_silence']['seconds']} s after {res['longest_silence']['after']!r}", flush=True)  # fmt: skip
+            if res["exit"] != 0:
+                print(f"  last output: {res['last_output']}", flush=True)
+        return {
+            "bench": "scale", "sizes": files["sizes"], "inputs": files["inputs"], "build_s": files["build_s"],
+            "threads": args.threads, "timeout_s": args.timeout, "targets": {"wall_s": TIME_TARGET_S, "silence_s": SILENCE_TARGET_S},
+            "load_avg_start": load_start, "load_avg_end": load_average(), "machine": machine_facts(), "git": git,
+            "methods": results,
+        }  # fmt: skip
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def table(record: dict) -> str:
+    """The result as a Markdown table (one row per method)."""
+    rows = ["| method | wall s | CPU s | peak RSS GB | longest silence s (after) | outside fastText training s (after) "
+            "| load avg before → after | ≤ 5 min | silence ≤ 10 s |", "|---|---:|---:|---:|---|---|---|---|---|"]  # fmt: skip
+
+    def gap(g: dict | None) -> str:
+        return "-" if g is None else f"{g['seconds']:.1f} (`{g['after'][:50].replace('|', '/')}`)"
+
+    for m, r in record["methods"].items():
+        status = "" if r["exit"] == 0 else (" (timed out)" if r["timed_out"] else f" (exit {r['exit']})")
+        load = f"{(r['load_avg_before'] or ['?'])[0]} → {(r['load_avg_after'] or ['?'])[0]}"
+        rows.append(f"| {m}{status} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_gb']:.2f} | "
+                    f"{gap(r['longest_silence'])} | {gap(r['longest_silence_outside_fasttext_training'])} | {load} | "
+                    f"{'yes' if r['time_target_met'] else 'NO'} | {'yes' if r['silence_target_met'] else 'NO'} |")  # fmt: skip
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point (see the module docstring)."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--source-vocab", type=int, default=250_002, help="source vocabulary size (default 250,002, XLM-R)")
+    p.add_argument("--target-vocab", type=int, default=50_000, help="target vocabulary size (default 50,000)")
+    p.add_argument("--dim", type=int, default=768, help="source embedding size (default 768)")
+    p.add_argument("--lines", type=int, default=None, help="sentences per monolingual text (default from --target-vocab)")
+    p.add_argument("--pairs", type=int, default=None, help="parallel sentence pairs (default from --target-vocab, 40,000 at most)")
+    p.add_argument("--dictionary", type=int, default=5000, help="bilingual dictionary pairs (default 5,000)")
+    p.add_argument("--methods", type=lambda s: [m.strip() for m in s.split(",") if m.strip()], default=None,
+                   help="comma-separated methods (default: every registered method)")  # fmt: skip
+    p.add_argument("--plugin", action="append", default=[], help="a Python file registering extra methods (repeatable)")
+    p.add_argument("--threads", type=int, default=2, help="BLAS/OpenMP threads of each method's process (default 2)")
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds after which a method is killed (default 1800)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the inputs and of every method")
+    p.add_argument("--work-dir", type=Path, default=None, help="where inputs are built (reused) and logs kept; default a temporary folder")
+    p.add_argument("--keep-outputs", action="store_true", help="keep each method's output model under --work-dir/out")
+    p.add_argument("--json", type=Path, default=None, help="write the result here (e.g. benchmarks/results/scale_250k.json)")
+    args = p.parse_args(argv)
+    for name in ("source_vocab", "target_vocab", "dim", "threads", "dictionary"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    if args.target_vocab < 300 or args.source_vocab < 2 * args.target_vocab:
+        p.error(f"--target-vocab must be >= 300 and --source-vocab >= 2 x --target-vocab, got {args.source_vocab} x {args.target_vocab}")
+    record = benchmark(args)
+    md = table(record)
+    print("\n" + md)
+    busy = (record["load_avg_start"] or [0])[0]
+    if busy > 0.5:
+        print(f"\nnote: load average {busy} at the start: the machine was not idle; these timings are not results")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        tmp = args.json.with_suffix(".json.tmp")
+        tmp.write_text(json.dumps({**record, "table": md}, indent=1) + "\n")
+        os.replace(tmp, args.json)
+        print(f"\nresult: {args.json}")
+    failed = [m for m, r in record["methods"].items() if r["exit"] != 0]
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

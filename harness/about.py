@@ -1,0 +1,76 @@
+"""What wrote an artifact: the package version, the git checkout, the time and the machine.
+
+Records, caches' markers and ``init_info.json`` name what produced them with these.
+
+Example:
+    >>> set(git_info()) == {"sha", "dirty"} and now_iso().endswith("+00:00")
+    True
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import platform
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+__all__ = ["now_iso", "package_version", "git_info", "environment"]
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 to the second."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def package_version() -> str:
+    """tokxfer's installed version (``0+unknown`` when it is not installed)."""
+    try:
+        from importlib.metadata import version
+
+        return version("tokxfer")
+    except Exception:
+        return "0+unknown"
+
+
+def git_info(path: Path | None = None) -> dict:
+    """``{"sha": ..., "dirty": bool}`` of the checkout tokxfer runs from (nulls outside git)."""
+    root = Path(path or Path(__file__).resolve().parent.parent)
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return {"sha": None, "dirty": None}
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root, capture_output=True, text=True, timeout=5)
+        return {"sha": sha.stdout.strip(), "dirty": bool(dirty.stdout.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"sha": None, "dirty": None}
+
+
+def environment() -> dict:
+    """Library versions, device and host of this process."""
+    import numpy
+    import torch
+
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "hostname": socket.gethostname(),
+        "numpy": numpy.__version__,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "n_gpus": torch.cuda.device_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+    for lib in ("transformers", "tokenizers", "datasets", "fasttext", "entmax", "sacrebleu", "seqeval", "mlflow"):
+        try:
+            from importlib.metadata import version
+
+            name = {"fasttext": "fasttext-numpy2"}.get(lib, lib)
+            env[lib] = version(name)
+        except Exception:
+            env[lib] = None
+    return env

@@ -1,0 +1,384 @@
+"""Executors: where trials run. In-process (CPU / one GPU), one worker per GPU, or Slurm via submitit.
+
+An executor is given the trial function ``execute`` (:func:`harness.run.runner.execute`, passed in by
+:func:`harness.run.experiment.run_experiment`, so this module imports neither): it runs a trial and
+writes its record atomically before the executor hears of it, so nothing finished is lost when a
+grid is interrupted. Optional hooks from the grid:
+
+* ``claim(spec) -> bool`` is asked right before a trial starts; ``False`` means another
+  ``tokxfer run`` process works on it (see :mod:`harness.run.claims`) and the trial is left out;
+* ``lost(spec, reason, since) -> record`` is called in this process when a worker died during a
+  trial (killed, out of memory, a Slurm job cancelled …): it writes the trial's failed record,
+  unless the worker wrote a record after ``since`` (then it returns that one).
+
+Worker processes (``gpus``) and Slurm jobs load the ``--plugin`` files before running a trial.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from harness.errors import TokxferError
+from harness.run import records
+
+__all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "SlurmExecutor", "make_executor", "parse_gpu_ids",
+           "run_with_plugins"]
+
+GPUS_ENV = "TOKXFER_GPUS"
+"""Comma-separated device ids for the ``gpus`` executor (default: every visible CUDA device).
+Also what tests use to run the pool on CPU with fake devices."""
+
+
+class ExecutorError(TokxferError, RuntimeError):
+    """An executor cannot run (no GPUs, submitit missing, workers that cannot start)."""
+
+
+_GPU_ID = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
+"""A device as ``CUDA_VISIBLE_DEVICES`` names one: an index, or a ``GPU-…`` / ``MIG-…`` UUID."""
+
+
+def parse_gpu_ids(text: str, source: str) -> list[str]:
+    """Device ids from a comma-separated list (``--gpus``, ``$TOKXFER_GPUS``): non-negative indices
+    (or GPU/MIG UUIDs), strictly — whatever else would end up in ``CUDA_VISIBLE_DEVICES``, where CUDA
+    silently shows no device and the "GPU" workers run on the CPU.
+
+    Raises:
+        ExecutorError: naming ``source`` (the flag or variable) and the first bad entry.
+
+    Example:
+        >>> parse_gpu_ids("0, 1", "--gpus")
+        ['0', '1']
+        >>> parse_gpu_ids("a;b", "TOKXFER_GPUS")
+        Traceback (most recent call last):
+        ...
+        harness.run.executors.ExecutorError: TOKXFER_GPUS='a;b': expected comma-separated device indices like 0,1 (non-negative integers), got 'a;b'
+    """
+    ids = [g.strip() for g in text.split(",")]
+    for g in ids:
+        if not _GPU_ID.fullmatch(g):
+            raise ExecutorError(
+                f"{source}={text!r}: expected comma-separated device indices like 0,1 (non-negative integers), got {g!r}"
+            )
+    return ids
+
+
+def _progress(total: int, enabled: bool):
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    return Progress(
+        TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
+        TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled or total == 0, transient=False,
+    )
+
+
+def _always(spec: Any) -> bool:
+    return True
+
+
+def _load_plugins(plugins: Sequence[str]) -> None:
+    from harness import registry
+
+    for p in plugins:
+        registry.load_plugin(p)
+
+
+def run_with_plugins(plugins: Sequence[str], execute: Callable, spec: Any, runs_dir: str, progress: bool = False) -> dict:
+    """Load ``--plugin`` files, then run ``execute(spec, runs_dir, progress)`` (entry point of Slurm jobs)."""
+    _load_plugins(plugins)
+    return execute(spec, runs_dir, progress=progress)
+
+
+class LocalExecutor:
+    """Run trials one after another in this process (on its default device)."""
+
+    def __init__(self, progress: bool = True):
+        self.progress = progress
+
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """Run each spec ``claim`` grants, in order; return their records."""
+        claim = claim or _always
+        out = []
+        with _progress(len(specs), self.progress) as prog:
+            task = prog.add_task("", total=len(specs))
+            for spec in specs:
+                if claim(spec):
+                    prog.update(task, description=spec.describe())
+                    rec = execute(spec, runs_dir, progress=self.progress)
+                    on_record(rec)
+                    out.append(rec)
+                prog.advance(task)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# one worker process per GPU
+
+
+def _gpu_worker(gpu: str, conn, runs_dir: str, execute: Callable, plugins: Sequence[str]) -> None:
+    """Worker loop: pin the device, load plugins, then run the specs the parent sends until ``None``."""
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    try:
+        _load_plugins(plugins)
+    except BaseException as e:
+        conn.send(("error", f"{type(e).__name__}: {e}"))
+        return
+    conn.send(("ready",))
+    while True:
+        try:
+            spec = conn.recv()
+        except EOFError:  # the parent is gone
+            return
+        if spec is None:
+            return
+        execute(spec, runs_dir, progress=False)  # writes the record; the parent reads it from the file
+        conn.send(("done", spec.trial_id))
+
+
+class _Worker:
+    def __init__(self, ctx, gpu: str, runs_dir: str, execute: Callable, plugins: Sequence[str]):
+        self.gpu = gpu
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=_gpu_worker, args=(gpu, child, runs_dir, execute, tuple(plugins)))
+        self.proc.start()
+        child.close()
+        self.ready = False
+        self.spec: Any = None
+        self.since = 0.0
+
+
+class GpuPoolExecutor:
+    """One worker process per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; failures stay in their trial.
+
+    The parent hands out one trial at a time to an idle worker. A worker that dies during a
+    trial (killed, out of memory) costs that trial only: it is recorded as failed (through the
+    runner's ``lost`` hook) and a new worker takes the device.
+
+    Args:
+        gpus: device ids to use (default: ``$TOKXFER_GPUS``, else every visible CUDA device).
+            The ids are only written into ``CUDA_VISIBLE_DEVICES``, so tests can pass fake ones on CPU.
+        plugins: ``--plugin`` files every worker loads.
+        progress: show a progress bar.
+    """
+
+    def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = ()):
+        if gpus is None and os.environ.get(GPUS_ENV):
+            gpus = parse_gpu_ids(os.environ[GPUS_ENV], GPUS_ENV)
+        if gpus is None:
+            import torch
+
+            gpus = list(range(torch.cuda.device_count()))
+        self.gpus = [str(g) for g in gpus]
+        if not self.gpus:
+            raise ExecutorError(
+                f"--executor gpus: no CUDA device visible (set {GPUS_ENV}=0,1,… to name devices, or use --executor local)"
+            )
+        self.progress = progress
+        self.plugins = tuple(str(p) for p in plugins)
+        self.poll_s = 1.0
+
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """Run the specs on the pool; return their records (failed ones for trials whose worker died)."""
+        import multiprocessing as mp
+        from multiprocessing.connection import wait
+
+        claim = claim or _always
+        ctx = mp.get_context("spawn")
+        queue = deque(specs)
+        workers = {g: _Worker(ctx, g, runs_dir, execute, self.plugins) for g in self.gpus}
+        out: list[dict] = []
+        rec_root = Path(runs_dir)
+        try:
+            with _progress(len(specs), self.progress) as prog:
+                task = prog.add_task(f"{len(self.gpus)} GPU workers", total=len(specs))
+                while True:
+                    for w in workers.values():  # hand out work to idle workers
+                        while w.ready and w.spec is None and queue:
+                            spec = queue.popleft()
+                            if not claim(spec):
+                                prog.advance(task)
+                                continue
+                            w.spec, w.since = spec, time.time()
+                            w.conn.send(spec)
+                    if not queue and all(w.spec is None for w in workers.values()):
+                        break
+                    wait([w.conn for w in workers.values()] + [w.proc.sentinel for w in workers.values()],
+                         timeout=self.poll_s)
+                    for g, w in list(workers.items()):
+                        msg = None
+                        try:
+                            if w.conn.poll():
+                                msg = w.conn.recv()
+                        except (EOFError, OSError):
+                            msg = None
+                        if msg is not None:
+                            if msg[0] == "error":
+                                raise ExecutorError(f"--executor gpus: worker for device {g} could not start: {msg[1]}")
+                            if msg[0] == "ready":
+                                w.ready = True
+                            elif msg[0] == "done":
+                                spec, w.spec = w.spec, None
+                                rec = records.read_record(rec_root / spec.experiment / "records" / f"{msg[1]}.json")
+                                on_record(rec)
+                                out.append(rec)
+                                prog.advance(task)
+                            continue
+                        if w.proc.is_alive():
+                            continue
+                        # the worker died
+                        w.proc.join()
+                        if not w.ready:
+                            raise ExecutorError(
+                                f"--executor gpus: worker for device {g} exited with code {w.proc.exitcode} while starting"
+                            )
+                        if w.spec is not None:
+                            reason = (f"the worker process for device {g} died (exit code {w.proc.exitcode}) "
+                                      f"during the trial")
+                            if lost is None:
+                                raise ExecutorError(reason)
+                            rec = lost(w.spec, reason, w.since)
+                            on_record(rec)
+                            out.append(rec)
+                            prog.advance(task)
+                        w.conn.close()
+                        if queue:
+                            workers[g] = _Worker(ctx, g, runs_dir, execute, self.plugins)
+                        else:
+                            del workers[g]
+        finally:
+            for w in workers.values():
+                try:
+                    w.conn.send(None)
+                except (OSError, ValueError):
+                    pass
+            deadline = time.monotonic() + 10
+            for w in workers.values():
+                w.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+                if w.proc.is_alive():
+                    w.proc.terminate()
+                    w.proc.join(timeout=5)
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Slurm
+
+
+class SlurmExecutor:
+    """Submit each trial as a Slurm job through submitit (``pip install tokxfer[cluster]``).
+
+    Records and caches must live on a shared filesystem. A job that dies (cancelled, out of
+    time, node failure, killed) is recorded as a failed trial; the others go on.
+
+    Args:
+        folder: where submitit keeps job scripts and logs (the CLI default is
+            ``<runs dir>/<experiment>/slurm``). It holds the pickled trial functions every job
+            unpickles, so it is made private to the user (mode 0700, :func:`private_folder`).
+        slurm: submitit parameters, e.g. ``{"slurm_partition": "gpu", "gpus_per_node": 1, "timeout_min": 120}``.
+        cluster: submitit's cluster (``None``: auto-detect; ``"local"`` runs jobs as local processes,
+            ``"debug"`` in this process: for tests and dry runs).
+        plugins: ``--plugin`` files every job loads.
+    """
+
+    def __init__(self, folder: str | os.PathLike, slurm: dict[str, Any] | None = None, progress: bool = True,
+                 cluster: str | None = None, plugins: Sequence[str] = ()):
+        try:
+            import submitit
+        except ImportError as e:
+            raise ExecutorError("--executor slurm needs submitit: pip install 'tokxfer[cluster]'") from e
+        self.folder = Path(folder)
+        private_folder(self.folder, "--slurm-folder")
+        self.executor = submitit.AutoExecutor(folder=str(self.folder), cluster=cluster)
+        try:
+            self.executor.update_parameters(**(slurm or {}))
+        except (TypeError, ValueError) as e:
+            raise ExecutorError(f"--slurm parameters: {e}") from None
+        self.progress = progress
+        self.plugins = tuple(str(p) for p in plugins)
+
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """Submit every claimed spec as one job of an array; collect records as jobs end."""
+        claim = claim or _always
+        mine = [s for s in specs if claim(s)]
+        if not mine:
+            return []
+        since = time.time()
+        n = len(mine)
+        jobs = self.executor.map_array(
+            run_with_plugins, [self.plugins] * n, [execute] * n, mine, [runs_dir] * n, [False] * n
+        )
+        out = []
+        for spec, job in zip(mine, jobs):
+            try:
+                rec = job.result()
+            except Exception as e:  # the job died: cancelled, timed out, killed, node failure
+                reason = f"Slurm job {job.job_id} ended without a result ({type(e).__name__}: {_first_line(e)})"
+                if lost is None:
+                    raise ExecutorError(reason) from e
+                rec = lost(spec, reason, since)
+            on_record(rec)
+            out.append(rec)
+        return out
+
+
+def private_folder(folder: str | os.PathLike, what: str) -> Path:
+    """Create ``folder`` (mode 0700) or make an existing one of ours private; refuse someone else's.
+
+    Submitit's job folder holds pickles that every job loads: whoever can write there runs code
+    as the user. A ``%j``-style placeholder (submitit fills in the job id) starts the part of the
+    path submitit creates itself; the folder above it is the one made private.
+
+    Raises:
+        ExecutorError: the folder belongs to another user, or is not a folder.
+    """
+    folder = Path(folder)
+    parts = folder.parts
+    cut = next((i for i, part in enumerate(parts) if "%" in part), len(parts))
+    base = Path(*parts[:cut]) if cut else Path(".")
+    base.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = base.stat()
+    if not base.is_dir():
+        raise ExecutorError(f"{what} {base}: not a folder")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise ExecutorError(f"{what} {base}: belongs to another user (uid {st.st_uid}); submitit's pickles there would "
+                            f"be run as you: use a folder of your own")
+    if st.st_mode & 0o077:
+        os.chmod(base, 0o700)
+    return base
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0][:300] if text else ""
+
+
+def make_executor(name: str, progress: bool = True, **kw) -> Any:
+    """``local`` | ``gpus`` | ``slurm`` (keyword arguments go to the executor's constructor)."""
+    if name == "local":
+        return LocalExecutor(progress=progress)
+    if name == "gpus":
+        return GpuPoolExecutor(progress=progress, **kw)
+    if name == "slurm":
+        return SlurmExecutor(progress=progress, **kw)
+    raise ExecutorError(f"--executor: expected local|gpus|slurm, got {name!r}")

@@ -1,0 +1,1 @@
+"""tokxfer's tests, one folder per room (docs/ARCHITECTURE.md)."""

@@ -1,0 +1,390 @@
+"""Canonical token forms, special-token roles and overlap (``harness/vocab.py``)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from harness.vocab import (
+    Canon,
+    canonical_vocab,
+    compute_overlap,
+    encode_canon,
+    is_symbolic,
+    special_roles,
+    surface_form,
+    token_string,
+    token_strings,
+    tokenizer_family,
+    vocab_size,
+)
+from tests._tokfixtures import TARGET_TEXT, bytelevel, from_vocab, unigram, wordpiece
+
+RB = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+BERT = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+FAMILY_BUILDERS = {"sentencepiece": unigram, "bytelevel": bytelevel, "wordpiece": wordpiece}
+
+
+def _pairs(arr: np.ndarray) -> set[tuple[int, int]]:
+    return {(int(t), int(s)) for t, s in arr}
+
+
+# ---------------------------------------------------------------------------- family detection
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
+def test_family_of_trained_tokenizers(family):
+    assert tokenizer_family(FAMILY_BUILDERS[family]()) == family
+
+
+def test_llama_style_sentencepiece_is_detected():
+    vocab = {
+        "<unk>": 0,
+        "▁foo": 1,
+        "bar": 2,
+        "▁": 3,
+        "f": 4,
+        "o": 5,
+        "▁f": 6,
+        "▁fo": 7,
+        "b": 8,
+        "a": 9,
+        "r": 10,
+        "ba": 11,
+    }
+    merges = [("▁", "f"), ("▁f", "o"), ("▁fo", "o"), ("b", "a"), ("ba", "r")]
+    bk = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True))
+    bk.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    bk.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    tok = PreTrainedTokenizerFast(tokenizer_object=bk, unk_token="<unk>")
+    assert tokenizer_family(tok) == "sentencepiece"
+    assert canonical_vocab(tok)[1:3] == [Canon(b"foo", True), Canon(b"bar", False)]
+    assert tok.tokenize("foo") == ["▁foo"]
+    assert encode_canon(tok, Canon(b"foo", True)) == [1]
+    assert encode_canon(tok, Canon(b"bar", False)) == [2]
+
+
+def test_bpe_with_continuing_prefix_is_wordpiece_family():
+    bk = Tokenizer(
+        models.BPE({"<unk>": 0, "foo": 1, "##bar": 2}, [], unk_token="<unk>", continuing_subword_prefix="##")
+    )
+    bk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=bk, unk_token="<unk>")
+    assert tokenizer_family(tok) == "wordpiece"
+    assert canonical_vocab(tok)[1:] == [Canon(b"foo", True), Canon(b"bar", False)]
+
+
+class _SlowTokenizer:
+    """Stands in for a slow (python/sentencepiece) tokenizer: no ``backend_tokenizer``."""
+
+    def get_vocab(self):
+        return {"a": 0}
+
+
+@pytest.mark.parametrize(
+    "make, needle",
+    [
+        (lambda: _SlowTokenizer(), "_SlowTokenizer"),
+        (
+            lambda: PreTrainedTokenizerFast(
+                tokenizer_object=_with_pre(
+                    Tokenizer(models.BPE({"<unk>": 0, "a</w>": 1}, [], unk_token="<unk>", end_of_word_suffix="</w>"))
+                )
+            ),
+            "model BPE",
+        ),
+        (
+            lambda: PreTrainedTokenizerFast(
+                tokenizer_object=_with_pre(Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")))
+            ),
+            "model WordLevel",
+        ),
+    ],
+)
+def test_unsupported_tokenizers_raise_naming_the_type(make, needle):
+    with pytest.raises(ValueError, match="supported") as err:
+        canonical_vocab(make())
+    assert needle in str(err.value)
+    with pytest.raises(ValueError):
+        tokenizer_family(make())
+
+
+def _with_pre(bk: Tokenizer) -> Tokenizer:
+    bk.pre_tokenizer = pre_tokenizers.Whitespace()
+    return bk
+
+
+# ---------------------------------------------------------------------------- canonical forms
+
+
+@pytest.mark.parametrize(
+    "family, piece, canon",
+    [
+        ("sentencepiece", "▁foo", Canon(b"foo", True)),
+        ("sentencepiece", "foo", Canon(b"foo", False)),
+        ("sentencepiece", "<0x41>", Canon(b"A", False)),
+        ("sentencepiece", "▁", Canon(b"", True)),
+        ("bytelevel", "Ġfoo", Canon(b"foo", True)),
+        ("bytelevel", "foo", Canon(b"foo", False)),
+        ("bytelevel", "Ã©", Canon("é".encode(), False)),
+        ("bytelevel", "ĠcafÃ©", Canon("café".encode(), True)),
+        ("bytelevel", "Ã", Canon(b"\xc3", False)),
+        ("bytelevel", "Ċ", Canon(b"\n", False)),
+        ("wordpiece", "foo", Canon(b"foo", True)),
+        ("wordpiece", "##foo", Canon(b"foo", False)),
+    ],
+)
+def test_canonical_forms(family, piece, canon):
+    specials = BERT if family == "wordpiece" else RB
+    tok = from_vocab(family, specials + [piece])
+    cv = canonical_vocab(tok)
+    assert cv[:5] == [None] * 5  # specials
+    assert cv[5] == canon
+    assert surface_form(tok, canon) == piece or family == "sentencepiece" and piece.startswith("<0x")
+
+
+def test_trained_bytelevel_maps_non_ascii_back_to_utf8():
+    tok = bytelevel()
+    cv = canonical_vocab(tok)
+    by_text = {c: i for i, c in enumerate(cv) if c is not None}
+    # "é" is frequent in the corpus: the merged two-byte token must canonicalize to its UTF-8 bytes.
+    assert Canon("é".encode(), False) in by_text
+    assert token_string(tok, by_text[Canon("é".encode(), False)]) == "é"
+    # Every token's canonical bytes, re-encoded with the byte map, give the token back.
+    for i, c in enumerate(cv):
+        if c is not None:
+            assert surface_form(tok, c) == tok.convert_ids_to_tokens(i)
+
+
+def test_trained_unigram_has_byte_fallback_pieces():
+    tok = unigram()
+    i = tok.convert_tokens_to_ids("<0x41>")
+    assert canonical_vocab(tok)[i] == Canon(b"A", False)
+    assert token_string(tok, i) == "A"
+    assert token_string(tok, tok.convert_tokens_to_ids("<0xC3>")) == ""  # a lone lead byte
+
+
+def test_token_string_removes_markers_and_returns_specials_verbatim():
+    tok = from_vocab("wordpiece", BERT + ["foo", "##bar"])
+    assert [token_string(tok, i) for i in (2, 5, 6)] == ["[CLS]", "foo", "bar"]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
+def test_token_strings_equal_token_string_of_every_id(family):
+    """The one-pass list is ``token_string`` id by id, specials (by content) and added tokens included."""
+    import copy
+
+    tok = copy.deepcopy(FAMILY_BUILDERS[family]())  # the fixture builders share their tokenizers
+    tok.add_tokens(["zz qq", "▁lit"])
+    tok.add_special_tokens({"additional_special_tokens": ["<extra>"]})
+    want = [token_string(tok, i) for i in range(len(tok))]
+    assert token_strings(tok) == want
+    assert "<extra>" in want and "zz qq" in want and "lit" in want
+
+
+def test_canonical_vocab_covers_every_id_and_nones_specials():
+    for build in FAMILY_BUILDERS.values():
+        tok = build()
+        cv = canonical_vocab(tok)
+        assert len(cv) == vocab_size(tok) == len(tok)
+        assert {i for i, c in enumerate(cv) if c is None} == set(tok.all_special_ids)
+
+
+def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_tokens(monkeypatch):
+    import copy
+
+    import harness.vocab as hv
+
+    tok = copy.deepcopy(FAMILY_BUILDERS["sentencepiece"]())  # the fixture builders share their tokenizers
+    calls = []
+    real = hv._canonical_detail_uncached
+    monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
+    first = canonical_vocab(tok)
+    first[1] = "mutated by a caller"
+    again = canonical_vocab(tok)
+    assert len(calls) == 1 and again[1] != "mutated by a caller" and again == real(tok)[0]
+    tok.add_tokens(["zzqqxx"])
+    grown = canonical_vocab(tok)
+    assert len(calls) == 2 and len(grown) == len(again) + 1 and grown[-1].text == b"zzqqxx"
+
+
+@pytest.mark.parametrize(
+    "text, reference, wide",
+    [
+        ("1,5", False, True),  # mixed digits and punctuation: only the wide rule
+        ("...", True, True),
+        ("$", True, True),  # ASCII symbols are in string.punctuation
+        ("", True, True),  # the bare word-start marker (a space)
+        ("٣", True, True),  # digits of any script
+        ("½", True, False),  # numeric but not a digit
+        ("€", False, True),  # currency symbol
+        ("😀", False, True),  # emoji (category So)
+        ("…", False, True),  # non-ASCII punctuation
+        ("«»", False, True),
+        ("12😀", False, True),
+        ("a1", False, False),
+        ("A", False, False),
+        (" ", True, True),
+    ],
+)
+def test_is_symbolic_reference_rule_is_the_default(text, reference, wide):
+    for ws in (True, False):
+        canon = Canon(text.encode(), ws)
+        assert is_symbolic(canon) is reference
+        assert is_symbolic(canon, "reference") is reference
+        assert is_symbolic(canon, "wide") is wide
+
+
+def test_is_symbolic_rejects_invalid_utf8_and_unknown_rules():
+    assert is_symbolic(Canon(b"\xc3", False)) is False and is_symbolic(Canon(b"\xc3", False), "wide") is False
+    with pytest.raises(ValueError, match="rule must be one of"):
+        is_symbolic(Canon(b"1", True), "digits")
+
+
+def test_fuzzy_overlap_follows_the_symbolic_rule():
+    src = from_vocab("sentencepiece", RB + ["▁1,5", "▁€", "▁..."])
+    tgt = from_vocab("sentencepiece", RB + ["1,5", "€", "..."])
+    t_cv = canonical_vocab(tgt)
+    ref = compute_overlap(src, tgt)
+    wide = compute_overlap(src, tgt, symbolic_rule="wide")
+    assert ref.exact.size == 0 and wide.exact.size == 0
+    assert sorted(t_cv[t].text for t, _ in ref.fuzzy) == [b"..."]
+    assert sorted(t_cv[t].text for t, _ in wide.fuzzy) == sorted([b"...", b"1,5", "€".encode()])
+    with pytest.raises(ValueError, match="symbolic_rule"):
+        compute_overlap(src, tgt, symbolic_rule="x")
+
+
+# ---------------------------------------------------------------------------- special roles
+
+
+def test_special_roles_alias_roberta_and_bert_names():
+    rb = from_vocab("sentencepiece", RB + ["▁a"])
+    bert = from_vocab("wordpiece", BERT + ["a"])
+    assert special_roles(rb) == {"bos": 0, "eos": 2, "unk": 3, "pad": 1, "mask": 4, "cls": 0, "sep": 2}
+    assert special_roles(bert) == {"bos": 2, "eos": 3, "unk": 1, "pad": 0, "mask": 4, "cls": 2, "sep": 3}
+
+
+@pytest.mark.parametrize(
+    "src_family, tgt_family",
+    [("sentencepiece", "wordpiece"), ("wordpiece", "bytelevel"), ("bytelevel", "sentencepiece")],
+)
+def test_specials_match_by_role_across_naming(src_family, tgt_family):
+    src, tgt = FAMILY_BUILDERS[src_family](), FAMILY_BUILDERS[tgt_family](TARGET_TEXT)
+    ov = compute_overlap(src, tgt)
+    s_roles, t_roles = special_roles(src), special_roles(tgt)
+    expected = {(t_roles[r], s_roles[r]) for r in ("unk", "pad", "mask", "cls", "sep")}
+    assert _pairs(ov.specials) == expected
+    assert ov.report()["specials"] == 5 and ov.unmatched_specials == []
+    names = {tgt.convert_ids_to_tokens(int(t)): src.convert_ids_to_tokens(int(s)) for t, s in ov.specials}
+    if tgt_family == "wordpiece":
+        assert names["[CLS]"] == "<s>" and names["[SEP]"] == "</s>" and names["[MASK]"] == "<mask>"
+
+
+def test_roleless_specials_match_by_content_or_are_reported():
+    src = from_vocab("sentencepiece", RB + ["▁a"])
+    src.add_special_tokens({"additional_special_tokens": ["<2de>"]})
+    tgt = from_vocab("sentencepiece", RB + ["▁a"])
+    tgt.add_special_tokens({"additional_special_tokens": ["<2de>", "<2fr>"]})
+    ov = compute_overlap(src, tgt)
+    assert (tgt.convert_tokens_to_ids("<2de>"), src.convert_tokens_to_ids("<2de>")) in _pairs(ov.specials)
+    assert ov.unmatched_specials == ["<2fr>"]
+
+
+# ---------------------------------------------------------------------------- overlap
+
+
+def test_overlap_across_families_by_hand():
+    src = from_vocab("sentencepiece", RB + ["▁foo", "bar", "<0x41>", "A", "▁1", ",", "▁Baz", "é"])
+    tgt = from_vocab("wordpiece", BERT + ["foo", "##bar", "##A", "##1", ",", "baz", "##é", "qux"])
+    ov = compute_overlap(src, tgt)
+    # foo/▁foo, ##bar/bar, ##A/A (the regular piece wins over <0x41>), ##é/é
+    assert _pairs(ov.exact) == {(5, 5), (6, 6), (7, 8), (11, 12)}
+    # symbolic only: ##1 ~ ▁1 (word start ignored), "," (WordPiece word start) ~ "," (continuation);
+    # "baz" ~ "▁Baz" differs only by case but is not symbolic, so it is not matched.
+    assert _pairs(ov.fuzzy) == {(8, 9), (9, 10)}
+    assert not set(ov.exact[:, 0]) & set(ov.fuzzy[:, 0])
+    report = ov.report()
+    assert (report["exact"], report["fuzzy"], report["specials"]) == (4, 2, 5)
+    assert report["source_family"] == "sentencepiece" and report["target_family"] == "wordpiece"
+    no_fuzzy = compute_overlap(src, tgt, fuzzy=False)
+    assert len(no_fuzzy.fuzzy) == 0 and _pairs(no_fuzzy.exact) == _pairs(ov.exact)
+
+
+def test_overlap_bytelevel_vs_sentencepiece_non_ascii():
+    src = from_vocab("bytelevel", RB + ["ĠcafÃ©", "Ã©", "Ã"])
+    tgt = from_vocab("sentencepiece", RB + ["▁café", "é", "<0xC3>"])
+    assert _pairs(compute_overlap(src, tgt).exact) == {(5, 5), (6, 6), (7, 7)}
+
+
+@pytest.mark.parametrize("src_family", sorted(FAMILY_BUILDERS))
+@pytest.mark.parametrize("tgt_family", sorted(FAMILY_BUILDERS))
+def test_overlap_pairs_are_canonically_equal(src_family, tgt_family):
+    src, tgt = FAMILY_BUILDERS[src_family](), FAMILY_BUILDERS[tgt_family](TARGET_TEXT)
+    ov = compute_overlap(src, tgt)
+    s_cv, t_cv = canonical_vocab(src), canonical_vocab(tgt)
+    assert len(ov.exact) > 20
+    for t, s in ov.exact:
+        assert t_cv[t] == s_cv[s] is not None
+    for t, s in ov.fuzzy:
+        assert is_symbolic(t_cv[t]) and is_symbolic(s_cv[s]) and t_cv[t] != s_cv[s]
+        assert t_cv[t].text.lower() == s_cv[s].text.lower()
+    assert len(set(ov.exact[:, 0])) == len(ov.exact)
+    assert not set(ov.exact[:, 0]) & set(ov.fuzzy[:, 0])
+    json.dumps(ov.report())
+
+
+def test_overlap_with_itself_is_everything():
+    tok = unigram()
+    ov = compute_overlap(tok, tok)
+    n_regular = len(tok) - len(tok.all_special_ids)
+    assert len(ov.exact) == n_regular and len(ov.fuzzy) == 0
+    assert all(t == s for t, s in ov.specials)
+    # Identity, except byte-fallback pieces whose byte is also a regular piece ("<0x2E>" and "."):
+    # both ids of the duplicate map to the regular piece.
+    moved = {tok.convert_ids_to_tokens(int(t)) for t, s in ov.exact if t != s}
+    assert moved and all(p.startswith("<0x") for p in moved)
+
+
+def test_overlap_respects_n_source():
+    src = from_vocab("wordpiece", BERT + ["foo", "bar"])
+    tgt = from_vocab("wordpiece", BERT + ["foo", "bar"])
+    assert _pairs(compute_overlap(src, tgt, n_source=6).exact) == {(5, 5)}
+
+
+# ---------------------------------------------------------------------------- encode_canon
+
+
+def test_encode_canon_respects_word_start_in_every_family():
+    wp = from_vocab("wordpiece", BERT + ["foo", "##foo", "##bar", "bar"])
+    assert encode_canon(wp, Canon(b"foobar", True)) == [5, 7]
+    assert encode_canon(wp, Canon(b"foobar", False)) == [6, 7]
+    sp = from_vocab("sentencepiece", RB + ["▁foo", "foo", "bar", "▁"])
+    assert encode_canon(sp, Canon(b"foobar", True)) == [5, 7]
+    assert encode_canon(sp, Canon(b"foobar", False)) == [6, 7]
+    assert encode_canon(sp, Canon(b"", True)) == []
+    bl = bytelevel()
+    for canon in (Canon("café".encode(), True), Canon(b"walking", False)):
+        ids = encode_canon(bl, canon)
+        pieces = [canonical_vocab(bl)[i] for i in ids]
+        assert pieces[0].word_start is canon.word_start
+        assert b"".join(p.text for p in pieces) == canon.text
+
+
+def test_encode_canon_wordpiece_continuation_punctuation_is_its_own_word():
+    wp = from_vocab("wordpiece", BERT + ["foo", ".", "##o"])
+    assert encode_canon(wp, Canon(b".", False)) == [6]
+    assert encode_canon(wp, Canon(b"o.", False)) == [7, 6]
+
+
+def test_encode_canon_falls_back_to_bytes_and_unk():
+    sp = unigram()
+    ids = encode_canon(sp, Canon("∑".encode(), True))
+    assert sp.convert_ids_to_tokens(ids) == ["▁", "<0xE2>", "<0x88>", "<0x91>"]
+    wp = wordpiece()
+    assert encode_canon(wp, Canon("∑".encode(), True)) == [wp.unk_token_id]

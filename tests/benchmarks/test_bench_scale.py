@@ -1,0 +1,98 @@
+"""``benchmarks/bench_scale.py`` at a tiny size: the XLM-R-shaped inputs, the per-method command, the
+silence measurement, and one method end to end through the command line (never its times)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_scale as bs
+
+TINY = bs.Sizes(source_vocab=2000, target_vocab=400, dim=16, lines=600, pairs=300, dictionary=200)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, dict]:
+    work = tmp_path_factory.mktemp("bench-scale")
+    return work, bs.build_inputs(work, TINY)
+
+
+def test_inputs_are_shaped_like_xlmr(built):
+    from transformers import AutoConfig, AutoTokenizer
+
+    from harness.vocab import tokenizer_family
+
+    work, files = built
+    src = AutoTokenizer.from_pretrained(files["paths"]["source_model"])
+    tgt = AutoTokenizer.from_pretrained(files["paths"]["target_tokenizer"])
+    assert len(src) == 2000 and files["sizes"]["n_source"] == 2000
+    assert src.convert_ids_to_tokens([0, 1, 2, 3]) == ["<s>", "<pad>", "</s>", "<unk>"] and src.mask_token_id == 1999
+    assert tokenizer_family(src) == tokenizer_family(tgt) == "sentencepiece"
+    pieces = src.convert_ids_to_tokens(list(range(4, 1999)))
+    assert sum(p.startswith("▁") for p in pieces) > len(pieces) / 2  # mostly word-start pieces, as in XLM-R
+    assert any(ord(c) > 0x370 for p in pieces for c in p)  # other scripts fill the multilingual vocabulary
+    shared = len(set(src.get_vocab()) & set(tgt.get_vocab()))
+    assert 0.25 * len(tgt) < shared < 0.5 * len(tgt)  # about a third of the target's pieces, as XLM-R for German
+    cfg = AutoConfig.from_pretrained(files["paths"]["source_model"])
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.model_type) == (2000, 16, "xlm-roberta")
+    lines = Path(files["paths"]["parallel_corpus"]).read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 300 and set(json.loads(lines[0])) == {"source", "target"}
+    dic = Path(files["paths"]["dictionary"]).read_text(encoding="utf-8").splitlines()
+    assert len(dic) == 200 and all(len(x.split("\t")) == 2 for x in dic)
+    assert bs.build_inputs(work, TINY) == files  # reused, not rebuilt
+
+
+def test_each_method_gets_exactly_the_inputs_it_reads(built):
+    _, files = built
+    flags = {m: [a for a in bs.init_command(m, files["paths"], Path("out"), 1, []) if a.startswith("--")]
+             for m in ("random", "tiktotok", "focus", "wechsel")}  # fmt: skip
+    base = ["--method", "--source", "--target-tokenizer", "--seed", "--out", "--overwrite"]
+    assert flags["random"] == base
+    assert flags["tiktotok"] == base + ["--parallel-corpus"]
+    assert flags["focus"] == base + ["--target-corpus"]
+    assert set(flags["wechsel"]) - set(base) == {"--source-corpus", "--target-corpus", "--dictionary"}
+
+
+def test_output_joins_lines_written_in_pieces_and_tells_fasttext_training_apart():
+    out = bs.Output()
+    for t, chunk in ((1.0, "Number of labels: "), (1.1, "0\n"), (9.0, "\r"), (9.1, "Progress: 100.0%"), (9.5, "\n[ 9.5s] saving\n")):
+        out.add(t, chunk)
+    assert [x for _, x in out.lines] == ["Number of labels: 0", "Progress: 100.0%", "[ 9.5s] saving"]
+    longest, other = out.silences(12.0, None)[:2]
+    assert (longest["seconds"], longest["after"]) == (7.9, "Number of labels: 0")  # fastText writes "\r" alone first
+    assert longest["fasttext_training"] and not other["fasttext_training"] and other["after"] == "[ 9.5s] saving"
+
+
+def test_run_child_measures_the_longest_silence(tmp_path):
+    script = "import sys, time; print('a', flush=True); time.sleep(0.8); sys.stderr.write('b\\rc\\n'); sys.stderr.flush()"
+    res = bs.run_child([sys.executable, "-c", script], {}, tmp_path / "log", timeout=60)
+    assert res["exit"] == 0 and not res["timed_out"] and res["output_lines"] == 3
+    sil = res["longest_silence"]
+    assert 0.7 < sil["seconds"] < 5 and sil["after"] == "a" and sil["before"] == "c"
+    assert res["peak_rss_gb"] > 0 and (tmp_path / "log").read_bytes() == b"a\nb\rc\n"
+    slow = bs.run_child([sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path / "log2", timeout=0.5)
+    assert slow["timed_out"] and slow["exit"] != 0 and slow["wall_s"] < 20
+
+
+def test_smoke_one_method_end_to_end(built, tmp_path):
+    work, _ = built
+    out = tmp_path / "scale.json"
+    argv = ["--source-vocab", "2000", "--target-vocab", "400", "--dim", "16", "--lines", "600", "--pairs", "300",
+            "--dictionary", "200", "--methods", "random", "--work-dir", str(work), "--json", str(out)]  # fmt: skip
+    assert bs.main(argv) == 0
+    rec = json.loads(out.read_text())
+    assert rec["bench"] == "scale" and rec["sizes"]["n_source"] == 2000 and list(rec["methods"]) == ["random"]
+    r = rec["methods"]["random"]
+    assert r["exit"] == 0 and r["command"][:3] == ["tokxfer", "init", "--method"]
+    assert r["wall_s"] >= r["longest_silence"]["seconds"] > 0 and r["peak_rss_gb"] > 0.05
+    assert len(r["load_avg_before"]) == 3 and r["timings"]["init"]["total_s"] > 0
+    assert "| random |" in rec["table"] and len(rec["load_avg_start"]) == 3
+
+
+def test_bad_sizes_are_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        bs.main(["--source-vocab", "500", "--target-vocab", "400"])
+    assert e.value.code == 2 and "--source-vocab >= 2 x --target-vocab" in capsys.readouterr().err

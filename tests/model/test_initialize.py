@@ -1,0 +1,144 @@
+"""The init cache (a ``cached_dir`` entry per method output) and the InitRequest value."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from harness.cache import KEY_FILE, cache_root
+from harness.model.initialize import INIT_CACHE_KIND, InitRequest, cached_init, initialize_model
+from harness.protocols import COMBINED, COPIED, InitResult, TokenMapping, TransferResources
+
+
+class _Tok:
+    """Stands for a tokenizer: only its identity matters to the cache."""
+
+
+def _result(tok, scale: float = 0.5) -> InitResult:
+    m = TokenMapping.from_coo(3, 4, [0, 1, 1], [2, 0, 3], [1.0, scale, 1 - scale],
+                              np.array([COPIED, COMBINED, 3], dtype=np.int8))
+    return InitResult(m, tok, info={"overlap": 1}, directives={"reinitialize_body": False})
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache"
+
+
+def test_a_second_call_is_a_hit_with_the_same_mapping(cache):
+    tok, calls = _Tok(), []
+
+    def compute():
+        calls.append(1)
+        return _result(tok)
+
+    key = {"method": {"name": "m"}, "seed": 1}
+    first = cached_init(key, compute, tok)
+    second = cached_init(key, compute, tok)
+    assert len(calls) == 1 and "cache_hit" not in first.info and second.info["cache_hit"] is True
+    assert second.tokenizer is tok and second.directives == first.directives
+    for a in ("indptr", "indices", "weights", "provenance"):
+        assert np.array_equal(getattr(second.mapping, a), getattr(first.mapping, a))
+    entries = list((cache_root() / INIT_CACHE_KIND).iterdir())
+    assert len(entries) == 1 and json.loads((entries[0] / KEY_FILE).read_text()) == key
+    cached_init({"method": {"name": "m"}, "seed": 2}, compute, tok)  # another key: computed again
+    assert len(calls) == 2
+
+
+def test_a_result_for_another_tokenizer_is_not_cached(cache):
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return _result(_Tok())  # like ``original``: keeps the source tokenizer
+
+    for _ in range(2):
+        cached_init({"k": 1}, compute, _Tok())
+    assert len(calls) == 2
+    assert not [p for p in (cache_root() / INIT_CACHE_KIND).iterdir() if not p.name.startswith(".")]
+
+
+def test_no_key_no_cache(cache):
+    tok = _Tok()
+    assert cached_init(None, lambda: _result(tok), tok).info == {"overlap": 1}
+    assert not (cache_root() / INIT_CACHE_KIND).exists()
+
+
+def test_a_failing_method_leaves_no_entry(cache):
+    def compute():
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        cached_init({"k": 1}, compute, _Tok())
+    assert not [p for p in (cache_root() / INIT_CACHE_KIND).iterdir() if not p.name.startswith(".")]
+
+
+def test_the_keyword_form_builds_the_same_request(monkeypatch):
+    seen = {}
+    monkeypatch.setattr("harness.model.initialize.initialize", lambda request, **kw: seen.setdefault("r", request))
+    initialize_model(source_model="m", source_tokenizer=None, target_tok="T", method_name="overlap",
+                     method_config=None, seed=3, model_kind="mlm", transfer_paths={"dictionary": "d.tsv"})
+    assert seen["r"] == InitRequest(source_model="m", target_tokenizer="T", method="overlap", method_config=None,
+                                    seed=3, model_kind="mlm", resources=TransferResources(dictionary="d.tsv"))
+
+
+PLUGIN = '''
+from dataclasses import dataclass
+from harness.registry import register_method
+
+@dataclass(frozen=True)
+class C:
+    pass
+
+@register_method("{name}", config=C, description="test")
+class M:
+    def __init__(self, config):
+        self.config = config
+
+    def initialize(self, inputs, rng):  # {comment}
+        raise NotImplementedError
+'''
+
+
+def test_the_method_code_is_part_of_the_init_cache_key(tmp_path):
+    """A changed method file gives another key: a mapping from the old code is never served."""
+    from harness import registry
+
+    hashes = []
+    for i, comment in enumerate(("v1", "v2")):
+        f = tmp_path / f"plug{i}.py"
+        f.write_text(PLUGIN.format(name=f"code-hash-test-{i}", comment=comment))
+        registry.load_plugin(f)
+        hashes.append(registry.code_hash("method", f"code-hash-test-{i}"))
+    assert hashes[0] != hashes[1]
+    assert registry.code_hash("method", "code-hash-test-0") == hashes[0]  # stable (memoized)
+    # a built-in method hashes its whole package: its shared private helpers change its output too
+    assert registry.code_hash("method", "focus") == registry.code_hash("method", "wechsel")
+
+
+def test_the_init_cache_key_covers_the_content_of_the_files_the_method_reads(tmp_path):
+    """A corpus edited in place (or a world rebuilt by another generator version under the same
+    spec) gives another key; the same content under another path name gives the same files part."""
+    from harness.run.config import load_experiment
+    from harness.run.runner import init_cache_key, init_inputs
+    from tests._tokfixtures import unigram
+
+    tok = unigram()
+    corpus, dic = tmp_path / "t.txt", tmp_path / "d.tsv"
+    corpus.write_text("a b c\n", encoding="utf-8")
+    dic.write_text("a\tb\n", encoding="utf-8")
+    res = TransferResources(target_corpus=corpus, dictionary=dic)
+    first = init_inputs(tok, res)
+    assert set(first["files"]) == {"target_corpus", "dictionary"}
+    assert init_inputs(tok, res) == first
+    corpus.write_text("a b d\n", encoding="utf-8")
+    second = init_inputs(tok, res)
+    assert second["files"]["target_corpus"] != first["files"]["target_corpus"]
+    assert second["files"]["dictionary"] == first["files"]["dictionary"]
+    spec = load_experiment(Path(__file__).parents[2] / "harness" / "configs" / "quickstart-tiny.yaml").trials()[0]
+    assert init_cache_key(spec, "/src", "mlm", first) != init_cache_key(spec, "/src", "mlm", second)
+    assert init_cache_key(spec, "/src", "mlm", first)["inputs"] == first
