@@ -19,6 +19,10 @@ average before and after. A speed result needs an idle machine: when the 1-minut
 exceeds the usable cores before or after a run, the run is marked ``loaded`` and the printed ratio
 says so.
 
+``--profile`` runs each timed trial under ``cProfile`` and adds, per run, the cumulative seconds of the
+phases a trial spends its time in (:data:`PHASES`: fine-tuning, its backward passes, optimizer steps and
+gradient clipping, evaluation forwards, tokenization, model loading), measured under the profiler.
+
 Run (one core, the committed budget of ``tasks-encoder.yaml``)::
 
     python benchmarks/bench_trial.py --task qa --method overlap --threads 1
@@ -56,6 +60,36 @@ PREPARE_BUDGET = ("max_train_examples=16", "max_eval_examples=8", "train.epochs=
 TIMING_KEYS = ("resources_s", "init_load_s", "init_method_s", "init_install_s", "stages_s", "task_s", "total_s")
 
 
+PHASES = {
+    "trial": ("harness/run/runner.py", "run_trial"),
+    "finetune": ("tasks/loop.py", "finetune"),
+    "backward": ("torch/autograd/__init__.py", "backward"),
+    "optimizer_step": ("torch/optim/adam.py", "step"),
+    "clip_grad_norm": ("torch/nn/utils/clip_grad.py", "clip_grad_norm_"),
+    "evaluate_forward": ("tasks/loop.py", "predict"),
+    "qa_best_spans": ("tasks/qa.py", "best_spans"),
+    "tokenize": ("tasks/data.py", "encoded_once"),
+    "model_load": ("transformers/modeling_utils.py", "from_pretrained"),
+}
+"""Phase name -> (file suffix, function) whose cumulative time under ``cProfile`` is the phase's seconds.
+``finetune`` includes the evaluations it runs (``evaluate_forward``, ``qa_best_spans``)."""
+
+
+def profile_phases(path: Path) -> dict[str, float | None]:
+    """Cumulative seconds of each :data:`PHASES` entry in the ``cProfile`` output ``path`` (None: never called),
+    and ``train_forward_and_rest``: ``finetune`` less its backward, optimizer, clipping and evaluation."""
+    import pstats
+
+    stats = pstats.Stats(str(path)).stats  # type: ignore[attr-defined]
+    out: dict[str, float | None] = {}
+    for phase, (suffix, func) in PHASES.items():
+        hits = [v[3] for (file, _, name), v in stats.items() if name == func and file.replace("\\", "/").endswith(suffix)]
+        out[phase] = round(max(hits), 2) if hits else None
+    parts = [out.get(k) or 0.0 for k in ("backward", "optimizer_step", "clip_grad_norm", "evaluate_forward", "qa_best_spans")]
+    out["train_forward_and_rest"] = round(out["finetune"] - sum(parts), 2) if out["finetune"] is not None else None
+    return out
+
+
 def trial_config(config: Path, method: str, task: str, out: Path) -> Path:
     """``config`` cut down to ``method`` (by name or id, its settings kept) and ``task``, written to ``out``."""
     from harness.inputs import load_yaml, read_text_file
@@ -89,13 +123,16 @@ def child_env(tree: Path, threads: int) -> dict:
     return env
 
 
-def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs: Path, log: Path) -> dict:
-    """One ``tokxfer run`` of the trial with ``tree``'s code: wall/CPU seconds, peak RSS, the record's facts.
+def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs: Path, log: Path,
+              profile: Path | None = None) -> dict:
+    """One ``tokxfer run`` of the trial with ``tree``'s code: wall/CPU seconds, peak RSS, the record's facts;
+    with ``profile`` (a file to write), run under ``cProfile`` and add the :func:`profile_phases`.
 
     Raises:
         RuntimeError: the command failed (the end of its log quoted) or wrote no ok record.
     """
-    cmd = [sys.executable, "-m", "harness.cli", "run", str(config), *overrides, "--runs-dir", str(runs),
+    prof = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+    cmd = [sys.executable, *prof, "-m", "harness.cli", "run", str(config), *overrides, "--runs-dir", str(runs),
            "--no-tracking", "--quiet", "--force"]  # fmt: skip
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     before = load_average()
@@ -121,6 +158,7 @@ def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs
         "metrics": rec["metrics"], "torch_threads": rec.get("environment", {}).get("torch_threads"),
         "trial_id": rec["trial_id"], "finetune": (rec.get("task_info") or {}).get("finetune"),
         "load_before": before, "load_after": after, "loaded": loaded,
+        "profile_s": profile_phases(profile) if profile is not None else None,
     }  # fmt: skip
 
 
@@ -145,11 +183,14 @@ def benchmark(args: argparse.Namespace) -> dict:
             print(f"prepare (init + stages cached): {result['prepare']['wall_s']:.0f}s", flush=True)
         for i in range(args.repeat):
             for name, tree, over in sides:
-                r = run_trial(tree, config, over, args.threads, _fresh(work / f"runs-{name}-{i}"), work / f"{name}-{i}.log")
+                prof = work / f"{name}-{i}.prof" if args.profile else None
+                r = run_trial(tree, config, over, args.threads, _fresh(work / f"runs-{name}-{i}"), work / f"{name}-{i}.log", prof)
                 result["runs"].append({"side": name, "repeat": i, **r})
                 print(f"{name} #{i}: wall {r['wall_s']:.1f}s task {r['timings'].get('task_s', float('nan')):.1f}s "
                       f"cpu {r['cpu_s']:.0f}s threads {r['torch_threads']} load {r['load_before']} -> {r['load_after']}"
                       f"{' (LOADED)' if r['loaded'] else ''}  metrics {json.dumps(r['metrics'])[:200]}", flush=True)  # fmt: skip
+                if r["profile_s"] is not None:
+                    print(f"  profile (s, under cProfile): {json.dumps(r['profile_s'])}", flush=True)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
@@ -205,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-overrides", nargs="*", default=None, help="the baseline's task overrides (default: --overrides)")
     ap.add_argument("--no-prepare", action="store_true", help="skip the run that fills the init and LAPT caches")
     ap.add_argument("--keep", action="store_true", help="keep the work folder (logs, records)")
+    ap.add_argument("--profile", action="store_true", help="run the timed trials under cProfile; the JSON gets their phases")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.threads < 1:
