@@ -57,8 +57,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -68,19 +66,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._e2e import environment, run_worker, subprocess_env  # noqa: E402
+from benchmarks._e2e import (  # noqa: E402
+    environment,
+    peak_rss_bytes,
+    rss_bytes,
+    run_worker,
+    save_source_model,
+    spawn_core_worker,
+    subprocess_env,
+)
+from benchmarks._load import LoadMonitor, shown, speed_line, speedups, target_speed  # noqa: E402
 
 METHODS = ("tokxfer", "deepfocus", "naive")
-
-
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-
-
-def _rss_bytes() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().rss
+E2E_TARGET = 20.0
+"""End to end, ``deepfocus.FOCUS(...)`` over tokxfer's FOCUS method (both without loading), at least (issue 27)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -185,7 +184,7 @@ def worker(args) -> None:
 
     torch.set_num_threads(args.threads)
     x = make_inputs(args.scale, args.seed)
-    rss_inputs, peak_inputs = _rss_bytes(), _peak_rss_bytes()
+    rss_inputs, peak_inputs = rss_bytes(), peak_rss_bytes()
     fn = {"tokxfer": _run_tokxfer, "deepfocus": _run_deepfocus, "naive": _run_naive}[args.worker]
     t0, c0 = time.perf_counter(), time.process_time()
     rows, prov, stats = fn(x, args)
@@ -193,7 +192,7 @@ def worker(args) -> None:
     t0, c0 = stats.pop("timed_from", (t0, c0))
     np.savez(args.out, rows=rows, provenance=prov)
     result = {
-        "method": args.worker, "seconds": round(t1 - t0, 3), "cpu_seconds": round(c1 - c0, 3), "peak_rss_gb": round(_peak_rss_bytes() / 2**30, 3),
+        "method": args.worker, "seconds": round(t1 - t0, 3), "cpu_seconds": round(c1 - c0, 3), "peak_rss_gb": round(peak_rss_bytes() / 2**30, 3),
         "rss_after_inputs_gb": round(rss_inputs / 2**30, 3), "peak_rss_after_inputs_gb": round(peak_inputs / 2**30, 3),
         "stats": stats, "inputs": x.describe(),
     }
@@ -228,9 +227,6 @@ def _variant_config(variant: str, aux_path: Path) -> dict:
 
 def e2e_files(work: Path, scale: float, seed: int) -> dict:
     """Build (or reuse) the end-to-end inputs under ``work``; return their paths and sizes."""
-    import numpy as np
-    import torch
-    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
     from transformers.utils import logging as hf_logging
 
     from benchmarks._synthetic import make_corpora
@@ -249,19 +245,7 @@ def e2e_files(work: Path, scale: float, seed: int) -> dict:
     tgt_tok = train_tokenizer([corpora["target"]], "unigram", vocab_size=max(int(round(E2E_TARGET_VOCAB * scale)), 300), cache_dir=work / "cache")
     tgt_dir, src_dir = work / "target-tokenizer", work / "source-model"
     tgt_tok.save_pretrained(tgt_dir)
-    config = XLMRobertaConfig(
-        vocab_size=len(src_tok), hidden_size=E2E_DIM, num_hidden_layers=1, num_attention_heads=12, intermediate_size=256,
-        max_position_embeddings=514, type_vocab_size=1, pad_token_id=src_tok.pad_token_id,
-        bos_token_id=src_tok.bos_token_id, eos_token_id=src_tok.eos_token_id,
-    )
-    torch.manual_seed(seed)
-    model = XLMRobertaForMaskedLM(config)
-    rng = np.random.default_rng(seed)
-    E = rng.standard_normal((len(src_tok), E2E_DIM), dtype=np.float32) * np.float32(0.05)
-    with torch.no_grad():
-        model.get_input_embeddings().weight.copy_(torch.from_numpy(E))
-    model.save_pretrained(src_dir)
-    src_tok.save_pretrained(src_dir)
+    save_source_model(src_tok, E2E_DIM, seed, src_dir)
     # the target text tokenized as deepfocus tokenizes it for fastText
     tok_text = work / "aux" / "target.tokenized.txt"
     tok_text.parent.mkdir(parents=True, exist_ok=True)
@@ -383,6 +367,7 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
         files = e2e_files(work, scale, seed)
         paths = files["paths"]
         env = subprocess_env(threads, work)
+        mon = LoadMonitor().start()  # the timed workers only, not the input build
         print("running deepfocus.FOCUS ...", flush=True)
         df_out = work / "deepfocus.npz"
         wall = {"deepfocus": run_worker([sys.executable, str(Path(__file__).resolve()), "--e2e-worker", "deepfocus", "--work-dir", str(work),
@@ -409,6 +394,8 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
             res["anchors_deepfocus"] = int(df["anchors"].sum())
             res["method_s"] = info["info"]["timings"]["total_s"]
             results[v] = res
+        mon.stop()
+        load = mon.record()
         # what explains each difference: the rows an option changes in tokxfer's own output
         for v, alt, reason in (("no-special-anchors", "reference", "special_anchors"), ("escaped-tokens", "reference", "aux_token_format")):
             if v in results and alt in rows:
@@ -424,8 +411,9 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
             "bench": "focus-end-to-end", "scale": scale, "seed": seed, "atol": atol, "threads": threads,
             "sizes": files["sizes"], "deepfocus": {**df_info, "anchors": int(df["anchors"].sum()),
                                                    "random": int(np.sum(df["provenance"] == 3))},
-            "variants": results, "wall_s_information_only": wall,
-            "environment": environment(),
+            "variants": results, "wall_s_information_only": wall, "speed": None if "reference" not in results else target_speed(
+                df_info["focus_s"], results["reference"]["method_s"], wall["deepfocus"], wall["tokxfer-reference"], E2E_TARGET, load),
+            "load": load, "load_banner": mon.banner(), "environment": environment(),
         }
 
 
@@ -443,6 +431,9 @@ def print_end_to_end(record: dict) -> None:
         for k in ("explained_by_special_anchors", "explained_by_aux_token_format"):
             if k in r:
                 print(f"{'':<20} {r[k]} of {r['beyond_tolerance']} differing rows are rows that the option {k.removeprefix('explained_by_')} changes")
+    if record["speed"] is not None:
+        print(speed_line("deepfocus.FOCUS", record["deepfocus"]["focus_s"], record["variants"]["reference"]["method_s"], record["speed"]))
+    print(record["load_banner"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -451,24 +442,8 @@ def print_end_to_end(record: dict) -> None:
 
 
 def _spawn(method: str, args, tmp: Path) -> dict:
-    out = tmp / f"{method}.npz"
-    cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", method, "--scale", str(args.scale), "--seed", str(args.seed),
-        "--k", str(args.k), "--chunk-rows", str(args.chunk_rows), "--threads", str(args.threads), "--out", str(out),
-    ]
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[var] = str(args.threads)
-    env["TQDM_DISABLE"] = "1"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        return {"method": method, "error": (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["failed"], "wall_s": round(time.perf_counter() - t0, 1)}
-    res = json.loads(out.with_suffix(".json").read_text())
-    res["wall_s"] = round(time.perf_counter() - t0, 1)
-    res["npz"] = str(out)
-    return res
+    argv = ["--scale", str(args.scale), "--seed", str(args.seed), "--k", str(args.k), "--chunk-rows", str(args.chunk_rows)]
+    return spawn_core_worker(Path(__file__).resolve(), method, argv, args.threads, tmp / f"{method}.npz")
 
 
 def _compare(a: dict, b: dict) -> dict:
@@ -488,6 +463,7 @@ def _compare(a: dict, b: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
+    # Long but flat: the flags, then one branch per mode (core, end to end, variants), each calling helpers.
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=0.1, help="vocabulary-size multiplier; 1.0 = XLM-R -> 50k target")
     p.add_argument("--seed", type=int, default=0)
@@ -528,18 +504,18 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown method(s) {unknown}; choose from {METHODS}")
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-focus-") as tmp:
-        for m in methods:
-            print(f"running {m} (scale {args.scale}) ...", flush=True)
-            results[m] = _spawn(m, args, Path(tmp))
-            if "error" in results[m]:
-                print(f"  {m} failed: {results[m]['error']}", flush=True)
+        with LoadMonitor() as mon:
+            for m in methods:
+                print(f"running {m} (scale {args.scale}) ...", flush=True)
+                results[m] = _spawn(m, args, Path(tmp))
+                if "error" in results[m]:
+                    print(f"  {m} failed: {results[m]['error']}", flush=True)
+        load = mon.record()
         ok = [m for m in methods if "error" not in results[m]]
         comparisons = {}
         if "tokxfer" in ok:
             for ref in [m for m in ok if m != "tokxfer"]:
-                comparisons[ref] = _compare(results["tokxfer"], results[ref])
-                comparisons[ref]["speedup"] = round(results[ref]["seconds"] / max(results["tokxfer"]["seconds"], 1e-9), 2)
-                comparisons[ref]["speedup_cpu"] = round(results[ref]["cpu_seconds"] / max(results["tokxfer"]["cpu_seconds"], 1e-9), 2)
+                comparisons[ref] = {**_compare(results["tokxfer"], results[ref]), **speedups(results[ref], results["tokxfer"], load)}
         for r in results.values():
             r.pop("npz", None)
 
@@ -552,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{m:<10} {r['seconds']:>8.2f} {r['cpu_seconds']:>8.2f} {r['peak_rss_gb']:>12.2f} {r['rss_after_inputs_gb']:>20.2f}")
     for ref, c in comparisons.items():
-        print(f"tokxfer vs {ref}: {c['speedup']}x faster (wall), {c['speedup_cpu']}x (cpu); max |diff| {c['max_abs_diff']:.3g} over {c['rows_compared']} non-fallback rows "
+        print(f"tokxfer vs {ref}: {shown(c['speedup'])} faster (wall), {shown(c['speedup_cpu'])} (cpu); max |diff| {c['max_abs_diff']:.3g} over {c['rows_compared']} non-fallback rows "
               f"(|values| <= {c['max_abs_value']:.3g}); same provenance: {c['same_provenance']}")
     first_ok = next((results[m] for m in methods if "inputs" in results[m]), None)
     if first_ok:
@@ -561,9 +537,10 @@ def main(argv: list[str] | None = None) -> int:
         print("tokxfer stats:", json.dumps(results["tokxfer"]["stats"]))
     record = {
         "bench": "focus", "scale": args.scale, "seed": args.seed, "k": args.k, "chunk_rows": args.chunk_rows, "threads": args.threads,
-        "results": results, "comparisons": comparisons,
+        "results": results, "comparisons": comparisons, "load": load,
         "environment": environment(),
     }
+    print(mon.banner())
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1))

@@ -1,11 +1,19 @@
-"""The quickstart, cold and warm, through the real command line, with a breakdown of where the time goes.
+"""The quickstart as a user meets it: first row, cold, warm, and one worker against two, through the real command line.
 
-Each phase runs ``python -m harness.cli`` (what the ``tokxfer`` script runs) in a subprocess:
+Each command runs ``python -m harness.cli`` (what the ``tokxfer`` script runs) in a subprocess:
 
 * ``cold`` — a fresh, empty ``TOKXFER_CACHE`` (a temporary folder, or ``--cache``) and a fresh runs
-  folder: ``tokxfer world build`` (timed apart: the world build) then ``tokxfer run CONFIG``, which
-  pretrains the source model, trains the target tokenizers and runs every trial;
-* ``warm`` — the cache the cold phase left, a fresh runs folder: ``tokxfer run CONFIG`` again.
+  folder: ``tokxfer quickstart --size SIZE``, which builds the world, pretrains the source model,
+  trains the target tokenizers, runs every trial (as many workers as cores unless ``--workers``)
+  and prints each method's row as its trials finish, then the table. Timed: the whole command, the
+  setup (world and source model: until the command says "2/3"), and the **first row** (until the
+  first method's row is printed);
+* ``warm`` — the cache the cold phase left, a fresh runs folder: the same command again;
+* ``grid-1`` and ``grid-2`` — the grid alone, with one and with two workers: ``tokxfer run CONFIG
+  --workers N``, each on a copy of what every trial shares and the command builds before its
+  workers start (the cold cache's world, source models and tokenizers; none of the trials' own
+  outputs: no inits, fastText models or alignments), so the two differ only in the worker count.
+  Their ratio is the speedup; their records' numbers must be identical (``bit_identical``).
 
 A phase's wall time is the sum of its commands' wall times, process start-up included. The
 breakdown is read from what the run leaves behind: source pretraining from ``pretrain_info.json``
@@ -14,19 +22,23 @@ the records, fastText training and word alignment from the methods' ``init.info`
 mapping came from the init cache replay the info of the run that computed it, so they are left out
 of the fastText and alignment sums and counted as cache hits). Also recorded: CPU seconds and peak
 RSS of every command (``wait4``), the cache size after each phase (per top-level folder), torch's
-thread count (from the records), the load average before and after each phase, and whether the
-leaderboard rendered from the phase's records (``tokxfer leaderboard SPEC``) equals the committed
-``leaderboards/tables/<name>.md`` byte for byte.
+thread count (from the records), whether the table the quickstart printed is the same cold and
+warm, and whether the leaderboard rendered from the phase's records (``tokxfer leaderboard SPEC``)
+equals the committed ``leaderboards/tables/<name>.md`` byte for byte.
 
-Targets (``--size small``, the full quickstart, 2 cores, idle machine): cold <= 6 min, warm <= 60 s,
-cache <= 1 GB, the committed leaderboard reproduced. They are marked met / missed in the table and
-the JSON; with ``--size tiny`` or overrides they are reported but not applicable. Timings are
-results only on an idle machine: the load averages in the result say whether it was.
+**Load.** The 1-minute load average is sampled every few seconds while the benchmark runs; the
+result is marked ``valid: false`` (and every target ``invalid``) when it exceeded the machine's
+cores at any point: then the numbers measure the machine's other work, not tokxfer's.
+
+Targets (``--size small``, the full quickstart, 2 cores, idle machine; issue 27): first row <= 2 min,
+cold <= 5 min, warm <= 45 s, two workers >= 1.7x one and bit-identical, the same table run to run,
+cache <= 1 GB, the committed leaderboard reproduced. With ``--size tiny`` or overrides they are
+reported but not applicable.
 
 Run::
 
-    python benchmarks/bench_quickstart.py                      # small world, cold + warm (~15 min today)
-    python benchmarks/bench_quickstart.py --size tiny          # smoke: quickstart-tiny (about a minute)
+    python benchmarks/bench_quickstart.py                      # small world, all phases (an idle 2-core machine)
+    python benchmarks/bench_quickstart.py --size tiny          # smoke: quickstart-tiny
     python benchmarks/bench_quickstart.py --phases warm --cache ~/.cache/tokxfer   # warm on an existing cache
 
 The JSON goes to ``benchmarks/results/quickstart_<size>.json`` (``--json`` to change it).
@@ -43,6 +55,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -58,9 +71,12 @@ SIZES = {
     "small": {"config": "harness/configs/quickstart.yaml", "spec": "leaderboards/specs/quickstart.yaml"},
     "tiny": {"config": "harness/configs/quickstart-tiny.yaml", "spec": "leaderboards/specs/quickstart-tiny.yaml"},
 }
-PHASES = ("cold", "warm")
-TARGETS = {"cold_wall_s": 360.0, "warm_wall_s": 60.0, "cache_bytes": 1e9}
-"""The quickstart's targets on an idle 2-core machine (cold <= 6 min, warm <= 60 s, cache <= 1 GB)."""
+PHASES = ("cold", "warm", "grid-1", "grid-2")
+TARGETS = {"first_row_s": 120.0, "cold_wall_s": 300.0, "warm_wall_s": 45.0, "speedup": 1.7, "cache_bytes": 1e9}
+"""The quickstart's targets on an idle 2-core machine (issue 27: first row <= 2 min, cold <= 5 min, warm <= 45 s,
+two workers >= 1.7x one; cache <= 1 GB)."""
+SHARED_CACHE = ("world", "sources", "tokenizers", ".tokxfer-cache")
+"""What the grid phases start from: what every trial shares and the command builds before its workers start."""
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
 TIMING_KEYS = ("resources_s", "init_load_s", "init_method_s", "init_install_s", "stages_s", "task_s", "total_s")
 
@@ -91,6 +107,58 @@ def load_average() -> list[float] | None:
         return None
 
 
+class LoadMonitor:
+    """The 1-minute load average sampled every ``every_s`` seconds in a background thread.
+
+    Example:
+        >>> with LoadMonitor(every_s=0.01) as m:
+        ...     time.sleep(0.05)
+        >>> len(m.samples) >= 1
+        True
+    """
+
+    def __init__(self, every_s: float = 5.0):
+        self.every_s = every_s
+        self.samples: list[tuple[float, float]] = []  # (seconds since start, 1-minute load)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="load-monitor", daemon=True)
+        self._t0 = time.monotonic()
+
+    def _sample(self) -> None:
+        load = load_average()
+        if load is not None:
+            self.samples.append((round(time.monotonic() - self._t0, 1), load[0]))
+
+    def _run(self) -> None:
+        self._sample()
+        while not self._stop.wait(self.every_s):
+            self._sample()
+
+    def __enter__(self) -> LoadMonitor:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._sample()
+
+    def between(self, start: float, end: float) -> list[float]:
+        """The loads sampled between two moments (seconds since start)."""
+        return [x for t, x in self.samples if start <= t <= end]
+
+    def now(self) -> float:
+        return time.monotonic() - self._t0
+
+
+def load_verdict(loads: list[float], cores: int) -> dict:
+    """``{"max_1min", "mean_1min", "cores", "valid"}``: valid unless the load exceeded the cores (another job ran)."""
+    if not loads:
+        return {"max_1min": None, "mean_1min": None, "cores": cores, "valid": None}
+    return {"max_1min": max(loads), "mean_1min": round(sum(loads) / len(loads), 2), "cores": cores,
+            "valid": max(loads) <= cores}
+
+
 # ---------------------------------------------------------------------------------- commands
 
 
@@ -106,28 +174,65 @@ def child_env(cache: Path, threads: int | None) -> dict:
     return env
 
 
+FIRST_ROW = "first_row_s"
+MARKS = {"setup_s": lambda line: line.startswith("2/3 "),
+         FIRST_ROW: lambda line, seen: seen.get("setup_s") is not None and line.startswith("| ")
+         and not line.startswith(("| Method", "|:---")),
+         "table_s": lambda line: line.startswith("3/3 ")}
+"""Moments in the quickstart's output: setup done (world and source model), the first method's row, the table."""
+
+
+def _mark(seen: dict, line: str, elapsed: float) -> None:
+    for key, test in MARKS.items():
+        if seen.get(key) is None and (test(line, seen) if key == FIRST_ROW else test(line)):
+            seen[key] = round(elapsed, 3)
+
+
 def run_command(name: str, args: list[str], env: dict, log_dir: Path) -> dict:
-    """Run ``python -m harness.cli ARGS``; wall and CPU seconds and peak RSS of the process (``wait4``).
+    """Run ``python -m harness.cli ARGS``; wall and CPU seconds and peak RSS of the process (``wait4``),
+    and when the quickstart's output reached its marks (:data:`MARKS`; ``None`` for marks never printed).
 
     Raises:
         RuntimeError: naming the command and quoting the end of its log when it exits non-zero.
     """
     cmd = [sys.executable, "-m", "harness.cli", *args]
-    log = log_dir / f"{name}.log"
-    with open(log, "wb") as out:
+    log, err_log = log_dir / f"{name}.log", log_dir / f"{name}.stderr.log"
+    seen: dict[str, float | None] = dict.fromkeys(MARKS)
+    # stderr apart: the workers' warnings would otherwise land inside the printed table's lines
+    with open(log, "wb") as out, open(err_log, "wb") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=err)
+        for raw in proc.stdout:  # read as it comes: the marks are timed when printed
+            _mark(seen, raw.decode("utf-8", "replace"), time.perf_counter() - t0)
+            out.write(raw)
+        proc.stdout.close()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
     if proc.returncode != 0:
-        tail = log.read_text(errors="replace")[-3000:]
-        raise RuntimeError(f"{name}: `{' '.join(cmd[1:])}` exited with {proc.returncode}; end of {log}:\n{tail}")
+        tail = log.read_text(errors="replace")[-1500:] + err_log.read_text(errors="replace")[-1500:]
+        raise RuntimeError(f"{name}: `{' '.join(cmd[1:])}` exited with {proc.returncode}; end of {log} and "
+                           f"{err_log.name}:\n{tail}")
     return {
         "name": name, "command": ["tokxfer", *args], "wall_s": round(wall, 3),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 3),
         "peak_rss_bytes": int(usage.ru_maxrss) * (1 if sys.platform == "darwin" else 1024),
+        "marks": seen, "log": str(log),
     }  # fmt: skip
+
+
+def printed_table(log: str | Path) -> str:
+    """What the quickstart printed from its rows on (step 2/3) to its table's end, less the wall-time line: what
+    must be the same run to run."""
+    text = Path(log).read_text(errors="replace")
+    start = text.find("2/3 ")
+    if start < 0:
+        return ""
+    body = text[start:]
+    body = body[body.find("\n") + 1:]
+    lines = [ln for ln in body.splitlines()
+             if ln.strip() and not ln.startswith(("ran ", "WARNING ", "Open the MLflow", "  mlflow "))]
+    return "\n".join(lines)
 
 
 # ---------------------------------------------------------------------------------- reading the run
@@ -302,10 +407,12 @@ def compare_leaderboard(spec: Path, runs_dir: Path, out_dir: Path, env: dict, lo
 
 
 def run_phase(phase: str, *, size: str, overrides: list[str], cache: Path, work: Path, threads: int | None,
-              tracking: bool) -> dict:  # fmt: skip
-    """One phase (``cold``/``warm``): its commands, breakdown, cache size and leaderboard check."""
+              tracking: bool, workers: int | None, base: Path | None = None) -> dict:  # fmt: skip
+    """One phase (:data:`PHASES`): its command, breakdown, cache size and leaderboard check.
+
+    ``base``: for the grid phases, the cache whose shared part (:data:`SHARED_CACHE`) they start from.
+    """
     spec = SIZES[size]
-    env = child_env(cache, threads)
     runs = work / f"runs-{phase}"
     if runs.exists():
         shutil.rmtree(runs)
@@ -314,49 +421,94 @@ def run_phase(phase: str, *, size: str, overrides: list[str], cache: Path, work:
     from harness.run.config import load_experiment  # the grid's name and world, as the command line resolves them
 
     cfg = load_experiment(ROOT / spec["config"], overrides)
+    if phase.startswith("grid-"):
+        n = int(phase.split("-")[1])
+        cache = work / f"cache-{phase}"
+        if cache.exists():
+            shutil.rmtree(cache)
+        cache.mkdir(parents=True)
+        for name in SHARED_CACHE:
+            src = Path(base) / name
+            if src.is_dir():
+                shutil.copytree(src, cache / name, symlinks=True)
+            elif src.is_file():
+                shutil.copy2(src, cache / name)
+        args = ["run", spec["config"], *overrides, "--workers", str(n)]
+    else:
+        args = ["quickstart", "--size", size, *overrides] + (["--workers", str(workers)] if workers else [])
+    args += ["--runs-dir", str(runs), "--quiet"] + ([] if tracking else ["--no-tracking"])
+    env = child_env(cache, threads)
     load_start, t_start = load_average(), time.time()
-    steps = []
-    if phase == "cold" and cfg.world is not None:
-        steps.append(run_command(f"{phase}-world", ["world", "build", "--size", cfg.world.size, "--seed", str(cfg.world.seed)],
-                                 env, logs))  # fmt: skip
-    run_args = ["run", spec["config"], *overrides, "--runs-dir", str(runs), "--quiet"]
-    if not tracking:
-        run_args.append("--no-tracking")
-    steps.append(run_command(f"{phase}-run", run_args, env, logs))
+    step = run_command(phase, args, env, logs)
     load_end = load_average()
-    wall = sum(s["wall_s"] for s in steps)
     records = load_records(runs / cfg.name / "records")
     bd = breakdown(records)
-    world_s = next((s["wall_s"] for s in steps if s["name"].endswith("-world")), 0.0)
-    pre = source_pretraining(cache, t_start)
-    run_step = steps[-1]
-    bd["world_build_s"] = world_s
-    bd["source_pretraining"] = pre
-    # the run command's time outside its trials: start-up and imports, grid expansion, record
-    # writing (the source is pretrained inside the first trial, in its resources_s)
-    bd["run_outside_trials_s"] = round(run_step["wall_s"] - bd["timings_s"]["total_s"], 3)
-    return {
-        "phase": phase, "wall_s": round(wall, 3), "cpu_s": round(sum(s["cpu_s"] for s in steps), 3),
-        "peak_rss_bytes": max(s["peak_rss_bytes"] for s in steps), "steps": steps,
-        "load_avg_start": load_start, "load_avg_end": load_end, "cache": cache_usage(cache), "breakdown": bd,
+    bd["source_pretraining"] = source_pretraining(cache, t_start)
+    # the command's time outside its trials' own timings: start-up and imports, world and source model (quickstart),
+    # record writing, the table; with several workers the trials overlap, so this can be negative
+    bd["outside_trials_s"] = round(step["wall_s"] - bd["timings_s"]["total_s"], 3)
+    out = {
+        "phase": phase, "wall_s": step["wall_s"], "cpu_s": step["cpu_s"], "peak_rss_bytes": step["peak_rss_bytes"],
+        "steps": [step], "marks": step["marks"], "load_avg_start": load_start, "load_avg_end": load_end,
+        "cache": cache_usage(cache), "breakdown": bd, "numbers": numbers(records),
         "leaderboard": compare_leaderboard(ROOT / spec["spec"], runs, work / f"leaderboard-{phase}", env, logs, phase),
         "experiment": cfg.name, "n_trials": len(cfg.trials()),
     }  # fmt: skip
+    if not phase.startswith("grid-"):
+        out["printed_table"] = printed_table(step["log"])
+    return out
+
+
+def numbers(records: list[dict]) -> dict:
+    """Trial id -> what a trial measured (metrics, init diagnostics and counts): what must be bit-identical."""
+    return {r["trial_id"]: {"status": r.get("status"), "metrics": r.get("metrics"),
+                            "diagnostics": (r.get("init") or {}).get("diagnostics"),
+                            "counts": (r.get("init") or {}).get("counts")} for r in records}  # fmt: skip
+
+
+def compare_phases(phases: dict) -> dict:
+    """Speedup of two workers over one (grid phases), whether their numbers (and cold's) are identical, and
+    whether the quickstart printed the same table cold and warm."""
+    out: dict[str, Any] = {}
+    g1, g2 = phases.get("grid-1"), phases.get("grid-2")
+    if g1 and g2:
+        out["speedup_2_over_1"] = round(g1["wall_s"] / max(g2["wall_s"], 1e-9), 3)
+        same = g1["numbers"] == g2["numbers"] and (("cold" not in phases) or phases["cold"]["numbers"] == g1["numbers"])
+        out["bit_identical"] = same
+        out["differing_trials"] = sorted(t for t in set(g1["numbers"]) | set(g2["numbers"])
+                                         if g1["numbers"].get(t) != g2["numbers"].get(t))[:20]  # fmt: skip
+    cold, warm = phases.get("cold"), phases.get("warm")
+    if cold and warm:
+        out["tables_identical"] = bool(cold["printed_table"]) and cold["printed_table"] == warm["printed_table"]
+    return out
 
 
 def evaluate_targets(result: dict) -> list[dict]:
-    """The quickstart's targets, each met / missed (or n/a outside the full, un-overridden quickstart)."""
+    """The quickstart's targets, each met / missed (n/a outside the full, un-overridden quickstart; invalid when
+    the machine's load exceeded its cores while the benchmark ran)."""
     applicable = result["size"] == "small" and not result["overrides"]
-    phases = result["phases"]
+    valid = result["load"]["valid"] is not False
+    phases, comp = result["phases"], result["comparison"]
     rows = []
 
     def add(name: str, target: str, value: Any, ok: bool | None) -> None:
-        status = "n/a" if not applicable or ok is None else ("met" if ok else "missed")
+        if not applicable or ok is None:
+            status = "n/a"
+        elif not valid:
+            status = "invalid (load)"
+        else:
+            status = "met" if ok else "missed"
         rows.append({"target": name, "goal": target, "value": value, "status": status})
 
     cold, warm = phases.get("cold"), phases.get("warm")
-    add("cold quickstart", "<= 6 min", cold and cold["wall_s"], cold and cold["wall_s"] <= TARGETS["cold_wall_s"])
-    add("warm quickstart", "<= 60 s", warm and warm["wall_s"], warm and warm["wall_s"] <= TARGETS["warm_wall_s"])
+    first = cold and cold["marks"][FIRST_ROW]
+    add("first row (cold)", "<= 2 min", first, None if first is None else first <= TARGETS["first_row_s"])
+    add("cold quickstart", "<= 5 min", cold and cold["wall_s"], cold and cold["wall_s"] <= TARGETS["cold_wall_s"])
+    add("warm quickstart", "<= 45 s", warm and warm["wall_s"], warm and warm["wall_s"] <= TARGETS["warm_wall_s"])
+    speedup = comp.get("speedup_2_over_1")
+    add("2 workers vs 1", ">= 1.7x", speedup, None if speedup is None else speedup >= TARGETS["speedup"])
+    add("2 workers' numbers", "bit-identical to 1 worker", comp.get("bit_identical"), comp.get("bit_identical"))
+    add("printed table", "the same cold and warm", comp.get("tables_identical"), comp.get("tables_identical"))
     cache = max((p["cache"]["bytes"] for p in phases.values()), default=None)
     add("cache after the run", "<= 1 GB", cache, None if cache is None else cache <= TARGETS["cache_bytes"])
     same = [p["leaderboard"]["identical"] for p in phases.values()]
@@ -374,28 +526,43 @@ def benchmark(args: argparse.Namespace) -> dict:
     if args.cache and "cold" in phases and filled(Path(args.cache)):
         raise SystemExit(f"--cache {args.cache}: not empty; a cold run needs an empty or missing cache folder")
     if "cold" not in phases and not (args.cache and filled(Path(args.cache))):
-        raise SystemExit(f"--phases warm needs --cache pointing at a filled cache (got {args.cache}, empty or missing)")
+        raise SystemExit(f"--phases {' '.join(phases)} without cold needs --cache pointing at a filled cache "
+                         f"(got {args.cache}, empty or missing)")
     own_work = args.work_dir is None
     work = Path(tempfile.mkdtemp(prefix="tokxfer-bench-quickstart-")) if own_work else Path(args.work_dir)
     work.mkdir(parents=True, exist_ok=True)
     cache = Path(args.cache) if args.cache else work / "cache"
     if "cold" in phases and filled(cache):
         raise SystemExit(f"{cache}: not empty; a cold run needs an empty cache (use a fresh --work-dir)")
+    machine = machine_facts()
     result: dict[str, Any] = {
         "bench": "quickstart", "size": args.size, "config": SIZES[args.size]["config"], "overrides": args.override,
-        "threads": args.threads, "tracking": args.tracking, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "git": _git(), "machine": machine_facts(), "load_avg_start": load_average(), "phases": {},
+        "threads": args.threads, "workers": args.workers, "tracking": args.tracking,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "git": _git(), "machine": machine, "load_avg_start": load_average(), "phases": {},
         "work_dir": str(work) if args.keep or not own_work else None,
     }  # fmt: skip
+    monitor = LoadMonitor(every_s=args.load_every)
     try:
-        for phase in phases:
-            print(f"{phase}: running {result['config']} {' '.join(args.override)} ...", flush=True)
-            result["phases"][phase] = run_phase(phase, size=args.size, overrides=args.override, cache=cache, work=work,
-                                                threads=args.threads, tracking=args.tracking)  # fmt: skip
+        with monitor:
+            for phase in phases:
+                print(f"{phase}: running {result['config']} {' '.join(args.override)} ...", flush=True)
+                t0 = monitor.now()
+                result["phases"][phase] = run_phase(phase, size=args.size, overrides=args.override, cache=cache,
+                                                    work=work, threads=args.threads, tracking=args.tracking,
+                                                    workers=args.workers, base=cache)  # fmt: skip
+                loads = monitor.between(t0, monitor.now())
+                result["phases"][phase]["load"] = load_verdict(loads, machine["cores_usable"])
     finally:
         if own_work and not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     result["load_avg_end"] = load_average()
+    result["load"] = {**load_verdict([x for _, x in monitor.samples], machine["cores_usable"]),
+                      "samples": monitor.samples, "every_s": args.load_every}
+    result["valid"] = result["load"]["valid"]
+    result["comparison"] = compare_phases(result["phases"])
+    for p in result["phases"].values():  # compared above; the records hold them
+        p.pop("numbers")
     result["targets"] = evaluate_targets(result)
     return result
 
@@ -441,10 +608,12 @@ def print_table(result: dict) -> None:
     row("peak RSS", lambda p: _gb(p["peak_rss_bytes"]))
     row("cache after", lambda p: _gb(p["cache"]["bytes"]))
     row("load avg start -> end (1 min)", lambda p: f"{(p['load_avg_start'] or ['?'])[0]} -> {(p['load_avg_end'] or ['?'])[0]}")
-    row("world build s", lambda p: _s(p["breakdown"]["world_build_s"]))
+    row("load avg max while running", lambda p: f"{p['load']['max_1min']}")
+    row("setup s (world, source model)", lambda p: _s(p["marks"]["setup_s"]))
+    row("first row s", lambda p: _s(p["marks"][FIRST_ROW]))
     row("source pretraining s",
         lambda p: _s((p["breakdown"]["source_pretraining"] or {}).get("total_s")) if (p["breakdown"]["source_pretraining"] or {}).get("built") else "cached")  # fmt: skip
-    row("run: outside trials s", lambda p: _s(p["breakdown"]["run_outside_trials_s"]))
+    row("outside trials s", lambda p: _s(p["breakdown"]["outside_trials_s"]))
     row("trials (failed)", lambda p: f"{p['breakdown']['trials']} ({p['breakdown']['failed']})")
     for key, label in (("total_s", "trials total s"), ("resources_s", "  resources (source, tokenizers) s"),
                        ("init_load_s", "  init: load source s"), ("init_method_s", "  init: method s"),
@@ -460,14 +629,21 @@ def print_table(result: dict) -> None:
               f"{v['task_s']:>9.1f}{v['init_cache_hits']:>11}")  # fmt: skip
     for corpus, v in first["breakdown"]["fasttext"]["by_corpus"].items():
         print(f"  fastText on {corpus}: {v['trainings']} trainings, {v['seconds']:.1f} s")
+    comp = result["comparison"]
+    if "speedup_2_over_1" in comp:
+        print(f"\n  2 workers vs 1 (grid only): {comp['speedup_2_over_1']:.2f}x; numbers "
+              f"{'bit-identical' if comp['bit_identical'] else 'DIFFER: ' + ', '.join(comp['differing_trials'])}")
+    if "tables_identical" in comp:
+        print(f"  printed table cold vs warm: {'identical' if comp['tables_identical'] else 'DIFFERS'}")
+    load = result["load"]
+    print(f"\n  load average (1 min) while it ran: mean {load['mean_1min']}, max {load['max_1min']} on {load['cores']} "
+          f"cores -> {'valid' if load['valid'] else 'INVALID: the machine was busy with other work; not a result'}")
     print("\n  targets (2 cores, idle machine):")
     for t in result["targets"]:
         value = t["value"]
-        shown = _gb(value) if t["target"].startswith("cache") else (f"{value:.1f} s" if isinstance(value, float) else value)
+        shown = ("-" if value is None else _gb(value) if t["target"].startswith("cache") else f"{value:.2f}x" if t["target"].startswith("2 workers vs")
+                 else f"{value:.1f} s" if isinstance(value, float) else value)
         print(f"    {t['target']:<22} {t['goal']:<32} {shown!s:>12}  {t['status']}")
-    busy = [n for n in names if (phases[n]["load_avg_start"] or [0])[0] > 0.5]
-    if busy:
-        print(f"  note: load average above 0.5 when {', '.join(busy)} started — the machine was not idle; these are not results")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -475,7 +651,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", choices=sorted(SIZES), default="small",
                    help="small: harness/configs/quickstart.yaml (the targets); tiny: quickstart-tiny.yaml (smoke)")  # fmt: skip
-    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="which phases to run (default: both)")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), help="which phases to run (default: all)")
+    p.add_argument("--workers", type=int, default=None,
+                   help="the quickstart's --workers in the cold and warm phases (default: its own, one per core)")
+    p.add_argument("--load-every", type=float, default=5.0, help="seconds between load-average samples (default 5)")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="a key=value override of the experiment (repeatable); targets are then n/a")  # fmt: skip
     p.add_argument("--cache", default=None, help="the TOKXFER_CACHE to use (cold: must be empty; default: a fresh temporary folder)")
@@ -486,6 +665,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--keep", action="store_true", help="keep the temporary work folder (runs, logs, cache)")
     p.add_argument("--json", type=Path, default=None, help="result file (default: benchmarks/results/quickstart_<size>.json)")
     args = p.parse_args(argv)
+    if args.workers is not None and args.workers < 1:
+        p.error(f"--workers must be >= 1, got {args.workers}")
     if args.threads is not None and args.threads < 1:
         p.error(f"--threads must be >= 1, got {args.threads}")
     for item in args.override:

@@ -21,8 +21,9 @@ method registered with ``--plugin`` is benchmarked the same way. Per method the 
 CPU seconds and peak RSS of the process (``wait4``), its exit status, the longest silence (the longest
 gap between two pieces of output on its stderr/stdout — progress bars, fastText's progress line,
 notes — counting the start and the exit) with the line before and after it, the method's own
-timings from ``init_info.json``, and the load average before and after. Targets (2 cores, idle):
-**no method over 5 minutes, none silent for more than 10 s**; the table marks each.
+timings from ``init_info.json``, and the load average before, during and after (:mod:`benchmarks._load`).
+Targets (2 cores, idle): **no method over 5 minutes, none silent for more than 10 s**; the table marks each, and
+marks the time target ``BUSY`` (not judged) for a method during which the load average exceeded the cores.
 
 Run::
 
@@ -53,7 +54,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_quickstart import _git, load_average, machine_facts  # noqa: E402
+from benchmarks._load import LoadMonitor, banner, combine, load_average  # noqa: E402
+from benchmarks.bench_quickstart import _git, machine_facts  # noqa: E402
 from benchmarks.bench_quickstart import child_env as quickstart_env  # noqa: E402
 
 TIME_TARGET_S = 300.0
@@ -317,11 +319,12 @@ def benchmark(args: argparse.Namespace) -> dict:
             cache = Path(tempfile.mkdtemp(prefix=f"cache-{m}-", dir=work))
             cmd = init_command(m, files["paths"], out, args.seed, args.plugin)
             print(f"running {m} ...", flush=True)
-            before = load_average()
-            res = run_child(cmd, child_env(args.threads, cache), work / "logs" / f"{m}.log", args.timeout)
-            res.update(load_avg_before=before, load_avg_after=load_average(), timings=method_timings(out),
+            with LoadMonitor() as mon:
+                res = run_child(cmd, child_env(args.threads, cache), work / "logs" / f"{m}.log", args.timeout)
+            load = mon.record()
+            res.update(load_avg_before=load["before"], load_avg_after=load["after"], load=load, timings=method_timings(out),
                        command=["tokxfer", *cmd[3:]])  # fmt: skip
-            res["time_target_met"] = res["exit"] == 0 and res["wall_s"] <= TIME_TARGET_S
+            res["time_target_met"] = None if load["busy"] else res["exit"] == 0 and res["wall_s"] <= TIME_TARGET_S
             res["silence_target_met"] = res["exit"] == 0 and res["longest_silence"]["seconds"] <= SILENCE_TARGET_S
             other = res["longest_silence_outside_fasttext_training"]
             res["silence_target_met_outside_fasttext_training"] = res["exit"] == 0 and other["seconds"] <= SILENCE_TARGET_S
@@ -338,7 +341,7 @@ def benchmark(args: argparse.Namespace) -> dict:
             "bench": "scale", "sizes": files["sizes"], "inputs": files["inputs"], "build_s": files["build_s"],
             "threads": args.threads, "timeout_s": args.timeout, "targets": {"wall_s": TIME_TARGET_S, "silence_s": SILENCE_TARGET_S},
             "load_avg_start": load_start, "load_avg_end": load_average(), "machine": machine_facts(), "git": git,
-            "methods": results,
+            "load": combine([r["load"] for r in results.values()]), "methods": results,
         }  # fmt: skip
     finally:
         if tmp is not None:
@@ -348,17 +351,18 @@ def benchmark(args: argparse.Namespace) -> dict:
 def table(record: dict) -> str:
     """The result as a Markdown table (one row per method)."""
     rows = ["| method | wall s | CPU s | peak RSS GB | longest silence s (after) | outside fastText training s (after) "
-            "| load avg before → after | ≤ 5 min | silence ≤ 10 s |", "|---|---:|---:|---:|---|---|---|---|---|"]  # fmt: skip
+            "| load avg before → after (max) | ≤ 5 min | silence ≤ 10 s |", "|---|---:|---:|---:|---|---|---|---|---|"]  # fmt: skip
 
     def gap(g: dict | None) -> str:
         return "-" if g is None else f"{g['seconds']:.1f} (`{g['after'][:50].replace('|', '/')}`)"
 
     for m, r in record["methods"].items():
         status = "" if r["exit"] == 0 else (" (timed out)" if r["timed_out"] else f" (exit {r['exit']})")
-        load = f"{(r['load_avg_before'] or ['?'])[0]} → {(r['load_avg_after'] or ['?'])[0]}"
+        load = f"{(r['load_avg_before'] or ['?'])[0]} → {(r['load_avg_after'] or ['?'])[0]} (max {r['load']['max_1min']})"
         rows.append(f"| {m}{status} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {r['peak_rss_gb']:.2f} | "
                     f"{gap(r['longest_silence'])} | {gap(r['longest_silence_outside_fasttext_training'])} | {load} | "
-                    f"{'yes' if r['time_target_met'] else 'NO'} | {'yes' if r['silence_target_met'] else 'NO'} |")  # fmt: skip
+                    f"{({True: 'yes', False: 'NO', None: 'BUSY'})[r['time_target_met']]} | "
+                    f"{'yes' if r['silence_target_met'] else 'NO'} |")  # fmt: skip
     return "\n".join(rows)
 
 
@@ -389,9 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     record = benchmark(args)
     md = table(record)
     print("\n" + md)
-    busy = (record["load_avg_start"] or [0])[0]
-    if busy > 0.5:
-        print(f"\nnote: load average {busy} at the start: the machine was not idle; these timings are not results")
+    print("\n" + banner(record["load"]))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.json.with_suffix(".json.tmp")

@@ -53,7 +53,7 @@ embedding matrix (a one-layer XLM-R saved as a Hugging Face directory), cbow dim
 
 * ``reference`` — ``wechsel.WECHSEL(source_ft, target_ft, bilingual_dictionary=...).apply(source_tokenizer,
   target_tokenizer, E)``, in a subprocess; its neighbours (``info.sources``) are kept per row;
-* ``tokxfer`` — :func:`harness.model.initialize.initialize_model` (the function ``tokxfer init`` calls; its CLI has
+* ``tokxfer`` — :func:`harness.model.initialize.initialize` (the function ``tokxfer init`` calls; its CLI has
   no word-vector flags) with each ``--variants`` entry: ``reference`` (:meth:`WechselConfig.reference`),
   ``reference-unique-pairs``, ``reference-float64-procrustes`` and ``reference-no-special-candidates``
   (one option back at the paper's setting: the rows each option explains), ``paper`` (the defaults).
@@ -62,7 +62,8 @@ Every row is compared: rows random in both are counted apart; the others are spl
 per-run near-tie list (k-th and (k+1)-th cosines within 1e-6, where float-level differences
 legitimately change the k-th neighbour) and, per group, the benchmark reports rows beyond ``--atol``,
 rows whose neighbour sets differ, max absolute difference and minimum row cosine. JSON output
-(``--json``); wall times are recorded for information only (the comparison is the result)::
+(``--json``), with ``WECHSEL(...).apply(...)`` over tokxfer's method as the speed figure (target
+:data:`E2E_TARGET`) unless the machine was busy (:mod:`benchmarks._load`)::
 
     .venv/bin/python benchmarks/bench_wechsel.py --end-to-end --scale 0.1 --json runs/bench_wechsel_e2e.json
 """
@@ -72,8 +73,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -87,9 +86,20 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks._e2e import environment, run_worker, subprocess_env  # noqa: E402
+from benchmarks._e2e import (  # noqa: E402
+    environment,
+    peak_rss_bytes,
+    rss_bytes,
+    run_worker,
+    save_source_model,
+    spawn_core_worker,
+    subprocess_env,
+)
+from benchmarks._load import LoadMonitor, shown, speed_line, speedups, target_speed  # noqa: E402
 
 METHODS = ("tokxfer", "wechsel", "wechsel-f32", "naive")
+E2E_TARGET = 6.0
+"""End to end, ``WECHSEL(...).apply(...)`` over tokxfer's WECHSEL method (both after loading), at least (issue 27)."""
 
 XLMR_SOURCE_VOCAB = 250_002
 XLMR_DIM = 768
@@ -230,16 +240,6 @@ def make_inputs(scale: float = 1.0, seed: int = 0, kind: str = "clustered") -> S
 # ----------------------------------------------------------------------------------------------
 
 
-def _peak_rss_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
-
-
-def _rss_bytes() -> int:
-    import psutil
-
-    return psutil.Process().memory_info().rss
-
-
 def _run_tokxfer(x: SyntheticWechselInputs, args) -> tuple:
     import torch
 
@@ -344,7 +344,7 @@ def worker(args) -> None:
 
     torch.set_num_threads(args.threads)
     x = make_inputs(args.scale, args.seed, args.inputs)
-    rss_inputs, peak_inputs = _rss_bytes(), _peak_rss_bytes()
+    rss_inputs, peak_inputs = rss_bytes(), peak_rss_bytes()
     if args.worker == "tokxfer":
         rows, prov, stats = _run_tokxfer(x, args)
     elif args.worker == "wechsel":
@@ -358,7 +358,7 @@ def worker(args) -> None:
     np.savez(args.out, rows=rows, provenance=prov)
     result = {
         "method": args.worker, "seconds": round(t1 - t0, 3), "cpu_seconds": round(c1 - c0, 3),
-        "peak_rss_gb": round(_peak_rss_bytes() / 2**30, 3), "rss_after_inputs_gb": round(rss_inputs / 2**30, 3),
+        "peak_rss_gb": round(peak_rss_bytes() / 2**30, 3), "rss_after_inputs_gb": round(rss_inputs / 2**30, 3),
         "peak_rss_after_inputs_gb": round(peak_inputs / 2**30, 3), "stats": stats, "inputs": x.describe(),
     }
     Path(args.out).with_suffix(".json").write_text(json.dumps(result))
@@ -409,9 +409,6 @@ def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
     dictionary (3,000 lemma pairs, ``target<TAB>source``; a swapped copy ``source<TAB>target`` for the
     reference, whose files are ``english<TAB>target``).
     """
-    import numpy as np
-    import torch
-    from transformers import XLMRobertaConfig, XLMRobertaForMaskedLM
     from transformers.utils import logging as hf_logging
 
     from benchmarks._synthetic import make_corpora
@@ -444,18 +441,7 @@ def e2e_files(work: Path, scale: float, seed: int, language: str) -> dict:
                               cache_dir=work / "cache")
     tgt_dir, src_dir = work / "target-tokenizer", work / "source-model"
     tgt_tok.save_pretrained(tgt_dir)
-    config = XLMRobertaConfig(
-        vocab_size=len(src_tok), hidden_size=E2E_DIM, num_hidden_layers=1, num_attention_heads=12, intermediate_size=256,
-        max_position_embeddings=514, type_vocab_size=1, pad_token_id=src_tok.pad_token_id,
-        bos_token_id=src_tok.bos_token_id, eos_token_id=src_tok.eos_token_id,
-    )
-    torch.manual_seed(seed)
-    model = XLMRobertaForMaskedLM(config)
-    E = np.random.default_rng(seed).standard_normal((len(src_tok), E2E_DIM), dtype=np.float32) * np.float32(0.05)
-    with torch.no_grad():
-        model.get_input_embeddings().weight.copy_(torch.from_numpy(E))
-    model.save_pretrained(src_dir)
-    src_tok.save_pretrained(src_dir)
+    save_source_model(src_tok, E2E_DIM, seed, src_dir)
     ft = dict(E2E_FASTTEXT)
     bins = {}
     for side, text in (("source", src_text), ("target", tgt_text)):
@@ -530,7 +516,7 @@ def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
 
 
 def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> None:
-    """Run WECHSEL through :func:`harness.model.initialize.initialize_model` (what ``tokxfer init`` runs) on the same files.
+    """Run WECHSEL through :func:`harness.model.initialize.initialize` (what ``tokxfer init`` runs) on the same files.
 
     ``tokxfer init`` has no flags for word-vector files, so this calls the function it calls, with
     the same transfer paths plus the two ``.bin`` models, and writes ``init_info.json`` the same way.
@@ -538,8 +524,8 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     import numpy as np
     import torch
 
-    from harness.model.initialize import initialize_model, write_init_info
-    from harness.protocols import COMBINED
+    from harness.model.initialize import InitRequest, initialize, write_init_info
+    from harness.protocols import COMBINED, TransferResources
     from harness.registry import build_config, get
     from harness.run.resources import load_tokenizer
 
@@ -549,14 +535,14 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     cfg = build_config(entry.config_cls, _variant_config(variant), where=f"variant {variant}")
     tgt = load_tokenizer(paths["target_tokenizer"])
     t0 = time.perf_counter()
-    init = initialize_model(
-        source_model=paths["source_model"], source_tokenizer=None, target_tok=tgt, method_name="wechsel", method_config=cfg,
-        seed=1, model_kind="mlm", transfer_paths={
-            "target_corpus": Path(paths["target_text"]), "source_corpus": Path(paths["source_text"]), "parallel_corpus": None,
-            "dictionary": Path(paths["dictionary"]), "source_word_vectors": Path(paths["source_vectors"]),
-            "target_word_vectors": Path(paths["target_vectors"]),
-        },
-    )
+    init = initialize(InitRequest(
+        source_model=paths["source_model"], target_tokenizer=tgt, method="wechsel", method_config=cfg, seed=1,
+        model_kind="mlm", resources=TransferResources(
+            target_corpus=Path(paths["target_text"]), source_corpus=Path(paths["source_text"]),
+            dictionary=Path(paths["dictionary"]), source_word_vectors=Path(paths["source_vectors"]),
+            target_word_vectors=Path(paths["target_vectors"]),
+        ),
+    ))
     wall = time.perf_counter() - t0
     out.mkdir(parents=True, exist_ok=True)
     write_init_info(out / "init_info.json", init, {"method": "wechsel", "variant": variant, "seed": 1})
@@ -619,6 +605,7 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
         paths = files["paths"]
         env = subprocess_env(threads, work)
         me = str(Path(__file__).resolve())
+        mon = LoadMonitor().start()  # the timed workers only, not the input build
         print("running wechsel.WECHSEL(...).apply(...) ...", flush=True)
         ref_out = work / "reference.npz"
         wall = {"reference": run_worker([sys.executable, me, "--e2e-worker", "reference", "--work-dir", str(work),
@@ -646,11 +633,14 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
                 ids = res[g].pop("beyond_ids")
                 res[g]["beyond_examples"] = [{"id": int(i), "token": tokens[i]} for i in ids[:10]]
             results[v] = res
+        mon.stop()
+        load = mon.record()
         return {
             "bench": "wechsel-end-to-end", "scale": scale, "seed": seed, "language": language, "atol": atol, "threads": threads,
             "sizes": files["sizes"], "reference": {**ref_info, "random": int(np.sum(ref["provenance"] == 3))},
-            "variants": results, "wall_s_information_only": wall,
-            "environment": environment(),
+            "variants": results, "wall_s_information_only": wall, "speed": None if "reference" not in results else target_speed(
+                ref_info["wechsel_s"], results["reference"]["method_s_information_only"], wall["reference"], wall["tokxfer-reference"], E2E_TARGET, load),
+            "load": load, "load_banner": mon.banner(), "environment": environment(),
         }
 
 
@@ -667,6 +657,9 @@ def print_end_to_end(record: dict) -> None:
         print(f"{v:<32} {r['random_fallback_both']:>11} {r['random_tokxfer_only'] + r['random_reference_only']:>13} "
               f"{a['rows']:>17} {a['beyond_tolerance']:>7} {a['neighbour_set_differs']:>11} {a['max_abs_diff']:>10.3g} "
               f"{b['rows']:>14} {b['beyond_tolerance']:>7}")
+    if record["speed"] is not None:
+        print(speed_line("WECHSEL(...).apply", record["reference"]["wechsel_s"], record["variants"]["reference"]["method_s_information_only"], record["speed"]))
+    print(record["load_banner"])
 
 
 # ----------------------------------------------------------------------------------------------
@@ -675,26 +668,9 @@ def print_end_to_end(record: dict) -> None:
 
 
 def _spawn(method: str, args, tmp: Path) -> dict:
-    out = tmp / f"{method}.npz"
-    cmd = [
-        sys.executable, str(Path(__file__).resolve()), "--worker", method, "--scale", str(args.scale), "--seed", str(args.seed),
-        "--inputs", args.inputs, "--k", str(args.k), "--tau", str(args.tau), "--chunk-rows", str(args.chunk_rows), "--screen", args.screen,
-        "--threads", str(args.threads), "--out", str(out),
-    ]
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS"):
-        env[var] = str(args.threads)
-    env["TQDM_DISABLE"] = "1"
-    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        lines = (proc.stderr or proc.stdout).strip().splitlines()
-        return {"method": method, "error": lines[-1] if lines else "failed", "wall_s": round(time.perf_counter() - t0, 1)}
-    res = json.loads(out.with_suffix(".json").read_text())
-    res["wall_s"] = round(time.perf_counter() - t0, 1)
-    res["npz"] = str(out)
-    return res
+    argv = ["--scale", str(args.scale), "--seed", str(args.seed), "--inputs", args.inputs, "--k", str(args.k), "--tau", str(args.tau),
+            "--chunk-rows", str(args.chunk_rows), "--screen", args.screen]
+    return spawn_core_worker(Path(__file__).resolve(), method, argv, args.threads, tmp / f"{method}.npz")
 
 
 def _compare(a: dict, b: dict) -> dict:
@@ -715,6 +691,7 @@ def _compare(a: dict, b: dict) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     """Command-line entry point (see the module docstring)."""
+    # Long but flat: the flags, then one branch per mode (core, end to end, variants), each calling helpers.
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=0.1, help="vocabulary-size multiplier; 1.0 = XLM-R (250,002) -> 50k target")
     p.add_argument("--seed", type=int, default=0)
@@ -765,25 +742,24 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown method(s) {unknown}; choose from {METHODS}")
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-wechsel-") as tmp:
-        for m in methods:
-            print(f"running {m} (scale {args.scale}, {args.inputs} inputs) ...", flush=True)
-            results[m] = _spawn(m, args, Path(tmp))
-            if "error" in results[m]:
-                print(f"  {m} failed: {results[m]['error']}", flush=True)
-        ok = [m for m in methods if "error" not in results[m]]
-        if "wechsel" in methods and "wechsel" not in ok and "naive" not in methods:
-            print("reference unavailable: running the faithful re-implementation ('naive') instead", flush=True)
-            results["naive"] = _spawn("naive", args, Path(tmp))
-            methods.append("naive")
-            if "error" not in results["naive"]:
-                ok.append("naive")
+        with LoadMonitor() as mon:
+            for m in methods:
+                print(f"running {m} (scale {args.scale}, {args.inputs} inputs) ...", flush=True)
+                results[m] = _spawn(m, args, Path(tmp))
+                if "error" in results[m]:
+                    print(f"  {m} failed: {results[m]['error']}", flush=True)
+            ok = [m for m in methods if "error" not in results[m]]
+            if "wechsel" in methods and "wechsel" not in ok and "naive" not in methods:
+                print("reference unavailable: running the faithful re-implementation ('naive') instead", flush=True)
+                results["naive"] = _spawn("naive", args, Path(tmp))
+                methods.append("naive")
+                if "error" not in results["naive"]:
+                    ok.append("naive")
+        load = mon.record()
         comparisons = {}
         if "tokxfer" in ok:
             for ref in [m for m in ok if m != "tokxfer"]:
-                c = _compare(results["tokxfer"], results[ref])
-                c["speedup"] = round(results[ref]["seconds"] / max(results["tokxfer"]["seconds"], 1e-9), 2)
-                c["speedup_cpu"] = round(results[ref]["cpu_seconds"] / max(results["tokxfer"]["cpu_seconds"], 1e-9), 2)
-                comparisons[ref] = c
+                comparisons[ref] = {**_compare(results["tokxfer"], results[ref]), **speedups(results[ref], results["tokxfer"], load)}
         for r in results.values():
             r.pop("npz", None)
 
@@ -796,7 +772,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         print(f"{m:<12} {r['seconds']:>8.2f} {r['cpu_seconds']:>8.2f} {r['peak_rss_gb']:>12.2f} {r['rss_after_inputs_gb']:>20.2f}")
     for ref, c in comparisons.items():
-        print(f"tokxfer vs {ref}: {c['speedup']}x faster (wall), {c['speedup_cpu']}x (cpu); max |diff| {c['max_abs_diff']:.3g} over "
+        print(f"tokxfer vs {ref}: {shown(c['speedup'])} faster (wall), {shown(c['speedup_cpu'])} (cpu); max |diff| {c['max_abs_diff']:.3g} over "
               f"{c['rows_compared']} non-fallback rows (|values| <= {c['max_abs_value']:.3g}; rows differing by > 1e-5: "
               f"{c['rows_differing_over_1e-5']}); same provenance: {c['same_provenance']}")
     first_ok = next((results[m] for m in methods if "inputs" in results[m]), None)
@@ -807,8 +783,9 @@ def main(argv: list[str] | None = None) -> int:
     record = {
         "bench": "wechsel", "inputs": args.inputs, "scale": args.scale, "seed": args.seed, "k": args.k, "tau": args.tau, "chunk_rows": args.chunk_rows,
         "screen": args.screen, "threads": args.threads, "results": results, "comparisons": comparisons,
-        "environment": environment(),
+        "load": load, "environment": environment(),
     }
+    print(mon.banner())
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(record, indent=1))

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.errors import TokxferError
+from harness.files import write_atomic
 
 __all__ = ["cache_root", "ensure_root", "cache_subdir", "is_cache_root", "adopt_root", "CacheError", "MARKER",
            "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
@@ -151,15 +152,7 @@ def _write_marker(root: Path, how: str) -> None:
     from harness.about import now_iso, package_version
 
     text = json.dumps({"tokxfer_cache": 1, how: now_iso(), "tokxfer_version": package_version()}) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=f"{MARKER}.", dir=root)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, root / MARKER)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(root / MARKER, text)
 
 
 def ensure_root(root: str | os.PathLike | None = None) -> Path:

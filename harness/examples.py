@@ -28,8 +28,6 @@ from __future__ import annotations
 import hashlib
 import io
 import math
-import os
-import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import TokxferError
+from harness.files import write_atomic
 
 __all__ = [
     "REDUCERS", "ExampleScores", "Scores", "ExamplesError", "examples_file_name", "write_examples", "read_examples",
@@ -197,17 +196,7 @@ def write_examples(directory: Path, trial_id: str, examples: Mapping[str, Mappin
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / examples_file_name(trial_id)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, blob, fsync=True)
     return {"file": path.name, "sha256": hashlib.sha256(blob).hexdigest(), "version": EXAMPLES_VERSION,
             "metrics": layout}
 

@@ -58,6 +58,10 @@ from harness.vocab import (
     vocab_size,
 )
 
+DEFAULT_EXTEND_TOP_N = 30_000
+"""How many target tokens extension mode adds when a config or flag does not say (the FOCUS paper's
+30k); the one place this default is spelled (configs, ``tokxfer init --extend-top-n``, the API)."""
+
 logger = logging.getLogger(__name__)
 
 
@@ -402,6 +406,8 @@ def _extend_bpe(
         ``(added, skipped)``: the added candidates in id order, and the considered candidates that
         never became reachable.
     """
+    # Stays whole: one pass that picks candidates and re-segments them under the merges chosen so far; its state
+    # (segmentations, merges, stuck candidates) would have to be threaded through every piece.
     model = cfg["model"]
     vocab: dict[str, int] = model["vocab"]
     old_model = _plain_model(cfg, backend)

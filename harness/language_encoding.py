@@ -16,7 +16,8 @@ The language of each sequence travels with the batch: ``language_ids`` (and, for
 encoder–decoders, ``decoder_language_ids``) are popped by :meth:`EncodedModel.forward` /
 :meth:`EncodedModel.generate`, held by the tables for the duration of the call, and read by the
 hooks. Beam search repeats every sequence ``k`` times (``repeat_interleave``); the hooks expand
-the ids the same way.
+the ids the same way. ``language_ids`` of shape ``[batch, length]`` give every token its own
+language (a sentence and its translation in one sequence: TLM pretraining, :mod:`harness.world.tlm`).
 
 The transforms (``x`` a word embedding of a sequence in language ``l``):
 
@@ -152,28 +153,41 @@ class LanguageTable(nn.Module):
                 f"{self.kind}: the model was called without language ids; pass the batch through "
                 "prepare_batch (or the task's collate), or use fixed_language(...)"
             )
+        w = self.weight.to(output.dtype)
+        if ids.ndim == 2:  # a language per token: a sentence and its translation in one sequence (TLM)
+            if ids.shape != output.shape[:2]:
+                raise EncodingError(f"{self.kind}: per-token language ids {tuple(ids.shape)} do not match the input {tuple(output.shape[:2])}")
+            if self.kind == "additive":
+                return output + w[ids]
+            if self.kind == "xlp":
+                out = output
+                for k in ids.unique().tolist():
+                    out = torch.where((ids == k).unsqueeze(-1), torch.matmul(output, w[k].transpose(0, 1)), out)
+                return out
+            return torch.where(self._added_mask(args, output).unsqueeze(-1), w[ids], output)
         if ids.shape[0] != rows:
             if ids.shape[0] == 0 or rows % ids.shape[0]:
                 raise EncodingError(f"{self.kind}: {ids.shape[0]} language ids for {rows} sequences")
             ids = ids.repeat_interleave(rows // ids.shape[0])  # beam search expands each sequence
-        w = self.weight.to(output.dtype)
         if self.kind == "additive":
             return output + w[ids].unsqueeze(1)
         if self.kind == "xlp":
             if bool((ids == ids[0]).all()):
                 return torch.matmul(output, w[ids[0]].transpose(0, 1))
             return torch.bmm(output, w[ids].transpose(1, 2))
-        # attached
+        return torch.where(self._added_mask(args, output).unsqueeze(-1), w[ids].unsqueeze(1), output)
+
+    def _added_mask(self, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        """``attached``: the positions whose embedding becomes the language vector."""
         if self.start_token_id is not None:
-            added = args[0] == self.start_token_id
-        else:
-            added = self._added
-            if added is None:
-                raise EncodingError("attached: the batch has no 'added_positions'; it was not prepared by this encoding")
-            added = added.to(output.device)
-            if added.shape != output.shape[:2]:
-                raise EncodingError(f"attached: added_positions {tuple(added.shape)} do not match the input {tuple(output.shape[:2])}")
-        return torch.where(added.unsqueeze(-1), w[ids].unsqueeze(1), output)
+            return args[0] == self.start_token_id
+        added = self._added
+        if added is None:
+            raise EncodingError("attached: the batch has no 'added_positions'; it was not prepared by this encoding")
+        added = added.to(output.device)
+        if added.shape != output.shape[:2]:
+            raise EncodingError(f"attached: added_positions {tuple(added.shape)} do not match the input {tuple(output.shape[:2])}")
+        return added
 
 
 def init_table(
@@ -472,7 +486,8 @@ class EncodedModel(nn.Module):
         """This encoding around an encoder–decoder: the encoder side copies this model's parameters,
         the decoder side starts for ``decoder_languages`` (neutral, or random when ``init='random'``).
 
-        Both sides stay trainable (the translation model is trained, not fine-tuned).
+        Both sides stay trainable (the translation model is trained, not fine-tuned), except with
+        ``decoder: false`` in the encoding's config: the decoder side is then a frozen identity.
         """
         sides = side_modules(model)
         if set(sides) != {"encoder", "decoder"}:
@@ -484,7 +499,9 @@ class EncodedModel(nn.Module):
             raise EncodingError(f"the encoder's embeddings are {enc_dim}-d but the encoding's parameters are {enc.dim}-d")
         dec_dim = sides["decoder"].weight.shape[1]
         init = self.encoding_config.get("init", "identity")
-        dec_init = "random" if parse_init(init, where="init")[0] == "random" else "identity"
+        # decoder: false (xlp's control without the decoder-side layer): a frozen identity, i.e. no layer
+        decoder = self.encoding_config.get("decoder", True)
+        dec_init = "random" if decoder and parse_init(init, where="init")[0] == "random" else "identity"
         std = float(sides["decoder"].weight.detach().float().std())
         table, info = init_table(self.encoding, list(decoder_languages), dec_dim, dec_init, generator=generator,
                                  random_std=self.encoding_config.get("random_std"), embedding_std=std,
@@ -497,8 +514,9 @@ class EncodedModel(nn.Module):
                                train_in_finetuning=self.train_in_finetuning,
                                info={**self.init_info, "decoder": info})  # fmt: skip
         wrapped.tables.to(device=param.device)
-        for p in wrapped.tables.parameters():
-            p.requires_grad_(True)
+        for side, table in wrapped.tables.items():
+            for p in table.parameters():
+                p.requires_grad_(side == "encoder" or decoder)
         return wrapped
 
     # -- facts, saving, folding
@@ -506,7 +524,8 @@ class EncodedModel(nn.Module):
     def encoding_info(self) -> dict:
         """JSON facts for the record: the encoding, its config, and the parameters it adds per side."""
         sides = {
-            s: {"languages": list(t.languages), "parameters": t.weight.numel(), "trainable": t.weight.requires_grad}
+            s: {"languages": list(t.languages), "parameters": sum(p.numel() for p in t.parameters()),
+                "trainable": t.weight.requires_grad}
             for s, t in self.tables.items()
         }
         return {

@@ -114,7 +114,7 @@ class TokenMapping:
 
 @dataclass(frozen=True, kw_only=True)
 class TransferResources:
-    """The six optional files a transfer may use, resolved to local paths (``None``: not given).
+    """The optional files (and the helper model directory) a transfer may use, as local paths (``None``: not given).
 
     The one spelling of these paths: the runner resolves them from a target's config
     (:func:`harness.run.resources.transfer_resources`), ``tokxfer init`` from its flags, and a method
@@ -128,6 +128,8 @@ class TransferResources:
         dictionary: bilingual dictionary, TSV ``target_word<TAB>source_word`` per line.
         source_word_vectors / target_word_vectors: fastText ``.bin`` files (optional; a method
             that needs them and finds ``None`` trains them from the corpora and says so).
+        helper_model: a model directory (with its tokenizer) trained in the target language and
+            vocabulary: CLP's helper, OMP's donor space (a directory, not a file).
 
     Example:
         >>> TransferResources(dictionary=Path("de-en.tsv")).as_dict()["dictionary"]
@@ -140,13 +142,14 @@ class TransferResources:
     dictionary: Path | None = None
     source_word_vectors: Path | None = None
     target_word_vectors: Path | None = None
+    helper_model: Path | None = None
 
     def as_dict(self) -> dict[str, Path | None]:
-        """``{field name: path}`` of the six resources, in declaration order."""
+        """``{field name: path}`` of the resources, in declaration order."""
         return {f.name: getattr(self, f.name) for f in fields(TransferResources)}
 
     def resources(self) -> TransferResources:
-        """Just the six paths (also of a :class:`TransferInputs`)."""
+        """Just the resource paths (also of a :class:`TransferInputs`)."""
         return TransferResources(**self.as_dict())
 
 
@@ -154,7 +157,7 @@ class TransferResources:
 class TransferInputs(TransferResources):
     """Everything a method may read. Paths are plain files; nothing here is downloaded.
 
-    The six resource paths (``target_corpus`` … ``target_word_vectors``) are those of
+    The resource paths (``target_corpus`` … ``helper_model``) are those of
     :class:`TransferResources`; they are keyword-only.
 
     Attributes:
@@ -177,6 +180,71 @@ class TransferInputs(TransferResources):
     extension_tokenizer: Any = None
 
 
+RANDOM_ROW_DISTRIBUTIONS = ("diagonal", "full", "transformers")
+
+
+@dataclass(frozen=True)
+class RandomRows:
+    """How the harness draws a mapping's :data:`FALLBACK` rows (each matrix from its own rows).
+
+    Input embeddings, untied output embeddings and encoder/decoder copies are each drawn from the
+    statistics of the matrix they replace (:mod:`harness.random_rows`); a vocabulary bias's random
+    entries are the source bias's mean under every distribution (METHODS.md, "Output side").
+
+    Attributes:
+        distribution: ``"diagonal"`` (default; every method's fallback, METHODS.md "Baselines"):
+            N(mean, std) per dimension. ``"full"``: N(mu, covariance_scale * Sigma) with mu and Sigma
+            the mean and covariance (divided by the number of rows) of the source rows (Hewitt 2021;
+            a singular Sigma is sampled exactly in its range). ``"transformers"``: what
+            ``resize_token_embeddings(mean_resizing=True)`` does: float32 statistics, N(mu,
+            covariance_scale * Sigma) when torch's positive-definiteness check of that matrix
+            passes, every row mu when it fails.
+        covariance_scale: the factor on Sigma (``full`` / ``transformers``; transformers uses 1e-9).
+
+    Example:
+        >>> RandomRows().distribution, RandomRows("transformers", 1e-9).covariance_scale
+        ('diagonal', 1e-09)
+    """
+
+    distribution: str = "diagonal"
+    covariance_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.distribution not in RANDOM_ROW_DISTRIBUTIONS:
+            raise ValueError(f"RandomRows.distribution must be one of {RANDOM_ROW_DISTRIBUTIONS}, got {self.distribution!r}")
+        scale = self.covariance_scale
+        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not (0 < float(scale) < float("inf")):
+            raise ValueError(f"RandomRows.covariance_scale must be a finite number > 0, got {scale!r}")
+
+
+@dataclass(frozen=True)
+class LowRank:
+    """Rows installed through a rank-``rank`` factorization of each matrix (OFA: ``Es ≈ Fs · P`` by SVD).
+
+    For each matrix the harness installs (input embeddings, untied output embeddings, encoder/decoder
+    copies), with ``V`` the top ``rank`` right singular vectors of the source matrix (uncentered, as
+    OFA's SVD): a mapped row becomes ``(W · Es) · V · Vᵀ`` — the mapping's weights applied to the
+    coordinates ``Fs = U``, times the primitives ``P = S · Vᵀ`` — and a random row is drawn in the
+    coordinate space (from the rows of ``Es · V``, by the result's ``random_rows``) and multiplied by
+    ``Vᵀ``. Rows below ``first_row`` are installed as the mapping gives them (extension mode keeps the
+    original rows). A vocabulary bias is a vector, not a factorized matrix: it is mapped as usual. A
+    ``rank`` at or above a matrix's width changes nothing.
+
+    Example:
+        >>> LowRank(100).first_row
+        0
+    """
+
+    rank: int
+    first_row: int = 0
+
+    def __post_init__(self) -> None:
+        for name, least in (("rank", 1), ("first_row", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < least:
+                raise ValueError(f"LowRank.{name} must be an integer >= {least}, got {v!r}")
+
+
 @dataclass
 class InitResult:
     """What a method returns.
@@ -194,6 +262,10 @@ class InitResult:
             aux_min_count=10 in the target corpus: no auxiliary vector"). Optional: the harness
             *counts* random rows from ``mapping.provenance`` alone, and reports rows without a reason
             here as special tokens without a source role, or "no reason given by the method".
+        random_rows: the distribution the harness draws the random rows from (default: N(mean, std)
+            per dimension; ``multivariate`` asks for the full covariance, see :class:`RandomRows`).
+        low_rank: ``None`` (default): rows are the mapping's sums of source rows. A :class:`LowRank`:
+            they pass through a rank-``r`` factorization of each matrix (``ofa`` with ``rank < d``).
     """
 
     mapping: TokenMapping
@@ -201,6 +273,8 @@ class InitResult:
     info: dict = field(default_factory=dict)
     directives: dict = field(default_factory=dict)
     random_reasons: dict[str, Any] = field(default_factory=dict)
+    random_rows: RandomRows = field(default_factory=RandomRows)
+    low_rank: LowRank | None = None
 
 
 @runtime_checkable

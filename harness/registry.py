@@ -295,7 +295,7 @@ def check_seed(value: Any, where: str) -> int:
         >>> check_seed(-1, "seeds.0")
         Traceback (most recent call last):
         ...
-        ValueError: seeds.0: expected a seed, an integer in [0, 4294967295], got -1
+        harness.errors.UserInputError: seeds.0: expected a seed, an integer in [0, 4294967295], got -1
     """
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise UserInputError(f"{where}: expected a seed, an integer in [0, {MAX_SEED}], got {value!r}")
@@ -419,6 +419,7 @@ def _coerce(tp: Any, v: Any, where: str) -> Any:
     for a float field (YAML 1.1 reads ``1e-3`` as a string). Anything else of the wrong type is a
     :class:`ValueError` naming the field, the expected type and the value.
     """
+    # Stays whole: one branch per field type, in the order of the rules above; split, the coercion rules scatter.
     import types
     import typing
 

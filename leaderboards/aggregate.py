@@ -635,6 +635,7 @@ def aggregate(
         >>> round(cell.mean, 2), round(cell.std, 4), cell.n
         (6.1, 0.1414, 2)
     """
+    # Stays whole: filter -> rows -> cells -> paper rows -> flags and statistics is the table's definition, read in one place.
     all_records = as_trial_records(records)
     recs = [r for r in all_records if matches_where(r, spec.where)]
     notes: list[str] = []

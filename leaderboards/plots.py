@@ -27,6 +27,7 @@ from matplotlib import colormaps
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from harness.files import open_atomic
 from harness.inputs import name_problem
 from harness.run.records import TrialRecord, as_trial_records
 from leaderboards.aggregate import Table, matches_where, summarize
@@ -46,14 +47,8 @@ def _save(fig: Figure, path: str | os.PathLike) -> Path:
     # no "Software" tag (it names the matplotlib version); PNG carries no date otherwise.
     # Written beside and renamed, so a failed save never leaves a truncated image behind.
     metadata = {"Software": None} if fmt == "png" else None
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb") as f:  # never through a link
-            fig.savefig(f, format=fmt, bbox_inches="tight", dpi=DPI, metadata=metadata)
-        tmp.replace(path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    with open_atomic(path, "wb") as f:  # never through a link, never half an image
+        fig.savefig(f, format=fmt, bbox_inches="tight", dpi=DPI, metadata=metadata)
     return path
 
 

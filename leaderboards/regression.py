@@ -279,6 +279,8 @@ def check_regression(
         >>> report = check_regression(load_records("runs/quickstart"), "leaderboards/golden/quickstart.json")  # doctest: +SKIP
         >>> print(report.format()); raise SystemExit(report.exit_code)  # doctest: +SKIP
     """
+    # Stays whole: exact and statistical mode share the loop over golden cells; the statistical tests are
+    # Holm-adjusted over all cells after it.
     if mode not in MODES:
         raise ValueError(f"check_regression: mode must be one of {', '.join(MODES)}, got {mode!r}")
     if not 0 < alpha < 0.5:
@@ -404,6 +406,7 @@ def update_golden(
     Raises:
         ValueError: empty/flagged cells (without ``allow_flagged``), naming them.
     """
+    # Stays whole: one pass over the table's cells, each written with its tolerance, then the provenance.
     recs = [r for r in records if matches_where(r, spec.where)]
     table = aggregate(recs, spec)
     cells, bad = [], []

@@ -548,6 +548,7 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         >>> [c.key for c in s.columns]
         ['mlm-at-init/near/loss']
     """
+    # Stays whole: one validation step per top-level key of a spec, in the order the spec format documents them.
     if isinstance(data, Mapping) and "separation" in data:
         raise SpecError(
             f"{origin}: 'separation' (best row vs a baseline in pooled stds, chosen after the fact) was removed; "

@@ -2,9 +2,13 @@
 (never by whether someone imported a module first)."""
 
 from methods import (  # noqa: F401
+    clp,
     focus,
     from_scratch,
     mean_of_pieces,
+    multivariate,
+    ofa,
+    omp,
     original,
     overlap,
     random_mapping,

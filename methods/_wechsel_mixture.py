@@ -2,7 +2,7 @@
 
 See :mod:`methods.wechsel` (step 3). :func:`wechsel_weights` finds the ``k`` source tokens of
 highest cosine for every target subword vector (exact, through
-:func:`methods._similarity.topk_cosine`) and weighs them by ``softmax(s / tau)``;
+:func:`methods._exact_topk.topk_cosine`) and weighs them by ``softmax(s / tau)``;
 :func:`wechsel_mapping` turns that into a :class:`~harness.protocols.TokenMapping` (specials
 copied by role, target tokens without a vector FALLBACK) and counts the *near ties* (k-th and
 (k+1)-th cosines within :data:`NEAR_TIE`) that a parity check must set apart. Pure: arrays in,
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TokenMapping
-from methods._similarity import EXACT_CHUNK_ROWS, topk_cosine
+from methods._exact_topk import EXACT_CHUNK_ROWS, topk_cosine
 
 __all__ = ["NEAR_TIE", "WechselNeighbours", "wechsel_weights", "WechselCore", "wechsel_mapping"]
 
@@ -161,17 +161,7 @@ def wechsel_mapping(
         ({'special': 1, 'copied': 0, 'combined': 1, 'fallback': 1}, [1])
     """
     n_target, n_source = int(len(u_target)), int(len(u_source))
-    specials = np.zeros((0, 2), dtype=np.int64) if specials is None else np.asarray(specials, dtype=np.int64).reshape(-1, 2)
-    tmask = np.ones(n_target, dtype=bool) if target_mask is None else np.asarray(target_mask, dtype=bool).copy()
-    smask = np.ones(n_source, dtype=bool) if source_mask is None else np.asarray(source_mask, dtype=bool).copy()
-    if tmask.shape != (n_target,) or smask.shape != (n_source,):
-        raise ValueError(f"target_mask/source_mask must have {n_target}/{n_source} entries, got {tmask.shape}/{smask.shape}")
-    if len(specials) and (specials[:, 0].max() >= n_target or specials[:, 1].max() >= n_source or specials.min() < 0):
-        raise ValueError("specials contain ids outside the target/source vocabularies")
-    tmask[specials[:, 0]] = False
-    if not special_candidates:
-        smask[specials[:, 1]] = False
-
+    specials, tmask, smask = _checked_masks(n_target, n_source, specials, target_mask, source_mask, special_candidates)
     rows = np.flatnonzero(tmask)
     nb = wechsel_weights(
         np.asarray(u_target)[rows] if len(rows) < n_target else u_target, u_source, k, tau,
@@ -180,23 +170,7 @@ def wechsel_mapping(
     kk = nb.indices.shape[1]
     combined = rows[nb.has_vector]
 
-    prov = np.full(n_target, FALLBACK, dtype=np.int8)
-    prov[combined] = COMBINED
-    prov[specials[:, 0]] = SPECIAL
-    counts = np.zeros(n_target, dtype=np.int64)
-    counts[combined] = kk
-    counts[specials[:, 0]] = 1
-    indptr = np.zeros(n_target + 1, dtype=np.int64)
-    np.cumsum(counts, out=indptr[1:])
-    indices = np.empty(int(indptr[-1]), dtype=np.int64)
-    weights = np.empty(int(indptr[-1]), dtype=np.float32)
-    pos = (indptr[combined][:, None] + np.arange(kk)[None, :]).ravel()
-    indices[pos] = nb.indices[nb.has_vector].ravel()
-    weights[pos] = nb.weights[nb.has_vector].ravel()
-    indices[indptr[specials[:, 0]]] = specials[:, 1]
-    weights[indptr[specials[:, 0]]] = 1.0
-    mapping = TokenMapping(n_target, n_source, indptr, indices, weights, prov)
-
+    mapping = _csr_mapping(n_target, n_source, specials, combined, nb)
     top1 = nb.similarities[nb.has_vector, 0] if len(combined) else np.zeros(0, np.float32)
     gaps = nb.kth_gap[nb.has_vector] if nb.kth_gap is not None else np.full(len(combined), np.inf)
     near = combined[gaps < near_tie]
@@ -216,3 +190,41 @@ def wechsel_mapping(
         "similarity": nb.stats,
     }
     return WechselCore(mapping, nb, rows, stats)
+
+
+def _checked_masks(n_target: int, n_source: int, specials: np.ndarray | None, target_mask: np.ndarray | None,
+                   source_mask: np.ndarray | None, special_candidates: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(specials, target mask, source mask)`` of :func:`wechsel_mapping`, checked: specials are never combined
+    and, unless ``special_candidates``, their sources are never neighbours."""
+    specials = np.zeros((0, 2), dtype=np.int64) if specials is None else np.asarray(specials, dtype=np.int64).reshape(-1, 2)
+    tmask = np.ones(n_target, dtype=bool) if target_mask is None else np.asarray(target_mask, dtype=bool).copy()
+    smask = np.ones(n_source, dtype=bool) if source_mask is None else np.asarray(source_mask, dtype=bool).copy()
+    if tmask.shape != (n_target,) or smask.shape != (n_source,):
+        raise ValueError(f"target_mask/source_mask must have {n_target}/{n_source} entries, got {tmask.shape}/{smask.shape}")
+    if len(specials) and (specials[:, 0].max() >= n_target or specials[:, 1].max() >= n_source or specials.min() < 0):
+        raise ValueError("specials contain ids outside the target/source vocabularies")
+    tmask[specials[:, 0]] = False
+    if not special_candidates:
+        smask[specials[:, 1]] = False
+    return specials, tmask, smask
+
+
+def _csr_mapping(n_target: int, n_source: int, specials: np.ndarray, combined: np.ndarray, nb: WechselNeighbours) -> TokenMapping:
+    """The mapping's CSR rows: specials copied (one entry, weight 1), ``combined`` rows from their ``k`` neighbours."""
+    kk = nb.indices.shape[1]
+    prov = np.full(n_target, FALLBACK, dtype=np.int8)
+    prov[combined] = COMBINED
+    prov[specials[:, 0]] = SPECIAL
+    counts = np.zeros(n_target, dtype=np.int64)
+    counts[combined] = kk
+    counts[specials[:, 0]] = 1
+    indptr = np.zeros(n_target + 1, dtype=np.int64)
+    np.cumsum(counts, out=indptr[1:])
+    indices = np.empty(int(indptr[-1]), dtype=np.int64)
+    weights = np.empty(int(indptr[-1]), dtype=np.float32)
+    pos = (indptr[combined][:, None] + np.arange(kk)[None, :]).ravel()
+    indices[pos] = nb.indices[nb.has_vector].ravel()
+    weights[pos] = nb.weights[nb.has_vector].ravel()
+    indices[indptr[specials[:, 0]]] = specials[:, 1]
+    weights[indptr[specials[:, 0]]] = 1.0
+    return TokenMapping(n_target, n_source, indptr, indices, weights, prov)

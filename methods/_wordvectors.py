@@ -50,7 +50,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
-import os
 import tempfile
 import time
 from collections import Counter
@@ -62,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from harness.errors import TokxferError
+from harness.files import open_atomic
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
 from methods import _fasttext
 
@@ -190,11 +190,15 @@ class WordVectors:
         """
         words = list(words)
         out = np.empty((len(words), self.dim), dtype=np.float32)
+        read = _fasttext.vector_reader(self.model)[1] if self.model is not None else None
         for i, w in enumerate(words):
             j = self._index.get(w)
             if j is None:
                 raise KeyError(f"{w!r} is not in the vocabulary of {self.origin}")
-            out[i] = self.model.get_word_vector(w) if self.model is not None else self.matrix[j]
+            if read is not None:
+                read(w, out[i])
+            else:
+                out[i] = self.matrix[j]
         return out
 
     def string_vectors(self, strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -298,18 +302,12 @@ def word_counts(corpus: str | Path, *, max_lines: int | None = None) -> Counter:
 def _pretokenize_words(corpus: Path, out: Path) -> Path:
     """Write ``corpus`` as space-joined :func:`word_tokenize` words (atomic temp file + rename)."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as w, open(corpus, encoding="utf-8", newline="\n") as r:
-            for line in r:
-                toks = word_tokenize(line)
-                if toks:
-                    w.write(" ".join(toks))
-                    w.write("\n")
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with open_atomic(out, "w") as w, open(corpus, encoding="utf-8", newline="\n") as r:
+        for line in r:
+            toks = word_tokenize(line)
+            if toks:
+                w.write(" ".join(toks))
+                w.write("\n")
     return out
 
 

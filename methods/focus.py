@@ -294,17 +294,10 @@ def focus_mapping(
         >>> core.mapping.counts()
         {'special': 0, 'copied': 2, 'combined': 1, 'fallback': 1}
     """
-    specials = np.asarray(specials, dtype=np.int64).reshape(-1, 2)
-    overlap = np.asarray(overlap, dtype=np.int64).reshape(-1, 2)
     has_aux = np.asarray(has_aux, dtype=bool)
     if has_aux.shape != (n_target,) or len(aux) != n_target:
         raise ValueError(f"aux/has_aux must have {n_target} rows, got {len(aux)}/{has_aux.shape}")
-    if len(specials):
-        overlap = overlap[~np.isin(overlap[:, 0], specials[:, 0])]
-    # one source row per target token (first pair wins), as the contract promises
-    _, first = np.unique(overlap[:, 0], return_index=True)
-    overlap = overlap[np.sort(first)]
-
+    specials, overlap = _copied_pairs(specials, overlap)
     prov = np.full(n_target, FALLBACK, dtype=np.int8)
     prov[specials[:, 0]] = SPECIAL
     prov[overlap[:, 0]] = COPIED
@@ -326,7 +319,43 @@ def focus_mapping(
         weights = focus_weights(np.asarray(aux)[additional_aux], np.asarray(aux)[anchor_t], k=k, chunk_rows=chunk_rows)
         prov[additional_aux] = COMBINED
     combined = additional_aux if len(anchor_t) else additional_aux[:0]
+    mapping = _csr_mapping(n_target, n_source, prov, specials, overlap, combined, weights, anchor_s)
+    sizes = weights.support_sizes()
+    stats = {
+        "anchors": int(len(anchor_t)), "special_anchors": int(n_special_anchors),
+        "overlap_without_aux": int(np.sum(~has_aux[overlap[:, 0]])),
+        "additional": int(len(additional)), "additional_with_aux": int(len(additional_aux)), "combined": int(len(combined)),
+        "fallback_no_aux": int(len(additional) - len(additional_aux)), "fallback_no_anchor": int(len(additional_aux) - len(combined)),
+        **_support_stats(sizes),
+    }
+    return FocusCore(mapping, stats)
 
+
+def _copied_pairs(specials: np.ndarray, overlap: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(specials, overlap)`` as ``(n, 2)`` int64 pairs; overlap pairs of special targets dropped and one
+    source row per target token (the first pair wins), as the contract promises."""
+    specials = np.asarray(specials, dtype=np.int64).reshape(-1, 2)
+    overlap = np.asarray(overlap, dtype=np.int64).reshape(-1, 2)
+    if len(specials):
+        overlap = overlap[~np.isin(overlap[:, 0], specials[:, 0])]
+    _, first = np.unique(overlap[:, 0], return_index=True)
+    return specials, overlap[np.sort(first)]
+
+
+def _support_stats(sizes: np.ndarray) -> dict:
+    """Sizes of the sparsemax supports of the combined rows: mean, median, max, and rows with one anchor."""
+    return {
+        "support_mean": round(float(sizes.mean()), 4) if len(sizes) else None,
+        "support_median": float(np.median(sizes)) if len(sizes) else None,
+        "support_max": int(sizes.max()) if len(sizes) else None,
+        "single_support": int(np.sum(sizes == 1)),
+    }
+
+
+def _csr_mapping(n_target: int, n_source: int, prov: np.ndarray, specials: np.ndarray, overlap: np.ndarray,
+                 combined: np.ndarray, weights: SparseRows, anchor_s: np.ndarray) -> TokenMapping:
+    """The mapping's CSR rows: specials and overlap copied (one entry, weight 1), ``combined`` rows from ``weights``
+    (rows over the anchors, whose source ids are ``anchor_s``)."""
     counts = np.zeros(n_target, dtype=np.int64)
     counts[specials[:, 0]] = 1
     counts[overlap[:, 0]] = 1
@@ -342,23 +371,7 @@ def focus_mapping(
         pos = np.repeat(indptr[combined] - weights.indptr[:-1], sizes) + np.arange(len(weights.indices))
         indices[pos] = anchor_s[weights.indices]
         w[pos] = weights.weights
-    mapping = TokenMapping(n_target, n_source, indptr, indices, w, prov)
-
-    stats = {
-        "anchors": int(len(anchor_t)),
-        "special_anchors": int(n_special_anchors),
-        "overlap_without_aux": int(np.sum(~has_aux[overlap[:, 0]])),
-        "additional": int(len(additional)),
-        "additional_with_aux": int(len(additional_aux)),
-        "combined": int(len(combined)),
-        "fallback_no_aux": int(len(additional) - len(additional_aux)),
-        "fallback_no_anchor": int(len(additional_aux) - len(combined)),
-        "support_mean": round(float(sizes.mean()), 4) if len(sizes) else None,
-        "support_median": float(np.median(sizes)) if len(sizes) else None,
-        "support_max": int(sizes.max()) if len(sizes) else None,
-        "single_support": int(np.sum(sizes == 1)),
-    }
-    return FocusCore(mapping, stats)
+    return TokenMapping(n_target, n_source, indptr, indices, w, prov)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -441,25 +441,11 @@ def tiktotok_mapping(
     t2 = time.perf_counter()
 
     # 4. smoothing
-    smooth_info: dict = {"mode": config.smoothing}
-    if config.smoothing != "none":
-        smoothed, facts = smooth(target, source, rows.origin, rows.weights, mode=config.smoothing,
-                                 max_donors=config.smoothing_max_donors)
-        for t, dist in smoothed.items():
-            rows.fix(t, dist, FROM_SMOOTHING)
-        smooth_info.update(facts)
+    smooth_info = _smooth_rows(target, source, rows, config)
     t3 = time.perf_counter()
 
     # 5. fallback: fastText kNN for what is left (random rows are the harness's, below)
-    fallback_info: dict[str, Any] = {"mode": config.fallback}
-    vector_kind = None
-    if config.fallback == "fasttext-knn":
-        assert fallback_space is not None
-        knn_rows, fallback_info, vector_kind = knn_fallback(
-            target, rows.origin, rows.weights, valid_source, fallback_space, config.fallback_k, config.fasttext_center
-        )
-        for t, row in knn_rows.items():
-            rows.fix(t, row, FROM_KNN)
+    fallback_info, vector_kind = _knn_rows(target, rows, valid_source, fallback_space, config)
     t4 = time.perf_counter()
 
     # 6. assemble
@@ -470,21 +456,41 @@ def tiktotok_mapping(
         fallback_info["knn"] = sources["knn"]
         fallback_info["random"] = sources["fallback"]
     info = {
-        "counts": mapping.counts(),
-        "sources": sources,
-        "fallback_reasons": {k: len(v) for k, v in random_ids.items()},
-        "random_ids": random_ids,
+        "counts": mapping.counts(), "sources": sources,
+        "fallback_reasons": {k: len(v) for k, v in random_ids.items()}, "random_ids": random_ids,
         "word_pairs": {"distinct": len(word_pairs), **pair_stats, "min_count": config.min_count},
-        "smoothing": smooth_info,
-        "fallback": fallback_info,
-        "timings": {
-            "spread_s": round(t1 - t0, 4),
-            "identity_s": round(t2 - t1, 4),
-            "smoothing_s": round(t3 - t2, 4),
-            "fallback_s": round(t4 - t3, 4),
-        },
+        "smoothing": smooth_info, "fallback": fallback_info,
+        "timings": {"spread_s": round(t1 - t0, 4), "identity_s": round(t2 - t1, 4), "smoothing_s": round(t3 - t2, 4),
+                    "fallback_s": round(t4 - t3, 4)},
     }
     return mapping, info
+
+
+def _smooth_rows(target: Sequence[_canon.Canon | None], source: Sequence[_canon.Canon | None], rows: Any,
+                 config: TikToTokConfig) -> dict:
+    """Step 4: smoothing fixes the rows it fills (origin ``FROM_SMOOTHING``); its facts."""
+    info: dict = {"mode": config.smoothing}
+    if config.smoothing != "none":
+        smoothed, facts = smooth(target, source, rows.origin, rows.weights, mode=config.smoothing,
+                                 max_donors=config.smoothing_max_donors)
+        for t, dist in smoothed.items():
+            rows.fix(t, dist, FROM_SMOOTHING)
+        info.update(facts)
+    return info
+
+
+def _knn_rows(target: Sequence[_canon.Canon | None], rows: Any, valid_source: np.ndarray, fallback_space: FallbackSpace | None,
+              config: TikToTokConfig) -> tuple[dict[str, Any], np.ndarray | None]:
+    """Step 5: the fastText kNN fallback fixes the rows still empty (origin ``FROM_KNN``); its info and vector kinds."""
+    if config.fallback != "fasttext-knn":
+        return {"mode": config.fallback}, None
+    assert fallback_space is not None
+    knn_rows, info, vector_kind = knn_fallback(
+        target, rows.origin, rows.weights, valid_source, fallback_space, config.fallback_k, config.fasttext_center
+    )
+    for t, row in knn_rows.items():
+        rows.fix(t, row, FROM_KNN)
+    return info, vector_kind
 
 
 def _assemble(

@@ -83,7 +83,7 @@ which (``preset``: ``paper``/``reference``/``custom``).
 
 Speed and memory (the similarity is ``|Vt| x |Vs|``, 50k x 250k for XLM-R): target rows are
 scored in chunks against the source vectors, never materializing the full matrix
-(:func:`methods._similarity.topk_cosine`). Each chunk is first *screened* by a matrix product in
+(:func:`methods._exact_topk.topk_cosine`). Each chunk is first *screened* by a matrix product in
 bfloat16 (default where the CPU has native bfloat16 matrix instructions: ~2.2x the float32 GEMM
 throughput on AVX512-BF16), float32 or float64, and every source token whose screen score is
 within a *proven* error bound of the k-th best is rescored exactly (float64 from the float32
@@ -100,7 +100,7 @@ The numeric core is pure: :func:`wechsel_weights` (neighbours and softmax weight
 vectors given as arrays) and :func:`wechsel_mapping` (a :class:`~harness.protocols.TokenMapping`);
 :class:`Wechsel` only gathers their inputs. Code layout, one module per step: word vectors and
 their alignment in :mod:`methods._wordvectors`, subword vectors and the English source tokens in
-:mod:`methods._wechsel_subwords`, the similarity search in :mod:`methods._similarity`, the softmax
+:mod:`methods._wechsel_subwords`, the similarity search in :mod:`methods._exact_topk`, the softmax
 mixture and the mapping in :mod:`methods._wechsel_mixture`; this module holds the configuration
 and the registered method, and re-exports the public names.
 """
@@ -120,7 +120,7 @@ from harness.protocols import FALLBACK, InitResult, TransferInputs
 from harness.registry import register_method
 from methods import _fasttext
 from methods import _wordvectors as wv_mod
-from methods._similarity import TopK, topk_cosine
+from methods._exact_topk import TopK, topk_cosine
 from methods._wechsel_mixture import (
     DEFAULT_CHUNK_ROWS,
     NEAR_TIE,

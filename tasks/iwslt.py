@@ -269,6 +269,8 @@ def build_translation_model(
         ValueError: on a hidden-size mismatch without ``embedding_projection``, or when the
             source embeddings have fewer rows than the source tokenizer.
     """
+    # Stays whole: one seeded build (config, model, copied source embeddings, projection): the order of the
+    # draws under seeded_globals defines the model.
     from transformers import MarianConfig, MarianMTModel
 
     src_weight = None

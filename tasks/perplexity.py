@@ -206,7 +206,7 @@ def lm_eval_perplexity(
         >>> scores["token_perplexity"] >= 1.0                                   # doctest: +SKIP
         True
     """
-    # One piece: lm-eval runs on a task directory written to a temporary folder that must outlive its
+    # Stays whole: lm-eval runs on a task directory written to a temporary folder that must outlive its
     # evaluation, under the seeded globals; our sums are checked against lm-eval's aggregate right after.
     import lm_eval
     from lm_eval import simple_evaluate
@@ -362,6 +362,7 @@ def own_rolling_perplexity(
     Returns:
         ``(scores, info)`` with the keys of :func:`lm_eval_perplexity`.
     """
+    # Stays whole: the window loop follows lm-eval's rolling-window steps one for one, so the two read side by side.
     import torch
     from lm_eval import utils as lm_utils
     from lm_eval.models.huggingface import HFLM

@@ -8,13 +8,18 @@ What both tasks share, measured one way:
 * :func:`embed` — L2-normalized pooled last hidden states of any encoder (a bare ``BertModel`` /
   ``XLMRobertaModel``, the body of an ``*ForMaskedLM`` after LAPT, or a language-encoded wrapper);
 * :func:`teacher_embeddings` — the same for the trial's *original* source model and tokenizer
-  (``TaskContext.source_model`` / ``source_tokenizer``), computed once per process for the same
-  model, tokenizer, texts and pooling, so every method and seed of a grid compares with identical
+  (``TaskContext.source_model`` / ``source_tokenizer``), computed once for the same model,
+  tokenizer, texts and pooling, so every method and seed of a grid compares with identical
   teacher vectors;
-* :func:`student_embeddings` — :func:`embed` of the trial's model, kept per process under the sha256
-  of the model's weights and the tokenizer's state: the two tasks of a trial's initialization read
+* :func:`student_embeddings` — :func:`embed` of the trial's model, kept under the sha256 of the
+  model's weights and the tokenizer's content: the two tasks of a trial's initialization read
   the same target sentences (the real lane's ``test.txt`` is the target side of ``test.jsonl``, the
   world's teacher-agreement reads its translation pairs' target side), so the second computes nothing;
+
+Both are kept per process and in tokxfer's cache (kind ``embeddings``, :func:`cached_embeddings`),
+keyed by content — the model's weights, the tokenizer, the texts, the pooling, this code and the
+library versions and thread count that decide the floating-point result — so the second task of an
+initialization finds the first's vectors also when another ``tokxfer run`` worker ran it.
 * :func:`read_pairs`, :func:`read_texts` — the evaluation data: JSON lines in the translation
   format ``{"translation": {SRC: …, LANG: …}}`` (the world's ``translation`` task files and the real
   lane's ``test.jsonl``), or plain text, one example a line;
@@ -36,16 +41,17 @@ from typing import Any
 import numpy as np
 import torch
 
-from harness.cache import ProcessMemo
+from harness.cache import ProcessMemo, cached_dir
 from harness.efficiency import tokenizer_efficiency
 from harness.examples import Scores
 from harness.protocols import TaskContext
-from harness.tokenizers import tokenizer_state
+from harness.vocab import tokenizer_key
 from tasks.data import added_tokens, batch_preparer
 from tasks.loop import length_batches, progress
 
 __all__ = ["SentenceConfig", "POOLINGS", "embed", "teacher_embeddings", "student_embeddings", "model_fingerprint",
-           "read_pairs", "read_texts", "eval_path", "efficiency", "text_digest"]
+           "cached_embeddings", "EMBEDDINGS_CACHE_KIND", "read_pairs", "read_texts", "eval_path", "efficiency",
+           "text_digest"]
 
 POOLINGS = ("mean", "cls")
 
@@ -226,19 +232,58 @@ MEMO_ENTRIES = 8
 """Teacher embedding sets kept per process (a grid of 4 languages needs 8: English and target text per language)."""
 _TEACHER_MEMO = ProcessMemo(MEMO_ENTRIES)
 _TEACHER_MODEL = ProcessMemo(1)
+EMBEDDINGS_CACHE_KIND = "embeddings"
+"""Cache kind (subdirectory of the cache root) of :func:`cached_embeddings`."""
 
 
-def _load_teacher(path: str) -> Any:
+def _load_teacher(path: str) -> tuple[Any, str]:
+    """The original model (its body, ``AutoModel``) in eval mode, and its :func:`model_fingerprint`;
+    read once per process (``_TEACHER_MODEL``)."""
     from transformers import AutoModel
 
-    return AutoModel.from_pretrained(path).eval()
+    model = AutoModel.from_pretrained(path).eval()
+    return model, model_fingerprint(model)
+
+
+def _code_version() -> str:
+    """sha256 of the code an embedding depends on: this module and the batch helpers of :mod:`tasks.data`."""
+    import tasks.data
+
+    h = hashlib.sha256()
+    for f in (Path(__file__), Path(tasks.data.__file__)):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cached_embeddings(key: dict, compute: Any) -> np.ndarray:
+    """``compute()`` (an embedding matrix) through tokxfer's cache: a :func:`harness.cache.cached_dir`
+    entry of kind :data:`EMBEDDINGS_CACHE_KIND` under ``key`` plus what decides the floating-point
+    result besides it (this code, torch's and transformers' versions, torch's thread count)."""
+    import transformers
+
+    full = {**key, "code": _code_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+            "torch_threads": torch.get_num_threads()}
+    fresh: dict[str, np.ndarray] = {}
+
+    def build(d: Path) -> None:
+        fresh["value"] = compute()
+        np.save(d / "embeddings.npy", fresh["value"])
+
+    d = cached_dir(EMBEDDINGS_CACHE_KIND, full, build)
+    return fresh["value"] if "value" in fresh else np.load(d / "embeddings.npy")
+
+
+def _pooling_key(cfg: SentenceConfig, texts: Sequence[str]) -> dict:
+    return {"texts": text_digest(texts), "pooling": cfg.pooling, "prefix": cfg.prefix, "max_length": cfg.max_length,
+            "batch_size": cfg.batch_size}
 
 
 def teacher_embeddings(task: str, ctx: TaskContext, texts: Sequence[str], cfg: SentenceConfig, *,
                        description: str = "teacher") -> np.ndarray:
-    """:func:`embed` with the trial's original source model and tokenizer, once per process per
-    (model, tokenizer state, texts, pooling) — the model is loaded fresh from ``ctx.source_model``
-    (the trial's own copy has the new embeddings) and kept for the next call.
+    """:func:`embed` with the trial's original source model and tokenizer, once per (model, tokenizer
+    content, texts, pooling) — per process, and in the cache (:func:`cached_embeddings`, keyed by the
+    model's weights). The model is a fresh copy of ``ctx.source_model`` (the trial's own copy has the
+    new embeddings), kept for the next call.
 
     Raises:
         ValueError: the context carries no source model or tokenizer (outside a trial).
@@ -246,15 +291,22 @@ def teacher_embeddings(task: str, ctx: TaskContext, texts: Sequence[str], cfg: S
     if ctx.source_model is None or ctx.source_tokenizer is None:
         raise ValueError(f"{task}: the task context has no source model/tokenizer (TaskContext.source_model); "
                          "it compares with the original model and runs inside a trial")
-    state = tokenizer_state(ctx.source_tokenizer)
+    state = tokenizer_key(ctx.source_tokenizer)
     key = None if state is None else (str(ctx.source_model), state, text_digest(texts), cfg.pooling, cfg.prefix,
-                                      cfg.max_length)
+                                      cfg.max_length, cfg.batch_size)
 
     def build() -> np.ndarray:
-        model = _TEACHER_MODEL.get(str(ctx.source_model), lambda: _load_teacher(str(ctx.source_model)))
+        model, fingerprint = _TEACHER_MODEL.get(str(ctx.source_model), lambda: _load_teacher(str(ctx.source_model)))
         model.to(ctx.device)
-        return embed(model, ctx.source_tokenizer, texts, cfg, device=ctx.device, show_progress=ctx.progress,
-                     description=description)
+
+        def compute() -> np.ndarray:
+            return embed(model, ctx.source_tokenizer, texts, cfg, device=ctx.device, show_progress=ctx.progress,
+                         description=description)
+
+        if state is None:
+            return compute()
+        return cached_embeddings({"model": fingerprint, "tokenizer": state, "device": str(ctx.device),
+                                  **_pooling_key(cfg, texts)}, compute)
 
     return _TEACHER_MEMO.get(key, build)
 
@@ -281,15 +333,24 @@ def model_fingerprint(model: Any) -> str:
 
 def student_embeddings(ctx: TaskContext, texts: Sequence[str], cfg: SentenceConfig, language: str, *,
                        description: str = "student") -> np.ndarray:
-    """:func:`embed` of ``ctx.model`` under ``ctx.tokenizer``, kept per process under the model's
-    :func:`model_fingerprint`, the tokenizer's state, the language, the texts and the pooling (the
-    same model state, tokenizer and texts give the same vectors, whichever task asks)."""
-    state = tokenizer_state(ctx.tokenizer)
-    key = None if state is None else (model_fingerprint(ctx.model), state, language, text_digest(texts), cfg.pooling,
-                                      cfg.prefix, cfg.max_length)
-    return _STUDENT_MEMO.get(key, lambda: embed(ctx.model, ctx.tokenizer, texts, cfg, device=ctx.device,
-                                                encoding=ctx.encoding, language=language, show_progress=ctx.progress,
-                                                description=description))
+    """:func:`embed` of ``ctx.model`` under ``ctx.tokenizer``, kept per process and in the cache
+    (:func:`cached_embeddings`) under the model's :func:`model_fingerprint`, the tokenizer's content,
+    the language encoding, the language, the texts and the pooling (the same model state, tokenizer
+    and texts give the same vectors, whichever task — or worker — asks)."""
+    state = tokenizer_key(ctx.tokenizer)
+
+    def compute() -> np.ndarray:
+        return embed(ctx.model, ctx.tokenizer, texts, cfg, device=ctx.device, encoding=ctx.encoding, language=language,
+                     show_progress=ctx.progress, description=description)
+
+    if state is None:
+        return compute()
+    fingerprint = model_fingerprint(ctx.model)
+    encoding = ctx.model.encoding_info() if getattr(ctx.model, "is_language_encoded", False) else None
+    key = {"model": fingerprint, "tokenizer": state, "language": language, "encoding": encoding,
+           "device": str(ctx.device), **_pooling_key(cfg, texts)}
+    return _STUDENT_MEMO.get(json.dumps(key, sort_keys=True, default=str),
+                             lambda: cached_embeddings(json.loads(json.dumps(key, default=str)), compute))
 
 
 def efficiency(ctx: TaskContext, texts: Sequence[str]) -> Scores:

@@ -349,8 +349,29 @@ FAST_METHOD_CONFIG: dict[str, dict] = {
     "focus": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_threads": 1, "aux_bucket": 540_672},
     "wechsel": {"dim": 16, "epochs": 1, "min_count": 1, "threads": 1, "bucket": 540_672},
     "tiktotok": {"min_count": 1, "aligner": "ibm1"},
+    "omp": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_threads": 1, "aux_bucket": 540_672},
+    "ofa": {"dim": 16, "epochs": 5, "min_count": 1},
 }
 """Tiny fastText / aligner settings for methods that train auxiliary models; others use defaults."""
+
+
+def helper_model(tok: PreTrainedTokenizerFast, directory, seed: int = 0):
+    """A tiny random BERT body saved with ``tok``: a "helper model" in ``tok``'s vocabulary (CLP, OMP's
+    helper donor). Its embeddings share a common offset, as trained embeddings do (anisotropy), so
+    cosines between tokens are mostly positive and CLP's normalization is defined."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    torch.manual_seed(seed)
+    model = BertModel(BertConfig(vocab_size=len(tok), hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+                                 intermediate_size=16, max_position_embeddings=32))
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed)
+        emb = torch.randn(len(tok), 8, generator=g) + torch.randn(8, generator=g).abs() + 1.0
+        model.get_input_embeddings().weight.copy_(emb)
+    model.save_pretrained(directory)
+    tok.save_pretrained(directory)
+    return directory
 
 DICTIONARY = "hund\tdog\nkatze\tcat\nessen\tfood\ntag\tday\nwelt\tworld\nraum\troom\nkalt\tcold\nFuchs\tfox\nzahlen\tnumbers\n"
 

@@ -32,6 +32,9 @@ os.environ["HF_HOME"] = str(_SESSION_TMP / "hf_home")
 os.environ["TOKXFER_CACHE"] = str(_SESSION_TMP / "cache")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+# `tokxfer run`/`quickstart` run trials in one worker process per core by default; the suite's in-process
+# calls of main() run them in the test's process (xdist already has one per core), tests of the workers ask
+os.environ["TOKXFER_WORKERS"] = "1"
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -84,3 +87,42 @@ def runs_dir(tmp_path) -> Path:
     d = tmp_path / "runs"
     d.mkdir()
     return d
+
+
+@pytest.fixture(scope="session")
+def tiny_helper(tiny_world, tiny_pretrain_overrides) -> Path:
+    """A helper model in the target vocabulary (CLP's helper, OMP's donor): a tiny MLM that the harness
+    pretrains on the tiny world's ``near`` text (``targets[].helper_model: world:mlm``) with the
+    unigram-300 tokenizer the method tests train for ``near`` — the same vocabulary."""
+    from harness.run.config import SourceSpec, TargetSpec, TokenizerSpec
+    from harness.run.resources import helper_model_dir
+    from harness.world import World
+
+    target = TargetSpec("near", tokenizer=TokenizerSpec(algorithm="unigram", vocab_size=300), helper_model="world:mlm")
+    return helper_model_dir(target, World(tiny_world), SourceSpec(pretrain=tiny_pretrain_overrides), progress=False)
+
+
+@pytest.fixture(scope="session")
+def near_transfer(tiny_world, tiny_source, tiny_helper, tmp_path_factory) -> dict:
+    """The tiny source → ``near`` (unigram 300) transfer with a helper model, for the anchor methods' tests.
+
+    ``inputs`` (a :class:`~harness.protocols.TransferInputs` with the target corpus, the helper model and a
+    fresh cache), ``helper`` (the helper's input embeddings, float64, ids = the target's), ``model_dir``.
+    """
+    from transformers import AutoModel, AutoModelForMaskedLM
+
+    from harness.protocols import TransferInputs
+    from harness.tokenizers import load_tokenizer, train_tokenizer
+    from harness.world import World
+
+    w = World(tiny_world)
+    src_model = AutoModelForMaskedLM.from_pretrained(tiny_source)
+    tgt_tok = train_tokenizer([w.text("near", "train")], "unigram", 300, cache_dir=tmp_path_factory.mktemp("tok"))
+    inputs = TransferInputs(
+        source_tokenizer=load_tokenizer(str(tiny_source)), target_tokenizer=tgt_tok,
+        source_embeddings=src_model.get_input_embeddings().weight.detach().float().clone(),
+        target_corpus=w.text("near", "train"), helper_model=tiny_helper, cache_dir=tmp_path_factory.mktemp("cache"),
+    )
+    assert load_tokenizer(tiny_helper).get_vocab() == tgt_tok.get_vocab()  # the world helper: the target vocabulary
+    helper = AutoModel.from_pretrained(tiny_helper).get_input_embeddings().weight.detach().double().numpy()
+    return {"inputs": inputs, "helper": helper, "model_dir": tiny_source}

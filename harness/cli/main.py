@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -14,6 +15,7 @@ from harness.errors import UserInputError
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent
 CONFIG_DIR = PACKAGE_DIR / "configs"
+LOG_FORMAT = "%(levelname)s %(name)s: %(message)s"
 CACHE_COMMANDS = frozenset({"run", "validate", "init", "tokenizer", "cache", "world", "quickstart"})
 """Commands that use the cache (:func:`harness.cache.cache_root`): its location is checked before they start."""
 
@@ -38,6 +40,12 @@ def _quiet_libraries() -> None:
         datasets.disable_progress_bars()
     except Exception:
         pass
+
+
+def worker_setup(verbose: bool = False) -> None:
+    """A worker process's start (``--workers``, ``--executor gpus``): this command's logging and quiet libraries."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, format=LOG_FORMAT)
+    _quiet_libraries()
 
 
 def _console():
@@ -114,10 +122,14 @@ def cmd_run(args) -> int:
     cfg = load_experiment(args.experiment, args.overrides)
     runs_dir = Path(args.runs_dir)
     tracker = _tracker(args, runs_dir)
-    kw: dict = {}
     plugins = [str(Path(p).resolve()) for p in args.plugin or []]
+    if args.executor != "local" and args.workers is not None:
+        raise UserInputError(f"--workers applies to --executor local (worker processes on this machine's cores), not "
+                             f"--executor {args.executor}")
+    init = functools.partial(worker_setup, args.verbose)
+    kw: dict = {"workers": _workers(args), "plugins": plugins, "worker_init": init}
     if args.executor == "gpus":
-        kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None}
+        kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None, "worker_init": init}
     elif args.executor == "slurm":
         kw = {"plugins": plugins, "folder": Path(args.slurm_folder or runs_dir / cfg.name / "slurm").resolve(),
               "slurm": _slurm_params(args.slurm_param or []), "cluster": args.slurm_cluster}
@@ -131,6 +143,36 @@ def cmd_run(args) -> int:
     if summary.tracking_errors:
         print(_tracking_summary(summary.tracking_errors), file=sys.stderr)
     return 1 if summary.failed else 0
+
+
+WORKERS_ENV = "TOKXFER_WORKERS"
+"""``--workers``' default when the flag is not given (else one worker per core); the test suite sets 1."""
+
+
+def _workers(args) -> int:
+    """Worker processes for a local grid: ``--workers``, else ``$TOKXFER_WORKERS``, else the cores this process may use."""
+    from harness.run.executors import default_workers
+
+    if args.workers is not None:
+        return args.workers
+    text = os.environ.get(WORKERS_ENV)
+    if text is None or not text.strip():
+        return default_workers()
+    try:
+        return _positive_int(text)
+    except argparse.ArgumentTypeError as e:
+        raise UserInputError(f"{WORKERS_ENV}={text!r}: {e}") from None
+
+
+def _positive_int(text: str) -> int:
+    """``--workers``: a positive number of worker processes."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, e.g. 2, got {text!r}")
+    return value
 
 
 def _gpu_list(text: str) -> list[str]:
@@ -294,31 +336,51 @@ def cmd_world(args) -> int:
     return 0
 
 
+QUICKSTARTS = {"small": "quickstart", "tiny": "quickstart-tiny"}
+"""``tokxfer quickstart --size``: the experiment (``harness/configs/<name>.yaml``) and its leaderboard spec
+(``leaderboards/specs/<name>.yaml``). The tiny world needs the tiny experiment: the full one's source
+vocabulary is larger than the tiny world's text supports."""
+
+
 def cmd_quickstart(args) -> int:
+    from harness.cli.live import LiveRows, method_order
     from harness.run.config import load_experiment
+    from harness.run.executors import make_executor
     from harness.run.experiment import run_experiment
     from harness.run.tracking import ui_command
 
     con = _console()
     t0 = time.perf_counter()
-    overrides = [f"world.size={args.size}", f"seeds=[{args.seeds}]", *args.overrides]
-    cfg = load_experiment(CONFIG_DIR / "quickstart.yaml", overrides)
+    name = QUICKSTARTS[args.size]
+    overrides = ([f"seeds=[{args.seeds}]"] if args.seeds is not None else []) + list(args.overrides)
+    cfg = load_experiment(CONFIG_DIR / f"{name}.yaml", overrides)
+    spec_path = PACKAGE_DIR.parent / "leaderboards" / "specs" / f"{name}.yaml"
     runs_dir = Path(args.runs_dir)
-    con.print(f"[bold]tokxfer quickstart[/]: {len(cfg.trials())} trials — every method on mlm-at-init, "
-              f"targets {', '.join(t.language for t in cfg.targets)}, seeds {list(cfg.seeds)}")
+    specs = cfg.trials()
+    workers = min(_workers(args), len(specs)) or 1
+    con.print(f"[bold]tokxfer quickstart[/]: {len(specs)} trials — every method on mlm-at-init, "
+              f"targets {', '.join(t.language for t in cfg.targets)}, seeds {list(cfg.seeds)}, "
+              f"{workers} worker(s)")
     con.print("1/3 building the world and pretraining (or reusing) the source model …")
     from harness.run import resources
 
-    resources.source_model_dir(cfg.source, cfg.world, progress=True)
-    con.print("2/3 running the trials …")
+    resources.source_model_dir(cfg.source, cfg.world, progress=not args.quiet)
+    con.print("2/3 running the trials; each method's row as soon as its trials are done (no significance "
+              "marks: those come with the table) …")
     tracker = _tracker(args, runs_dir)
-    summary = run_experiment(cfg, runs_dir, tracker=tracker, progress=True)
+    live = LiveRows(spec_path, specs, runs_dir / cfg.name / "records", con.print)
+    live()
+    executor = make_executor("local", progress=not args.quiet, workers=workers,
+                             plugins=[str(Path(p).resolve()) for p in args.plugin or []],
+                             worker_init=functools.partial(worker_setup, args.verbose))
+    summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, progress=not args.quiet,
+                             order=method_order(specs), on_trial=live)
+    live()
     con.print("3/3 the leaderboard")
     from leaderboards.cli import render_spec_file
 
     out_dir = runs_dir / cfg.name
-    md = render_spec_file(PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml", runs_dir, out_dir,
-                          known=known_names)
+    md = render_spec_file(spec_path, runs_dir, out_dir, known=known_names)
     con.print(md)
     con.print(f"\nran {summary.ran} trials, skipped {summary.skipped}, failed {summary.failed} in "
               f"{time.perf_counter() - t0:.0f}s. Leaderboard: {out_dir}/{cfg.name}.md (also .csv, .tex, .html)")
@@ -345,6 +407,10 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--no-tracking", action="store_true", help="do not mirror records to MLflow")
         sp.add_argument("--plugin", action="append", help="Python file registering extra methods/tasks")
         sp.add_argument("--quiet", action="store_true", help="no progress bars")
+        sp.add_argument("--workers", type=_positive_int, default=None, metavar="N",
+                        help="worker processes splitting the grid, one torch thread each (default: $"
+                             f"{WORKERS_ENV}, else one per core; 1 where a CUDA device is visible); 1 runs the trials "
+                             "in this process. Records are the same either way")
 
     sp = sub.add_parser("run", help="run an experiment YAML (resumes: trials with records are skipped)")
     sp.add_argument("experiment")
@@ -459,9 +525,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.set_defaults(fn=cmd_world)
 
     sp = sub.add_parser("quickstart", help="world + source + every method on mlm-at-init + leaderboard")
-    sp.add_argument("--size", default="small", choices=["tiny", "small"])
-    sp.add_argument("--seeds", default="1,2,3")
-    sp.add_argument("overrides", nargs="*", help="extra key=value overrides of harness/configs/quickstart.yaml")
+    sp.add_argument("--size", default="small", choices=["tiny", "small"],
+                    help="small: harness/configs/quickstart.yaml; tiny: harness/configs/quickstart-tiny.yaml (seconds, CI's)")
+    sp.add_argument("--seeds", default=None, help="comma-separated seeds (default: the experiment's, 1,2,3 for small)")
+    sp.add_argument("overrides", nargs="*", help="extra key=value overrides of the experiment YAML")
     common_run(sp)
     sp.set_defaults(fn=cmd_quickstart)
     return p
@@ -511,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     elif extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # the command as given, for provenance (init_info.json)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format=LOG_FORMAT)
     _quiet_libraries()
     try:
         if args.command in CACHE_COMMANDS:

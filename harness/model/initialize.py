@@ -33,14 +33,22 @@ import torch
 
 from harness import progress, registry, seeding
 from harness.cache import cached_dir
-from harness.extension import extend_tokenizer, keep_original_rows
+from harness.extension import DEFAULT_EXTEND_TOP_N, extend_tokenizer, keep_original_rows
 from harness.model import surgery
 from harness.model.diagnostics import world_diagnostics
-from harness.protocols import PROVENANCE_NAMES, InitResult, TokenMapping, TransferInputs, TransferResources
+from harness.protocols import (
+    PROVENANCE_NAMES,
+    InitResult,
+    LowRank,
+    RandomRows,
+    TokenMapping,
+    TransferInputs,
+    TransferResources,
+)
 from harness.run import resources
 from harness.vocab import special_ids, vocab_size
 
-__all__ = ["InitRequest", "Initialized", "load_source", "check_head", "initialize", "initialize_model", "cached_init",
+__all__ = ["InitRequest", "Initialized", "load_source", "check_head", "initialize", "cached_init",
            "init_summary", "provenance_string", "write_init_info", "INIT_CACHE_KIND"]
 
 INIT_CACHE_KIND = "inits"
@@ -80,7 +88,7 @@ class InitRequest:
     source_language: str = "src"
     target_language: str = "tgt"
     mode: str = "replace"
-    extend_top_n: int = 30000
+    extend_top_n: int = DEFAULT_EXTEND_TOP_N
     bias: str = "map"
     head_needed_by: str | None = None
 
@@ -218,25 +226,6 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
     )
 
 
-def initialize_model(
-    *, source_model: str, source_tokenizer: str | None, target_tok, method_name: str, method_config: Any,
-    seed: int, model_kind: str, transfer_paths: TransferResources | dict, source_language: str = "src",
-    target_language: str = "tgt", mode: str = "replace", extend_top_n: int = 30000, bias: str = "map",
-) -> Initialized:
-    """Keyword form of :func:`initialize` (no world, no cache), as ``tokxfer init`` calls it.
-
-    ``transfer_paths`` may be a mapping with the :class:`TransferResources` field names. New code
-    builds an :class:`InitRequest` and calls :func:`initialize`.
-    """
-    res = transfer_paths if isinstance(transfer_paths, TransferResources) else TransferResources(**transfer_paths)
-    return initialize(InitRequest(
-        source_model=source_model, target_tokenizer=target_tok, method=method_name, method_config=method_config,
-        seed=seed, model_kind=model_kind, resources=res, source_tokenizer=source_tokenizer,
-        source_language=source_language, target_language=target_language, mode=mode, extend_top_n=extend_top_n,
-        bias=bias,
-    ))
-
-
 def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch: bool) -> InitResult:
     """Extension mode: old ids keep their source rows bit-exactly; only new ids come from the method.
 
@@ -255,7 +244,10 @@ def _keep_original_rows(result: InitResult, src_tok, extended_tok, from_scratch:
         return dataclasses.replace(result, info=with_extension(
             original_rows_kept=True, reason="the method keeps the source tokenizer; nothing was added"))
     mapping, ext = keep_original_rows(result.mapping, vocab_size(src_tok), special_ids(src_tok))
-    return dataclasses.replace(result, mapping=mapping, info=with_extension(original_rows_kept=True, **ext))
+    # a factorized result (ofa with rank < d) factorizes the new rows only: the original ones stay the source's
+    low_rank = dataclasses.replace(result.low_rank, first_row=vocab_size(src_tok)) if result.low_rank else None
+    return dataclasses.replace(result, mapping=mapping, low_rank=low_rank,
+                               info=with_extension(original_rows_kept=True, **ext))
 
 
 # --------------------------------------------------------------------------------------------
@@ -293,7 +285,10 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
                  weights=m.weights, provenance=m.provenance)
         reasons = {k: np.asarray(v, dtype=np.int64).tolist() for k, v in res.random_reasons.items()}
         (d / "init.json").write_text(json.dumps({"info": res.info, "directives": res.directives,
-                                                 "random_reasons": reasons}, default=str))
+                                                 "random_reasons": reasons,
+                                                 "random_rows": dataclasses.asdict(res.random_rows),
+                                                 "low_rank": dataclasses.asdict(res.low_rank) if res.low_rank else None},
+                                                default=str))
 
     try:
         d = cached_dir(INIT_CACHE_KIND, key, build)
@@ -305,8 +300,10 @@ def cached_init(key: dict | None, compute: Callable[[], InitResult], tokenizer: 
     meta = json.loads((d / "init.json").read_text())
     mapping = TokenMapping(int(z["shape"][0]), int(z["shape"][1]), z["indptr"], z["indices"], z["weights"], z["provenance"])
     # only results whose tokenizer is the given one are cached, so it is the right one here
+    # entries written before ``random_rows`` existed hold methods that draw N(mean, std): the default
     return InitResult(mapping, tokenizer, dict(meta["info"], cache_hit=True), meta["directives"],
-                      meta.get("random_reasons") or {})
+                      meta.get("random_reasons") or {}, RandomRows(**(meta.get("random_rows") or {})),
+                      LowRank(**meta["low_rank"]) if meta.get("low_rank") else None)
 
 
 # --------------------------------------------------------------------------------------------

@@ -28,8 +28,9 @@ PROVENANCE_CATEGORIES: dict[str, str] = {
                      "methods count as 'copied'; a FOCUS/WECHSEL combination with all weight on one token, which those "
                      "count as 'combined')",
     "combined": "combination of source rows: a weighted sum of two or more source rows",
-    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed; why, row by row, is in "
-                "random_rows.reasons (from the method, else inferred: a special token without a source role)",
+    "fallback": "random: drawn from N(mean, std) of the source embeddings with --seed (multivariate: from their full "
+                "covariance); why, row by row, is in random_rows.reasons (from the method, else inferred: a special "
+                "token without a source role)",
 }
 """The provenance categories of ``tokxfer init``'s summary and ``init_info.json`` (``categories``),
 computed from the mapping alone, the same way for every method (:func:`categorize`)."""
@@ -61,14 +62,10 @@ def categorize(mapping: Any, source_tok: Any, target_tok: Any) -> dict[str, int]
     out["combined"] = int((rest & (nnz > 1)).sum())
     single = np.flatnonzero(rest & (nnz == 1))
     if len(single):
-        tc, sc = _canon.canonical_vocab(target_tok), _canon.canonical_vocab(source_tok)
-
-        def key(c: Any) -> bytes | None:
-            return None if c is None else c.text.lower()
-
         src_ids = mapping.indices[mapping.indptr[single]]
-        same = sum(1 for t, s in zip(single.tolist(), src_ids.tolist())
-                   if t < len(tc) and s < len(sc) and key(tc[t]) is not None and key(tc[t]) == key(sc[s]))
+        # only the rows compared are canonicalized (all of them if a method already did)
+        tc, sc = _canon.canonical_forms(target_tok, single.tolist()), _canon.canonical_forms(source_tok, src_ids.tolist())
+        same = sum(1 for t, s in zip(tc, sc) if t is not None and s is not None and t.text.lower() == s.text.lower())
         out["copied"] = int(same)
         out["single-source"] = int(len(single) - same)
     return out

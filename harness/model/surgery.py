@@ -20,25 +20,33 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import warnings
 
 import numpy as np
 import torch
 from torch import nn
 
+from harness.cache import ProcessMemo
 from harness.errors import TokxferError
-from harness.protocols import FALLBACK, SPECIAL, InitResult, TokenMapping
+from harness.protocols import FALLBACK, SPECIAL, InitResult, LowRank, RandomRows, TokenMapping
+from harness.random_rows import CHUNK_ELEMENTS, draw
 
 
 class SurgeryError(TokxferError, ValueError):
     """The model cannot receive the new embeddings (no embeddings, missing special tokens …)."""
 
 
-def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Generator, *, chunk: int = 65536) -> torch.Tensor:
-    """Rows of the new matrix: ``W @ source`` for mapped rows, N(mean, std) per dimension for fallbacks.
+def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Generator, *, chunk: int = 65536,
+                random_rows: RandomRows | None = None, low_rank: LowRank | None = None) -> torch.Tensor:
+    """Rows of the new matrix: ``W @ source`` for mapped rows, random rows for fallbacks.
 
     Works for matrices (``|Vs| x d``) and vectors (a bias, ``|Vs|``: fallback rows get the source
-    mean). Computed in float32 in row chunks of the sparse map, returned in ``source.dtype``.
+    mean). Fallback rows of a matrix are drawn from ``random_rows`` (default N(mean, std) per
+    dimension; :func:`harness.random_rows.draw`) with the statistics of ``source``. With
+    ``low_rank`` (a matrix of width above its rank), rows from ``low_rank.first_row`` on pass through
+    the rank-``r`` factorization of ``source`` (:class:`~harness.protocols.LowRank`). Computed in
+    float32 in row chunks of the sparse map (the projection in float64), returned in ``source.dtype``.
     """
     if source.shape[0] != mapping.n_source:
         raise SurgeryError(f"mapping expects {mapping.n_source} source rows, the model has {source.shape[0]}")
@@ -51,15 +59,73 @@ def materialize(mapping: TokenMapping, source: torch.Tensor, generator: torch.Ge
     for a in range(0, mapping.n_target, chunk):
         b = min(a + chunk, mapping.n_target)
         out[a:b] = _rows_matmul(mapping, src, a, b)
-    fb = torch.from_numpy(np.flatnonzero(mapping.provenance == FALLBACK))
+    lr = low_rank if low_rank is not None and not vec and low_rank.rank < d else None
+    first = lr.first_row if lr is not None else mapping.n_target
+    fb_all = np.flatnonzero(mapping.provenance == FALLBACK)
+    fb = torch.from_numpy(fb_all[fb_all < first])
     if fb.numel():
         if vec:
             out[fb] = src.mean()
         else:
-            mean, std = src.mean(0), src.std(0)
-            out[fb] = mean + std * torch.randn(fb.numel(), d, generator=generator, dtype=torch.float32)
+            out[fb] = _diagonal_rows(src, fb.numel(), generator, random_rows)
+    if lr is not None:
+        v = principal_directions(src, lr.rank)
+        rows = np.arange(first, mapping.n_target)
+        mapped = torch.from_numpy(rows[mapping.provenance[first:] != FALLBACK])
+        for a in range(0, mapped.numel(), chunk):
+            ids = mapped[a : a + chunk]
+            out[ids] = ((out[ids].to(torch.float64) @ v) @ v.T).to(torch.float32)
+        fb_low = torch.from_numpy(fb_all[fb_all >= first])
+        if fb_low.numel():
+            coords = torch.cat([(src[a : a + chunk].to(torch.float64) @ v) for a in range(0, src.shape[0], chunk)])
+            drawn = draw(coords.to(torch.float32), fb_low.numel(), generator, random_rows)
+            out[fb_low] = (drawn.to(torch.float64) @ v.T).to(torch.float32)
     out = out.to(source.dtype)
     return out[:, 0] if vec else out
+
+
+def principal_directions(matrix: torch.Tensor, rank: int, *, chunk_elements: int = CHUNK_ELEMENTS) -> torch.Tensor:
+    """The top ``rank`` right singular vectors of ``matrix`` (``n x d``, uncentered), float64 ``d x rank``.
+
+    From the eigenvectors of the ``d x d`` Gram matrix ``matrixᵀ · matrix``, accumulated in row chunks
+    (a 250k x 768 matrix is never copied whole), largest eigenvalue first; signs are whatever ``eigh``
+    gives (only the projection ``V · Vᵀ`` is used).
+
+    Example:
+        >>> v = principal_directions(torch.tensor([[3.0, 0.0], [0.0, 1.0]]), 1)
+        >>> v.abs().tolist()
+        [[1.0], [0.0]]
+    """
+    n, d = matrix.shape
+    step = max(1, chunk_elements // max(d, 1))
+    gram = torch.zeros(d, d, dtype=torch.float64)
+    for a in range(0, n, step):
+        c = matrix[a : a + step].detach().to("cpu", torch.float64)
+        gram += c.T @ c
+    _, vecs = torch.linalg.eigh((gram + gram.T) / 2)
+    return vecs[:, -int(rank):].flip(1).contiguous()
+
+
+_STATS_MEMO = ProcessMemo(2)
+
+
+def _column_stats(src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(src.mean(0), src.std(0))`` of a float32 CPU matrix, kept per process by its content: every
+    trial of a grid draws fallback rows from the same source rows, and ``std`` over XLM-R's 250k rows
+    costs ~2 s of CPU where hashing them costs ~0.3 s."""
+    arr = src.contiguous().numpy()
+    key = (arr.shape, hashlib.sha256(memoryview(arr).cast("B")).hexdigest())
+    mean, std = _STATS_MEMO.get(key, lambda: (src.mean(0), src.std(0)))
+    return mean.clone(), std.clone()
+
+
+def _diagonal_rows(src: torch.Tensor, n: int, generator: torch.Generator, random_rows: RandomRows | None) -> torch.Tensor:
+    """``n`` random rows of ``random_rows`` for ``src``: the default N(mean, std) from the memoized column
+    statistics (the same stream as :func:`harness.random_rows.draw`'s ``diagonal``), any other through ``draw``."""
+    if random_rows is not None and random_rows.distribution != "diagonal":
+        return draw(src, n, generator, random_rows)
+    mean, std = _column_stats(src)
+    return mean + std * torch.randn(n, src.shape[1], generator=generator, dtype=torch.float32)
 
 
 def _rows_matmul(mapping: TokenMapping, src: torch.Tensor, a: int, b: int) -> torch.Tensor:
@@ -205,6 +271,8 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
     Raises:
         SurgeryError: when the model has no input embeddings or the mapping does not fit it.
     """
+    # Stays whole: the order of the steps (input rows, tied/untied output rows, biases, config ids) is the surgery;
+    # each is a few lines, and all share the mapping and the generator.
     if bias not in ("map", "zero", "keep"):
         raise SurgeryError(f"bias: expected map|zero|keep, got {bias!r}")
     try:
@@ -225,13 +293,15 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
     pad = _pad_id(result.tokenizer, m.n_target)
 
     others = [w for w in _other_input_embeddings(model) if w is not old_in]
-    new_in = nn.Parameter(materialize(m, old_in.data, generator).to(old_in.device), requires_grad=old_in.requires_grad)
+    rr, lr = result.random_rows, result.low_rank
+    new_in = nn.Parameter(materialize(m, old_in.data, generator, random_rows=rr, low_rank=lr).to(old_in.device),
+                          requires_grad=old_in.requires_grad)
     for w in others:  # encoder/decoder token embeddings held apart from ``shared`` (T5 untied in transformers 5)
         if w.shape != old_in.shape:
             raise SurgeryError(f"{type(model).__name__}: an encoder/decoder token embedding has shape "
                                f"{tuple(w.shape)}, the input embeddings {tuple(old_in.shape)}")
         same = torch.equal(w.data, old_in.data)
-        nw = new_in.data.clone() if same else materialize(m, w.data, generator).to(w.device)
+        nw = new_in.data.clone() if same else materialize(m, w.data, generator, random_rows=rr, low_rank=lr).to(w.device)
         _swap_tensor(model, w, nn.Parameter(nw, requires_grad=w.requires_grad), m.n_target, pad)
     _swap_tensor(model, old_in, new_in, m.n_target, pad)
     if out_mod is not None and not tied:
@@ -240,7 +310,7 @@ def install(model: nn.Module, result: InitResult, generator: torch.Generator, *,
             raise SurgeryError(
                 f"mapping was built for {m.n_source} source tokens but the output embeddings have {old_out.shape[0]} rows"
             )
-        new_out = nn.Parameter(materialize(m, old_out.data, generator).to(old_out.device),
+        new_out = nn.Parameter(materialize(m, old_out.data, generator, random_rows=rr, low_rank=lr).to(old_out.device),
                                requires_grad=old_out.requires_grad)
         _swap_tensor(model, old_out, new_out, m.n_target, pad)
     for old_b in biases:

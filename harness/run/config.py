@@ -36,6 +36,7 @@ import yaml
 from harness import inputs, registry
 from harness.cache import content_hash
 from harness.errors import TokxferError
+from harness.extension import DEFAULT_EXTEND_TOP_N
 from harness.inputs import name_problem
 from harness.registry import MAX_VOCAB_SIZE
 
@@ -230,10 +231,18 @@ class TargetSpec:
     dictionary: str | None = None
     source_word_vectors: str | None = None
     target_word_vectors: str | None = None
+    helper_model: str | None = None
+    """A small model in the target vocabulary (CLP's helper; OMP's donor space): a local model
+    directory, a ``real:`` name, or ``world:mlm`` / ``world:clm`` — pretrained by the harness on this
+    target's corpus with this target's tokenizer settings and the source's ``pretrain`` settings
+    (:func:`harness.run.resources.helper_model_dir`; cached)."""
 
     CORPORA = ("corpus", "source_corpus", "parallel_corpus")
     """Fields naming text corpora (checked to start with text); the other path fields name files."""
     FILES = ("dictionary", "source_word_vectors", "target_word_vectors")
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("helper_model",)
+    """Left out of the resolved config while unset, so targets written before the field keep their trial ids."""
+    WORLD_HELPERS = ("world:mlm", "world:clm")
 
     def __post_init__(self) -> None:
         # what is there and wrong is refused; a missing file may still be downloaded before the run
@@ -242,6 +251,27 @@ class TargetSpec:
             for name in names:
                 if getattr(self, name) is not None:
                     _check(functools.partial(check, missing_ok=True), getattr(self, name), name)
+        helper = self.helper_model
+        if helper is None:
+            return
+        if not isinstance(helper, str) or not helper:
+            raise ConfigError(f"helper_model: expected a model directory, a real: name or world:mlm|world:clm, got {helper!r}")
+        if helper.startswith("world:"):
+            if helper not in self.WORLD_HELPERS:
+                raise ConfigError(f"helper_model: unknown world model {helper!r}; expected world:mlm or world:clm")
+            if self.tokenizer.path is not None or self.tokenizer.lowercase:
+                raise ConfigError(
+                    f"helper_model: {helper} is pretrained with a tokenizer trained like this target's; that needs "
+                    "tokenizer settings (algorithm, vocab_size), not tokenizer.path or lowercase (give a model "
+                    "directory trained in your tokenizer instead)"
+                )
+        elif not helper.startswith("real:"):
+            _check(functools.partial(inputs.check_model_dir, missing_ok=True), helper, "helper_model")
+
+    def resolved(self) -> dict:
+        """The target as the resolved trial config (and the init cache key) hold it (see
+        :data:`NEW_FIELDS_OMITTED_WHEN_NONE`)."""
+        return resolved_fields(self)
 
 
 @dataclass(frozen=True)
@@ -277,7 +307,7 @@ class ExperimentConfig:
     seeds: tuple[int, ...] = (1, 2, 3, 4, 5)
     world: WorldSpec | None = None
     mode: str = "replace"
-    extend_top_n: int = 30000
+    extend_top_n: int = DEFAULT_EXTEND_TOP_N
     description: str = ""
     path: str | None = None
     hold_seeds: tuple[tuple[str, int], ...] = ()
@@ -305,6 +335,9 @@ class ExperimentConfig:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_VOCAB_SIZE:
             raise ConfigError(f"extend_top_n: expected a positive integer of at most {MAX_VOCAB_SIZE} "
                               f"(MAX_VOCAB_SIZE), got {n!r}")
+        for i, t in enumerate(self.targets):
+            if self.world is None and t.helper_model in TargetSpec.WORLD_HELPERS:
+                raise ConfigError(f"targets.{i}.helper_model: {t.helper_model!r} needs a 'world:' section in the experiment")
         if self.world is not None:
             known = self.world.languages
             for i, t in enumerate(self.targets):
@@ -352,7 +385,7 @@ class TrialSpec:
     task: ComponentSpec
     seed: int
     mode: str = "replace"
-    extend_top_n: int = 30000
+    extend_top_n: int = DEFAULT_EXTEND_TOP_N
     hold_seeds: tuple[tuple[str, int], ...] = ()
 
     def component_seed(self, component: str) -> int | None:
@@ -383,7 +416,7 @@ class TrialSpec:
         out = {
             "world": dataclasses.asdict(self.world) if self.world else None,
             "source": dataclasses.asdict(self.source),
-            "target": dataclasses.asdict(self.target),
+            "target": self.target.resolved(),
             "method": self.method.as_dict(),
             "mode": self.mode,
             "extend_top_n": self.extend_top_n if self.mode == "extend" else None,
@@ -536,7 +569,7 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         return ExperimentConfig(
             name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
             tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
-            world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", 30000),
+            world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", DEFAULT_EXTEND_TOP_N),
             description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
             hold_seeds=tuple(sorted(hold.items(), key=lambda kv: str(kv[0]))),
         )

@@ -16,6 +16,7 @@ Worker processes (``gpus``) and Slurm jobs load the ``--plugin`` files before ru
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import time
@@ -27,8 +28,8 @@ from typing import Any
 from harness.errors import TokxferError
 from harness.run import records
 
-__all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "SlurmExecutor", "make_executor", "parse_gpu_ids",
-           "run_with_plugins"]
+__all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "WorkerPoolExecutor", "SlurmExecutor", "make_executor",
+           "parse_gpu_ids", "run_with_plugins", "default_workers"]
 
 GPUS_ENV = "TOKXFER_GPUS"
 """Comma-separated device ids for the ``gpus`` executor (default: every visible CUDA device).
@@ -127,88 +128,124 @@ class LocalExecutor:
 
 
 # --------------------------------------------------------------------------------------------
-# one worker process per GPU
+# worker processes: one per GPU (``gpus``), or one per core (``--workers N``)
+
+WORKER_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+"""Thread-count variables a CPU worker starts with, so that the BLAS libraries of N workers on N cores
+do not each start one thread per core."""
 
 
-def _gpu_worker(gpu: str, conn, runs_dir: str, execute: Callable, plugins: Sequence[str]) -> None:
-    """Worker loop: pin the device, load plugins, then run the specs the parent sends until ``None``."""
-    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, plugins: Sequence[str],
+                 init: Callable[[], None] | None = None) -> None:
+    """Worker loop: pin the slot (a device, or a torch thread count), run ``init`` (the command's logging
+    and library settings), load plugins, then run the specs the parent sends until ``None``."""
+    kind, value = slot[0], slot[1]
+    if kind == "gpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = value
+    else:
+        import torch
+
+        torch.set_num_threads(int(value))
+        with contextlib.suppress(RuntimeError):  # only settable before any inter-op work; none has run here
+            torch.set_num_interop_threads(int(value))
+    if init is not None:
+        init()
     try:
         _load_plugins(plugins)
     except BaseException as e:
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
     conn.send(("ready",))
-    while True:
-        try:
-            spec = conn.recv()
-        except EOFError:  # the parent is gone
-            return
-        if spec is None:
-            return
-        execute(spec, runs_dir, progress=False)  # writes the record; the parent reads it from the file
-        conn.send(("done", spec.trial_id))
+    try:
+        while True:
+            try:
+                spec = conn.recv()
+            except EOFError:  # the parent is gone
+                return
+            if spec is None:
+                return
+            execute(spec, runs_dir, progress=False)  # writes the record; the parent reads it from the file
+            conn.send(("done", spec.trial_id))
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the parent reports it, once
+        return
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """``os.environ`` updated with ``values`` for the ``with`` block (what a process started inside inherits)."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class _Worker:
-    def __init__(self, ctx, gpu: str, runs_dir: str, execute: Callable, plugins: Sequence[str]):
-        self.gpu = gpu
+    def __init__(self, ctx, slot: tuple[str, ...], runs_dir: str, execute: Callable, plugins: Sequence[str],
+                 init: Callable[[], None] | None):
+        self.slot = slot
         self.conn, child = ctx.Pipe()
-        self.proc = ctx.Process(target=_gpu_worker, args=(gpu, child, runs_dir, execute, tuple(plugins)))
-        self.proc.start()
+        self.proc = ctx.Process(target=_pool_worker, args=(slot, child, runs_dir, execute, tuple(plugins), init))
+        env = {v: slot[1] for v in WORKER_THREAD_VARS} if slot[0] == "cpu" else {}
+        with _environment(env):
+            self.proc.start()
         child.close()
         self.ready = False
         self.spec: Any = None
         self.since = 0.0
 
 
-class GpuPoolExecutor:
-    """One worker process per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; failures stay in their trial.
+class _PoolExecutor:
+    """Worker processes, each fed one trial at a time by this process; failures stay in their trial.
 
-    The parent hands out one trial at a time to an idle worker. A worker that dies during a
-    trial (killed, out of memory) costs that trial only: it is recorded as failed (through the
-    runner's ``lost`` hook) and a new worker takes the device.
-
-    Args:
-        gpus: device ids to use (default: ``$TOKXFER_GPUS``, else every visible CUDA device).
-            The ids are only written into ``CUDA_VISIBLE_DEVICES``, so tests can pass fake ones on CPU.
-        plugins: ``--plugin`` files every worker loads.
-        progress: show a progress bar.
+    The parent claims each trial right before handing it to an idle worker (the grid's ``claim``), so
+    the claims protect the grid against other ``tokxfer run`` processes exactly as in-process runs do,
+    and mirrors each record as it lands (``on_record``). A worker that dies during a trial (killed, out
+    of memory) costs that trial only: it is recorded as failed (through the runner's ``lost`` hook; the
+    same command re-runs it) and a new worker takes its slot. Subclasses name the slots.
     """
 
-    def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = ()):
-        if gpus is None and os.environ.get(GPUS_ENV):
-            gpus = parse_gpu_ids(os.environ[GPUS_ENV], GPUS_ENV)
-        if gpus is None:
-            import torch
+    flag = ""
+    """The option that asked for the pool, for messages."""
+    progress = True
+    plugins: tuple[str, ...] = ()
+    worker_init: Callable[[], None] | None = None
+    """Run first in every worker (picklable): the command line passes its logging and library settings."""
+    poll_s = 1.0
 
-            gpus = list(range(torch.cuda.device_count()))
-        self.gpus = [str(g) for g in gpus]
-        if not self.gpus:
-            raise ExecutorError(
-                f"--executor gpus: no CUDA device visible (set {GPUS_ENV}=0,1,… to name devices, or use --executor local)"
-            )
-        self.progress = progress
-        self.plugins = tuple(str(p) for p in plugins)
-        self.poll_s = 1.0
+    def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
+        raise NotImplementedError
+
+    def _describe(self, slot: tuple[str, ...]) -> str:
+        raise NotImplementedError
 
     def run(
         self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
         claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
     ) -> list[dict]:
         """Run the specs on the pool; return their records (failed ones for trials whose worker died)."""
+        # Stays whole: the dispatch loop (hand out, wait, collect, replace a lost worker) shares the queue, the
+        # workers and the progress bar; split, that state would travel through every piece.
         import multiprocessing as mp
         from multiprocessing.connection import wait
 
         claim = claim or _always
+        slots = self._slots(len(specs))
+        if not specs:
+            return []
         ctx = mp.get_context("spawn")
         queue = deque(specs)
-        workers = {g: _Worker(ctx, g, runs_dir, execute, self.plugins) for g in self.gpus}
+        workers = {s: _Worker(ctx, s, runs_dir, execute, self.plugins, self.worker_init) for s in slots}
         out: list[dict] = []
         rec_root = Path(runs_dir)
         try:
             with _progress(len(specs), self.progress) as prog:
-                task = prog.add_task(f"{len(self.gpus)} GPU workers", total=len(specs))
+                task = prog.add_task(f"{len(slots)} workers", total=len(specs))
                 while True:
                     for w in workers.values():  # hand out work to idle workers
                         while w.ready and w.spec is None and queue:
@@ -218,11 +255,12 @@ class GpuPoolExecutor:
                                 continue
                             w.spec, w.since = spec, time.time()
                             w.conn.send(spec)
+                            prog.update(task, description=f"{len(workers)} workers · {spec.describe()}")
                     if not queue and all(w.spec is None for w in workers.values()):
                         break
                     wait([w.conn for w in workers.values()] + [w.proc.sentinel for w in workers.values()],
                          timeout=self.poll_s)
-                    for g, w in list(workers.items()):
+                    for s, w in list(workers.items()):
                         msg = None
                         try:
                             if w.conn.poll():
@@ -231,7 +269,7 @@ class GpuPoolExecutor:
                             msg = None
                         if msg is not None:
                             if msg[0] == "error":
-                                raise ExecutorError(f"--executor gpus: worker for device {g} could not start: {msg[1]}")
+                                raise ExecutorError(f"{self.flag}: {self._describe(s)} could not start: {msg[1]}")
                             if msg[0] == "ready":
                                 w.ready = True
                             elif msg[0] == "done":
@@ -247,11 +285,11 @@ class GpuPoolExecutor:
                         w.proc.join()
                         if not w.ready:
                             raise ExecutorError(
-                                f"--executor gpus: worker for device {g} exited with code {w.proc.exitcode} while starting"
+                                f"{self.flag}: {self._describe(s)} exited with code {w.proc.exitcode} while starting"
                             )
                         if w.spec is not None:
-                            reason = (f"the worker process for device {g} died (exit code {w.proc.exitcode}) "
-                                      f"during the trial")
+                            reason = (f"the {self._describe(s)} (process {w.proc.pid}) died (exit code "
+                                      f"{w.proc.exitcode}) during the trial")
                             if lost is None:
                                 raise ExecutorError(reason)
                             rec = lost(w.spec, reason, w.since)
@@ -260,9 +298,9 @@ class GpuPoolExecutor:
                             prog.advance(task)
                         w.conn.close()
                         if queue:
-                            workers[g] = _Worker(ctx, g, runs_dir, execute, self.plugins)
+                            workers[s] = _Worker(ctx, s, runs_dir, execute, self.plugins, self.worker_init)
                         else:
-                            del workers[g]
+                            del workers[s]
         finally:
             for w in workers.values():
                 try:
@@ -276,6 +314,102 @@ class GpuPoolExecutor:
                     w.proc.terminate()
                     w.proc.join(timeout=5)
         return out
+
+
+class GpuPoolExecutor(_PoolExecutor):
+    """One worker process per GPU, pinned with ``CUDA_VISIBLE_DEVICES``; failures stay in their trial.
+
+    The parent hands out one trial at a time to an idle worker. A worker that dies during a
+    trial (killed, out of memory) costs that trial only: it is recorded as failed (through the
+    runner's ``lost`` hook) and a new worker takes the device.
+
+    Args:
+        gpus: device ids to use (default: ``$TOKXFER_GPUS``, else every visible CUDA device).
+            The ids are only written into ``CUDA_VISIBLE_DEVICES``, so tests can pass fake ones on CPU.
+        plugins: ``--plugin`` files every worker loads.
+        progress: show a progress bar.
+        worker_init: run first in every worker (picklable).
+    """
+
+    flag = "--executor gpus"
+
+    def __init__(self, gpus: Sequence[int | str] | None = None, progress: bool = True, plugins: Sequence[str] = (),
+                 worker_init: Callable[[], None] | None = None):
+        if gpus is None and os.environ.get(GPUS_ENV):
+            gpus = parse_gpu_ids(os.environ[GPUS_ENV], GPUS_ENV)
+        if gpus is None:
+            import torch
+
+            gpus = list(range(torch.cuda.device_count()))
+        self.gpus = [str(g) for g in gpus]
+        if not self.gpus:
+            raise ExecutorError(
+                f"--executor gpus: no CUDA device visible (set {GPUS_ENV}=0,1,… to name devices, or use --executor local)"
+            )
+        self.progress = progress
+        self.plugins = tuple(str(p) for p in plugins)
+        self.worker_init = worker_init
+        self.poll_s = 1.0
+
+    def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
+        return [("gpu", g) for g in self.gpus]
+
+    def _describe(self, slot: tuple[str, ...]) -> str:
+        return f"worker for device {slot[1]}"
+
+
+def default_workers() -> int:
+    """``--workers``' default: the cores this process may run on (``sched_getaffinity``, else ``os.cpu_count()``);
+    1 where a CUDA device is visible, since the trials run on it (``--executor gpus``: one worker per GPU)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return 1
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+class WorkerPoolExecutor(_PoolExecutor):
+    """``workers`` processes on this machine's CPU, ``threads`` torch (and BLAS) threads each (``--workers N``).
+
+    Every trial writes the same numbers as in a one-worker run: the torch thread count is not part
+    of a trial's identity, and the trials' computations do not depend on it on the CPU (the grid
+    equality test in ``tests/run/test_workers.py`` holds this); it is recorded in each record's
+    ``environment.torch_threads``. What several trials share and whose result depends on the thread
+    count (the built-in source model's pretraining) is built by the grid in this process before the
+    workers start (:attr:`prepare_in_parent`). No more workers start than there are trials.
+
+    Args:
+        workers: worker processes (>= 2 makes sense; 1 runs one worker process).
+        threads: torch threads per worker.
+        plugins: ``--plugin`` files every worker loads.
+        progress: show a progress bar.
+        worker_init: run first in every worker (picklable).
+    """
+
+    flag = "--workers"
+    prepare_in_parent = True
+    """Ask :func:`harness.run.experiment.run_experiment` to build shared inputs before :meth:`run`."""
+
+    def __init__(self, workers: int, threads: int = 1, progress: bool = True, plugins: Sequence[str] = (),
+                 worker_init: Callable[[], None] | None = None):
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise ExecutorError(f"--workers: expected a positive number of worker processes, got {workers!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise ExecutorError(f"worker threads: expected a positive number, got {threads!r}")
+        self.workers, self.threads = workers, threads
+        self.progress = progress
+        self.plugins = tuple(str(p) for p in plugins)
+        self.worker_init = worker_init
+        self.poll_s = 1.0
+
+    def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
+        # the index tells the slots apart; the thread count is what the worker is pinned to
+        return [("cpu", str(self.threads), str(i)) for i in range(min(self.workers, max(n_specs, 1)))]
+
+    def _describe(self, slot: tuple[str, ...]) -> str:
+        return f"worker {int(slot[2]) + 1}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -373,9 +507,15 @@ def _first_line(e: BaseException) -> str:
     return text.splitlines()[0][:300] if text else ""
 
 
-def make_executor(name: str, progress: bool = True, **kw) -> Any:
-    """``local`` | ``gpus`` | ``slurm`` (keyword arguments go to the executor's constructor)."""
+def make_executor(name: str, progress: bool = True, workers: int = 1, **kw) -> Any:
+    """``local`` | ``gpus`` | ``slurm`` (keyword arguments go to the executor's constructor).
+
+    ``local`` with ``workers`` > 1 is a :class:`WorkerPoolExecutor` (one torch thread per worker);
+    with one worker the trials run in this process, as they always did.
+    """
     if name == "local":
+        if workers != 1:
+            return WorkerPoolExecutor(workers, progress=progress, **kw)
         return LocalExecutor(progress=progress)
     if name == "gpus":
         return GpuPoolExecutor(progress=progress, **kw)

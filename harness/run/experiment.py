@@ -14,17 +14,17 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
 from harness import about, registry
+from harness.files import write_atomic
 from harness.run import records
 from harness.run.claims import TrialClaims
 from harness.run.config import ExperimentConfig, TrialSpec, config_hash
 from harness.run.executors import LocalExecutor
 from harness.run.records import TrialRecord
-from harness.run.runner import execute, failed_record
+from harness.run.runner import execute, failed_record, prepare_shared
 
 log = logging.getLogger("tokxfer")
 
@@ -152,14 +152,12 @@ def _mtime_ns(path: Path) -> int | None:
 
 
 def _write_json_atomic(path: Path, obj: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(obj, indent=2))
 
 
 def run_experiment(
     cfg: ExperimentConfig, runs_dir: str | Path = "runs", *, executor=None, tracker=None, force: bool = False,
-    progress: bool = True, claims=None, poll_s: float = 1.0, trial_fn=None,
+    progress: bool = True, claims=None, poll_s: float = 1.0, trial_fn=None, order=None, on_trial=None,
 ) -> ExperimentSummary:
     """Run every trial of an experiment whose record is missing, failed or incomplete; mirror to the tracker.
 
@@ -180,12 +178,16 @@ def run_experiment(
         poll_s: how often to look at other processes' trials while waiting for them.
         trial_fn: the picklable function executors run per trial (default :func:`execute`; tests
             pass stand-ins).
+        order: a sort key for the trials to run (the sort is stable; default: the grid's order), e.g.
+            by method, so that the rows of a table complete one after another.
+        on_trial: called in this process with each record this run writes, as it lands (after
+            the tracker's mirror), e.g. to show results while the grid runs.
 
     Raises:
         RecordError: a record that resuming would overwrite cannot be read (names the file).
         OSError: the runs dir cannot be written (read-only, full).
     """
-    # The nested callbacks share this run's claims and record mtimes (the protocol of harness.run.claims that
+    # Stays whole: the nested callbacks share this run's claims and record mtimes (the protocol of harness.run.claims that
     # survived the kill -9 tests); kept in one function so the protocol reads in one place.
     runs_dir = Path(runs_dir)
     exp_dir = runs_dir / cfg.name
@@ -201,6 +203,8 @@ def run_experiment(
     # written by another process running the same experiment
     seen = {s.trial_id: _mtime_ns(rec_dir / f"{s.trial_id}.json") for s in specs}
     todo = specs if force else _resume_todo(specs, rec_dir)
+    if order is not None:
+        todo = sorted(todo, key=order)
     skipped = len(specs) - len(todo)
     if progress and skipped:
         log.info("%d of %d trials already have records; running %d", skipped, len(specs), len(todo))
@@ -251,9 +255,15 @@ def run_experiment(
         return rec
 
     def on_record(rec: TrialRecord | dict) -> None:
-        tid = str(records.as_trial_records([rec])[0].trial_id)  # a test's trial_fn may hand back the mapping
+        typed = records.as_trial_records([rec])[0]  # a test's trial_fn may hand back the mapping
+        tid = str(typed.trial_id)
         claims.release(tid)
         seen[tid] = _mtime_ns(rec_dir / f"{tid}.json")
+        mirror(tid)
+        if on_trial is not None:
+            on_trial(typed)
+
+    def mirror(tid: str) -> None:
         if tracker is None:
             return
         try:
@@ -266,6 +276,8 @@ def run_experiment(
         except Exception as e:  # the record is already on disk
             tracking_failed(e)
 
+    if todo and getattr(executor, "prepare_in_parent", False):
+        prepare_shared(todo, progress=progress)
     results: list[TrialRecord] = []
     pending = list(todo)
     try:

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from harness.errors import TokxferError
+from harness.files import write_atomic
 
 SCHEMA_VERSION = 3
 """1: the first schema. 2: ``seeds`` lists only the derived seeds the runner hands out (``init``);
@@ -329,38 +328,13 @@ def write_record(directory: Path, record: TrialRecord | dict) -> Path:
     record.setdefault("schema_version", SCHEMA_VERSION)
     path = directory / f"{record['trial_id']}.json"
     blob = json.dumps(record, indent=2, sort_keys=True, default=_json_default, allow_nan=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{record['trial_id']}.", suffix=".tmp", dir=directory)
     try:
-        # mkstemp makes the file private (0600); records are shared (clusters, teams): use the umask
-        os.fchmod(fd, 0o666 & ~_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(blob)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError) and not isinstance(e, RecordError):
-            raise OSError(e.errno, f"cannot write record {path} ({e.strerror or e})") from e
-        raise
+        write_atomic(path, blob, fsync=True)  # records are shared (clusters, teams): the umask's mode
+    except OSError as e:
+        if isinstance(e, RecordError):
+            raise
+        raise OSError(e.errno, f"cannot write record {path} ({e.strerror or e})") from e
     return path
-
-
-def _umask() -> int:
-    """The process umask (read without changing it where ``/proc`` allows)."""
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # no /proc: read it by setting it, then put it back
-    os.umask(mask)
-    return mask
 
 
 def _json_default(o: Any) -> Any:

@@ -36,7 +36,7 @@ from harness.tokenizers import tokenizer_state
 log = logging.getLogger("tokxfer")
 
 __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run_trial", "trial_record", "failed_record",
-           "execute"]
+           "execute", "prepare_shared"]
 
 
 def device() -> str:
@@ -55,7 +55,7 @@ def init_cache_key(spec: TrialSpec, source_path: str, model_kind: str, inputs: d
     language and path).
     """
     key = {
-        "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": dataclasses.asdict(spec.target),
+        "source": str(source_path), "source_tokenizer": spec.source.tokenizer, "target": spec.target.resolved(),
         "world": dataclasses.asdict(spec.world) if spec.world else None, "method": spec.method.as_dict(),
         "mode": spec.mode, "extend_top_n": spec.extend_top_n, "seed": spec.component_seed("init"), "kind": model_kind,
         "version": about.package_version(), "method_code": registry.code_hash("method", spec.method.name),
@@ -72,7 +72,8 @@ def init_inputs(target_tokenizer: Any, transfer: Any) -> dict:
     state = tokenizer_state(target_tokenizer)
     if state is None:
         state = content_hash(sorted(target_tokenizer.get_vocab().items()))
-    files = {name: file_hash(Path(path)) for name, path in transfer.as_dict().items() if path is not None}
+    files = {name: content_hash(Path(path)) if Path(path).is_dir() else file_hash(Path(path))  # a helper model: a tree
+             for name, path in transfer.as_dict().items() if path is not None}
     return {"target_tokenizer": state, "files": files}
 
 
@@ -110,7 +111,7 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     t0 = time.perf_counter()
     src_path = resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
     tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
-    transfer = resources.transfer_resources(spec.target, world)
+    transfer = resources.transfer_resources(spec.target, world, source=spec.source, progress=progress)
     t_resources = time.perf_counter() - t0
 
     seeds = spec.component_seeds()
@@ -195,6 +196,34 @@ def failed_record(spec: TrialSpec, exc: BaseException, started: str, *, with_tra
              "traceback": traceback.format_exc() if with_traceback else None}
     return trial_record(spec, "failed", started=started, error=error,
                         flags=None)  # the sanity guards need a finished trial
+
+
+def prepare_shared(specs: list[TrialSpec], *, progress: bool = True) -> None:
+    """Build, in this process, what several trials of a grid share: built-in source models and target tokenizers.
+
+    For worker processes (:class:`harness.run.executors.WorkerPoolExecutor`): two workers would
+    otherwise build the same entry at once (the cache keeps one, the other's minutes are lost), and a
+    source model's pretraining depends on the torch thread count (:mod:`harness.world.pretrain`), so it
+    is pretrained here, with this process's threads, exactly as a one-worker run pretrains it. A
+    resource that cannot be built is left to its trials, which record the error as they always do.
+    """
+    done: set[str] = set()
+    for spec in specs:
+        for what, key, build in (
+            ("source model", ("source", spec.source, spec.world, spec.encoding.name),
+             lambda s=spec: resources.source_model_dir(s.source, s.world, progress=progress, encoding=s.encoding.name)),
+            ("target tokenizer", ("target", spec.target, spec.world),
+             lambda s=spec: resources.target_tokenizer(s.target, resources.world_for(s.world), progress=progress)),
+        ):
+            k = repr(key)
+            if k in done:
+                continue
+            done.add(k)
+            try:
+                build()
+            except Exception as e:  # the trials that need it fail and record why
+                log.debug("could not prepare the %s of trial %s (%s) before the workers start: %s", what,
+                          spec.trial_id, spec.describe(), e)
 
 
 def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> TrialRecord:

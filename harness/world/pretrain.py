@@ -34,27 +34,20 @@ import json
 import math
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 import transformers
-from transformers import (
-    GPT2Config,
-    GPT2LMHeadModel,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    RobertaConfig,
-    RobertaForMaskedLM,
-)
 
 from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
-from harness.registry import MAX_SEED, MAX_VOCAB_SIZE
+from harness.world import pretrain_data as pdata
+from harness.world import pretrain_model as pmodel
+from harness.world import tlm
+from harness.world.pretrain_config import Kind, PretrainConfig
 
 __all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
 
@@ -63,463 +56,6 @@ CODE_VERSION = 1
 
 INFO_FILE = "pretrain_info.json"
 """Written next to the model: config, loss curve, dev loss, timings, versions."""
-
-Kind = Literal["mlm", "clm"]
-
-MAX_WIDTH = 65_536
-"""Largest ``hidden_size`` / ``intermediate_size``: wider than any released transformer's layers
-(the widest feed-forward layers are ~53k); a built-in world model of that width would not fit in
-memory anyway, so a larger value is a typo caught at ``validate`` rather than an allocation failure."""
-MAX_DEPTH = 1024
-"""Largest ``num_layers`` / ``num_heads`` (the deepest released transformers have ~120 layers)."""
-MAX_LEN = 1 << 20
-"""Largest ``max_len``: positions are an embedding table of this many rows; the longest contexts of
-released models are about 1M tokens."""
-MAX_BATCH = 65_536
-"""Largest ``batch_size`` / ``eval_blocks``: each is a tensor of this many blocks of ``max_len`` tokens."""
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """How a built-in source model is built and pretrained. Every field is part of the cache key.
-
-    The defaults give a ~5.1M-parameter RoBERTa (4 x 256, ~7.2k pieces on the ``small`` world)
-    whose cold pretraining takes about 3.5 minutes on 2 idle CPU cores and reaches dev MLM loss
-    ~5.76 (the unigram baseline is 6.20); ``pretrain_info.json`` records every run's curves.
-    """
-
-    kind: Kind = "mlm"
-    """``"mlm"``: RoBERTa-like ``RobertaForMaskedLM``; ``"clm"``: GPT-2-like ``GPT2LMHeadModel``."""
-    hidden_size: int = 256
-    """Width of the model."""
-    num_layers: int = 4
-    """Transformer layers."""
-    num_heads: int = 4
-    """Attention heads; must divide ``hidden_size``."""
-    intermediate_size: int = 1024
-    """Feed-forward width."""
-    max_len: int = 128
-    """Tokens per training block (specials included); RoBERTa gets ``max_len + 2`` positions."""
-    vocab_size: int = 6000
-    """Source tokenizer size. The small world's source text supports ~7.2k Unigram pieces; 6000 leaves
-    a margin so small changes to the generator do not trip the achievable-size check (specials included)."""
-    tokenizer_algorithm: str = "unigram"
-    """One of :data:`harness.tokenizers.ALGORITHMS`; the built-in sources are SentencePiece-Unigram."""
-    steps: int = 500
-    """Optimizer steps. 500 x 16 x 128 = 1M tokens (~2.4 epochs of the ``small`` world's source
-    text). Measured on an idle 2-core AMD EPYC: 0.40 s per MLM step with 2 threads (0.69 s with 1),
-    so ~3.5 min cold in all; a CLM step costs 0.64 s (full-vocabulary logits)."""
-    batch_size: int = 16
-    """Blocks of ``max_len`` tokens per step. 16 rather than 32: twice the updates for the same
-    tokens and time, the usual better trade-off for a small model far from convergence."""
-    lr: float = 5e-4
-    """Peak learning rate (AdamW), reached after warmup, then linear decay to 0. On the ``small``
-    world, 200-step runs reached dev loss 5.98 at 5e-4 against 6.13 at 1e-3 and 2e-3."""
-    warmup_ratio: float = 0.06
-    """Fraction of ``steps`` spent warming up linearly from 0 (RoBERTa's 6%)."""
-    weight_decay: float = 0.01
-    """AdamW weight decay, not applied to biases and LayerNorm weights."""
-    max_grad_norm: float = 1.0
-    """Gradient-norm clipping threshold."""
-    mlm_probability: float = 0.15
-    """Fraction of non-special tokens selected for MLM (80% ``<mask>``, 10% random, 10% unchanged)."""
-    dropout: float = 0.0
-    """Dropout *during pretraining*. 0 because a few-minute pretraining is far from overfitting and
-    dropout only slows it down (as in short-budget BERT recipes)."""
-    saved_dropout: float = 0.1
-    """Dropout written into the saved model config, i.e. what fine-tuning the source will use
-    (the usual RoBERTa / GPT-2 value)."""
-    seed: int = 0
-    """Seed of model init, data order, masking and dropout (through :mod:`harness.seeding`)."""
-    extra_languages: tuple[str, ...] = ()
-    """World languages whose train text is mixed into pretraining (and the tokenizer corpus)."""
-    extra_fraction: float = 0.25
-    """Lines taken from each extra language, as a fraction of the source language's line count
-    (its first lines; the world's text is already in random order)."""
-    eval_points: int = 4
-    """Held-out (dev) loss is measured this many times, evenly spaced, the last at the final step."""
-    eval_blocks: int = 64
-    """Dev blocks of ``max_len`` tokens used for each held-out loss (fixed masks)."""
-    encoding: str | None = None
-    """None: plain pretraining (all text as one token stream, no language information). A registered
-    language encoding (``none``, ``additive``, ``attached``, ``xlp``; its default config):
-    language-aware pretraining, as the XLP paper pretrains XLM/XLP — every block of
-    ``max_len - 1`` tokens holds one language's text (one position is left for ``attached``'s
-    language token, so every encoding sees the same blocks), its language id travels with the
-    batch, and the encoding's parameters train with the model (without weight decay) and are
-    saved beside it (``language_encoding.json``). ``none`` is the same data without language
-    information: the baseline row of the XLP tables. Part of the cache key only when set, so
-    sources pretrained before this field existed keep their cache entries."""
-
-    def __post_init__(self) -> None:
-        # Canonical values, so equal configs hash equally: lists -> tuples, ints in float fields -> floats.
-        if isinstance(self.extra_languages, list):
-            object.__setattr__(self, "extra_languages", tuple(self.extra_languages))
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if f.type in ("float", float) and isinstance(value, int) and not isinstance(value, bool):
-                object.__setattr__(self, f.name, float(value))
-
-        def positive(name: str) -> None:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"PretrainConfig.{name} must be a positive int, got {value!r}")
-
-        if self.kind not in ("mlm", "clm"):
-            raise ValueError(f"PretrainConfig.kind must be 'mlm' or 'clm', got {self.kind!r}")
-        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "steps", "batch_size",
-                     "eval_points", "eval_blocks"):  # fmt: skip
-            positive(name)
-        for name, most in (("hidden_size", MAX_WIDTH), ("intermediate_size", MAX_WIDTH), ("num_layers", MAX_DEPTH),
-                           ("num_heads", MAX_DEPTH), ("max_len", MAX_LEN), ("batch_size", MAX_BATCH),
-                           ("eval_blocks", MAX_BATCH), ("vocab_size", MAX_VOCAB_SIZE)):  # fmt: skip
-            if isinstance(getattr(self, name), int) and getattr(self, name) > most:
-                raise ValueError(f"PretrainConfig.{name} must be at most {most}, got {getattr(self, name)!r}")
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"PretrainConfig.num_heads={self.num_heads} must divide hidden_size={self.hidden_size}")
-        if not isinstance(self.max_len, int) or self.max_len < 8:
-            raise ValueError(f"PretrainConfig.max_len must be an int >= 8, got {self.max_len!r}")
-        if not isinstance(self.vocab_size, int) or self.vocab_size < 16:
-            raise ValueError(f"PretrainConfig.vocab_size must be an int >= 16, got {self.vocab_size!r}")
-        if self.tokenizer_algorithm not in tk.ALGORITHMS:
-            raise ValueError(
-                f"PretrainConfig.tokenizer_algorithm must be one of {', '.join(tk.ALGORITHMS)}, "
-                f"got {self.tokenizer_algorithm!r}"
-            )
-        if not self.lr > 0:
-            raise ValueError(f"PretrainConfig.lr must be > 0, got {self.lr!r}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"PretrainConfig.warmup_ratio must be in [0, 1), got {self.warmup_ratio!r}")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"PretrainConfig.weight_decay must be >= 0, got {self.weight_decay!r}")
-        if not self.max_grad_norm > 0:
-            raise ValueError(f"PretrainConfig.max_grad_norm must be > 0, got {self.max_grad_norm!r}")
-        if not 0 < self.mlm_probability < 1:
-            raise ValueError(f"PretrainConfig.mlm_probability must be in (0, 1), got {self.mlm_probability!r}")
-        for name in ("dropout", "saved_dropout"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"PretrainConfig.{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= MAX_SEED:
-            raise ValueError(f"PretrainConfig.seed must be an int in [0, {MAX_SEED}], got {self.seed!r}")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ValueError(f"PretrainConfig.{f.name} must be a finite number, got {value!r}")
-        if not all(isinstance(x, str) and x for x in self.extra_languages):
-            raise ValueError(f"PretrainConfig.extra_languages must be language names, got {self.extra_languages!r}")
-        if len(set(self.extra_languages)) != len(self.extra_languages):
-            raise ValueError(f"PretrainConfig.extra_languages has duplicates: {self.extra_languages!r}")
-        if not 0 < self.extra_fraction <= 1:
-            raise ValueError(f"PretrainConfig.extra_fraction must be in (0, 1], got {self.extra_fraction!r}")
-        if self.encoding is not None:
-            from harness import registry  # the encodings register themselves on first lookup
-
-            known = registry.names("encoding")
-            if self.encoding not in known:
-                raise ValueError(
-                    f"PretrainConfig.encoding must be None or a registered encoding ({', '.join(known)}), "
-                    f"got {self.encoding!r}"
-                )
-
-    @classmethod
-    def tiny(cls, **overrides: Any) -> PretrainConfig:
-        """A seconds-long preset for tests: hidden 16, 2 layers, 200-token vocabulary, 30 steps.
-
-        ``max_len`` stays 128, like the default, so the tiny model accepts the 128-token inputs the
-        tasks feed by default.
-
-        Example:
-            >>> PretrainConfig.tiny(kind="clm").hidden_size
-            16
-        """
-        values: dict[str, Any] = dict(
-            hidden_size=16, num_layers=2, num_heads=2, intermediate_size=64, max_len=128, vocab_size=200,
-            steps=30, batch_size=8, lr=3e-3, warmup_ratio=0.1, eval_points=2, eval_blocks=8,
-        )  # fmt: skip
-        values.update(overrides)
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict of the fields (tuples as lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-
-# ----------------------------------------------------------------------------------------------
-# Data
-# ----------------------------------------------------------------------------------------------
-
-
-def _lines(path: Path, limit: int | None = None) -> Iterator[str]:
-    n = 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if limit is not None and n >= limit:
-                return
-            n += 1
-            yield line
-
-
-def _token_stream(tok: PreTrainedTokenizerBase, files: Sequence[Path], chunk_lines: int = 4096) -> torch.Tensor:
-    """All non-blank lines, each encoded with the tokenizer's specials (``<s> X </s>``), concatenated."""
-    flat: list[int] = []
-    for path in files:
-        batch: list[str] = []
-        for line in _lines(path):
-            batch.append(line)
-            if len(batch) == chunk_lines:
-                for ids in tok(batch)["input_ids"]:
-                    flat.extend(ids)
-                batch = []
-        if batch:
-            for ids in tok(batch)["input_ids"]:
-                flat.extend(ids)
-    return torch.tensor(flat, dtype=torch.long)
-
-
-def _blocks(stream: torch.Tensor, max_len: int, what: str) -> torch.Tensor:
-    """Cut the stream into ``(n, max_len)`` blocks (remainder dropped), like RoBERTa's FULL-SENTENCES."""
-    n = stream.numel() // max_len
-    if n == 0:
-        raise ValueError(f"the {what} text has only {stream.numel()} tokens, fewer than one block of max_len={max_len}")
-    return stream[: n * max_len].view(n, max_len)
-
-
-def _batch_indices(n_blocks: int, batch_size: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """Endless batches of block indices: a fresh permutation per epoch, batches may span epochs."""
-    buf = torch.zeros(0, dtype=torch.long)
-    while True:
-        while buf.numel() < batch_size:
-            buf = torch.cat([buf, torch.randperm(n_blocks, generator=generator)])
-        yield buf[:batch_size]
-        buf = buf[batch_size:]
-
-
-def _mask_tokens(
-    ids: torch.Tensor,
-    *,
-    special_ids: torch.Tensor,
-    regular_ids: torch.Tensor,
-    mask_id: int,
-    probability: float,
-    generator: torch.Generator,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """BERT/RoBERTa masking with an explicit generator: returns ``(inputs, labels)``.
-
-    ``probability`` of the non-special positions are selected (at least one per batch); of those
-    80% become ``mask_id``, 10% a random regular token, 10% stay. Labels are -100 elsewhere.
-    """
-    is_special = torch.isin(ids, special_ids)
-    prob = torch.full(ids.shape, probability)
-    prob[is_special] = 0.0
-    selected = torch.bernoulli(prob, generator=generator).bool()
-    if not selected.any():  # tiny batches: keep the loss defined
-        candidates = (~is_special).flatten().nonzero().flatten()
-        pick = candidates[torch.randint(candidates.numel(), (1,), generator=generator)]
-        selected.view(-1)[pick] = True
-    labels = torch.where(selected, ids, torch.full_like(ids, -100))
-    inputs = ids.clone()
-    to_mask = torch.bernoulli(torch.full(ids.shape, 0.8), generator=generator).bool() & selected
-    to_random = torch.bernoulli(torch.full(ids.shape, 0.5), generator=generator).bool() & selected & ~to_mask
-    inputs[to_mask] = mask_id
-    random_tokens = regular_ids[torch.randint(regular_ids.numel(), ids.shape, generator=generator)]
-    inputs[to_random] = random_tokens[to_random]
-    return inputs, labels
-
-
-# ----------------------------------------------------------------------------------------------
-# Model
-# ----------------------------------------------------------------------------------------------
-
-
-def _special_id(tok: PreTrainedTokenizerBase, primary: str, fallback: str) -> int:
-    value = getattr(tok, f"{primary}_token_id")
-    if value is None:
-        value = getattr(tok, f"{fallback}_token_id")
-    if value is None:
-        raise ValueError(f"tokenizer has neither a {primary} nor a {fallback} token")
-    return int(value)
-
-
-def _build_model(config: PretrainConfig, tok: PreTrainedTokenizerBase, dropout: float) -> PreTrainedModel:
-    """A freshly initialized model (call under ``seeded_globals``); embeddings tied to the LM head."""
-    pad, bos, eos = int(tok.pad_token_id), _special_id(tok, "bos", "cls"), _special_id(tok, "eos", "sep")
-    if config.kind == "mlm":
-        mcfg = RobertaConfig(
-            vocab_size=len(tok),
-            hidden_size=config.hidden_size,
-            num_hidden_layers=config.num_layers,
-            num_attention_heads=config.num_heads,
-            intermediate_size=config.intermediate_size,
-            # RoBERTa numbers positions from pad_token_id + 1: max_len tokens need max_len + 2 rows.
-            max_position_embeddings=config.max_len + 2,
-            type_vocab_size=1,
-            hidden_dropout_prob=dropout,
-            attention_probs_dropout_prob=dropout,
-            layer_norm_eps=1e-5,
-            pad_token_id=pad,
-            bos_token_id=bos,
-            eos_token_id=eos,
-            tie_word_embeddings=True,
-        )
-        return RobertaForMaskedLM(mcfg)
-    mcfg = GPT2Config(
-        vocab_size=len(tok),
-        n_positions=config.max_len,
-        n_embd=config.hidden_size,
-        n_layer=config.num_layers,
-        n_head=config.num_heads,
-        n_inner=config.intermediate_size,
-        resid_pdrop=dropout,
-        embd_pdrop=dropout,
-        attn_pdrop=dropout,
-        pad_token_id=pad,
-        bos_token_id=bos,
-        eos_token_id=eos,
-        tie_word_embeddings=True,
-    )
-    return GPT2LMHeadModel(mcfg)
-
-
-def _set_dropout(model: PreTrainedModel, p: float) -> None:
-    """Set every dropout probability, in modules and in the config that will be saved."""
-    for module in model.modules():
-        if isinstance(module, torch.nn.Dropout):
-            module.p = p
-    for name in ("hidden_dropout_prob", "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop"):
-        if hasattr(model.config, name):
-            setattr(model.config, name, p)
-
-
-def _loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean token loss. For MLM only the selected positions go through the LM head (~7x cheaper)."""
-    if kind == "mlm":
-        assert isinstance(model, RobertaForMaskedLM)
-        hidden = model.roberta(input_ids=inputs).last_hidden_state
-        selected = labels != -100
-        logits = model.lm_head(hidden[selected])
-        return F.cross_entropy(logits, labels[selected])
-    logits = model(input_ids=inputs).logits[:, :-1]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-
-
-def _param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict[str, Any]]:
-    """AdamW groups: no decay for biases, norms and a language encoding's tables (``tables.*``:
-    decay would pull XLP's identity start towards zero)."""
-    decay, no_decay = [], []
-    seen: set[int] = set()
-    for name, p in model.named_parameters():
-        if not p.requires_grad or id(p) in seen:
-            continue
-        seen.add(id(p))
-        plain = p.ndim < 2 or "norm" in name.lower() or name.endswith(".bias") or name.startswith("tables.")
-        (no_decay if plain else decay).append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-
-
-class _MaskedLMLoss(torch.nn.Module):
-    """A masked LM whose forward returns :func:`_loss` (LM head on the selected positions only).
-
-    Language encodings wrap this module during pretraining: their hook sits on the word-embedding
-    module it shares with the masked LM, so the trained tables are then moved onto the masked LM
-    itself (``EncodedModel.rewrap``) for saving.
-    """
-
-    def __init__(self, model: PreTrainedModel) -> None:
-        super().__init__()
-        self.model = model
-
-    @property
-    def config(self) -> Any:
-        return self.model.config
-
-    def get_input_embeddings(self) -> torch.nn.Module:
-        return self.model.get_input_embeddings()
-
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return _loss(self.model, "mlm", input_ids, labels)
-
-
-def _encode_model(model: PreTrainedModel, config: PretrainConfig, languages: Sequence[str]) -> Any:
-    """``model`` wrapped with ``config.encoding`` (default config) for ``languages``; None for ``none``.
-
-    Masked LMs are wrapped through :class:`_MaskedLMLoss` (cheap loss); causal LMs directly.
-    """
-    from harness import registry
-
-    encoding = registry.get("encoding", str(config.encoding)).make(None)
-    if config.encoding == "none":
-        return None
-    target = _MaskedLMLoss(model) if config.kind == "mlm" else model
-    return encoding.wrap(target, list(languages), seed=config.seed)
-
-
-def _encoded_loss(wrapped: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor, languages: list[str]) -> torch.Tensor:
-    """Mean token loss of a language-encoded model on blocks in ``languages`` (one per row).
-
-    The wrapper prepares the batch (language ids; ``attached`` inserts its token, labelled -100).
-    """
-    batch = wrapped.prepare_batch({"input_ids": inputs, "labels": labels}, languages)
-    if kind == "mlm":
-        return wrapped(**batch)
-    labels = batch.pop("labels")
-    logits = wrapped(**batch).logits[:, :-1]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1))
-
-
-def _language_blocks(
-    tok: PreTrainedTokenizerBase, language_files: dict[str, list[Path]], block_len: int
-) -> tuple[torch.Tensor, list[str]]:
-    """Blocks of ``block_len`` tokens cut from each language's own stream, and each block's language."""
-    blocks, langs = [], []
-    for lang, files in language_files.items():
-        b = _blocks(_token_stream(tok, files), block_len, f"{lang} training")
-        blocks.append(b)
-        langs.extend([lang] * b.shape[0])
-    return torch.cat(blocks), langs
-
-
-class _Progress:
-    """A rich progress bar showing the running loss, or nothing."""
-
-    def __init__(self, enabled: bool, total: int, description: str) -> None:
-        self._bar: Any = None
-        if enabled:
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-                TimeRemainingColumn,
-            )
-
-            self._bar = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("loss {task.fields[loss]}"),
-                TimeElapsedColumn(),
-                TextColumn("eta"),
-                TimeRemainingColumn(),
-            )
-            self._task = self._bar.add_task(description, total=total, loss="-")
-
-    def __enter__(self) -> _Progress:
-        if self._bar is not None:
-            self._bar.__enter__()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(*exc)
-
-    def update(self, loss: float) -> None:
-        if self._bar is not None:
-            self._bar.update(self._task, advance=1, loss=f"{loss:.3f}")
-
 
 # ----------------------------------------------------------------------------------------------
 # Training
@@ -536,9 +72,9 @@ def _dev_loss(
 ) -> float:
     """Mean loss over the dev blocks with masks fixed by the seed (identical at every eval point).
 
-    ``loss_fn(model, kind, inputs, labels)`` defaults to :func:`_loss`.
+    ``loss_fn(model, kind, inputs, labels)`` defaults to :func:`loss`.
     """
-    loss_fn = loss_fn or _loss
+    loss_fn = loss_fn or pmodel.token_loss
     was_training = model.training
     model.eval()
     g = seeding.torch_generator(config.seed, "pretrain", "eval-mask")
@@ -546,7 +82,7 @@ def _dev_loss(
     for start in range(0, dev.shape[0], config.batch_size):
         ids = dev[start : start + config.batch_size]
         if config.kind == "mlm":
-            inputs, labels = _mask_tokens(ids, generator=g, **mask_kwargs)
+            inputs, labels = pdata.mask_tokens(ids, generator=g, **mask_kwargs)
             n = int((labels != -100).sum())
         else:
             inputs, labels = ids, ids
@@ -566,32 +102,45 @@ def _pretrain_into(
     progress: bool,
     provenance: dict[str, Any],
     language_files: dict[str, list[Path]] | None = None,
+    tlm_pairs: dict[str, list[tuple[str, str]]] | None = None,
 ) -> None:
     """Train tokenizer and model on ``train_files`` and save everything into ``out``.
 
     With ``config.encoding`` set, ``language_files`` holds each language's training text (the
     source language first; its dev text is ``dev_files``) and ``train_files`` only trains the
     tokenizer (the same mixed corpus as plain multilingual pretraining, hence the same vocabulary).
+    ``tlm_pairs`` (``config.tlm_fraction > 0``): each extra language's (source, translation) pairs.
     """
+    # Stays whole: data, model, encoding wrapper, training and the saved provenance run in the order the cache
+    # entry records; split, its eight inputs would be threaded through each piece.
     t_start, cpu_start = time.perf_counter(), time.process_time()
     tok = tk.train_tokenizer(
         list(train_files), config.tokenizer_algorithm, config.vocab_size, cache_dir=cache_dir, progress=False
     )
     t_tok = time.perf_counter()
     train, block_langs, dev = _pretraining_blocks(tok, config, train_files, dev_files, language_files)
+    seqs = None
+    if tlm_pairs is not None:
+        seqs = tlm.pack_pairs(tok, tlm_pairs, str(provenance["source_language"]), config.max_len,
+                              seeding.torch_generator(config.seed, "pretrain", "tlm-pack"))  # fmt: skip
     t_data = time.perf_counter()
     if config.kind == "mlm" and tok.mask_token_id is None:
         raise ValueError("an MLM source needs a tokenizer with a mask token")
 
     with seeding.seeded_globals(config.seed, "pretrain", "init"):
-        model = _build_model(config, tok, config.dropout)
+        model = pmodel.build_model(config, tok, config.dropout)
     n_params = sum(p.numel() for p in model.parameters())
-    wrapped = _encode_model(model, config, list(language_files)) if language_files else None
+    # a GPU when there is one, as the runner does for tasks (the medium presets' sources); recorded below
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model.to(device)
+    wrapped = pmodel.encode_model(model, config, list(language_files)) if language_files else None
     t_train = time.perf_counter()
-    curve, dev_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
-                                     dev_langs=[next(iter(language_files))] if wrapped is not None else [])
+    curve, dev_curve, tlm_curve = _train_source(model, wrapped, config, tok, train, block_langs, dev, progress,
+                                                dev_langs=[next(iter(language_files))] if wrapped is not None else [],
+                                                tlm_seqs=seqs)  # fmt: skip
     t_end = time.perf_counter()
 
+    (wrapped if wrapped is not None else model).to("cpu")
     _save_source(out, model, wrapped, tok, config)
     info = {
         "schema_version": 1,
@@ -617,6 +166,7 @@ def _pretrain_into(
             "cpu_s": round(time.process_time() - cpu_start, 3),
         },
         "torch_threads": torch.get_num_threads(),
+        "device": device,
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
         **provenance,
     }
@@ -624,6 +174,9 @@ def _pretrain_into(
         counts = {lang: block_langs.count(lang) for lang in dict.fromkeys(block_langs or [])}
         info["language_blocks"] = counts
         info["encoding"] = wrapped.encoding_info() if wrapped is not None else {"name": "none", "parameters_added": 0}
+    if seqs is not None:
+        info["tlm"] = {**seqs.info(), "steps": sum(tlm.is_tlm_step(s, config.tlm_fraction) for s in range(1, config.steps + 1)),
+                       "final_loss": tlm_curve[-1][1] if tlm_curve else None, "loss_curve": tlm_curve}  # fmt: skip
     (out / INFO_FILE).write_text(json.dumps(info, indent=1) + "\n")
 
 
@@ -638,17 +191,17 @@ def _pretraining_blocks(
     block_langs: list[str] | None = None
     if config.encoding is None:
         block_len = config.max_len
-        train = _blocks(_token_stream(tok, train_files), block_len, "training")
+        train = pdata.blocks(pdata.token_stream(tok, train_files), block_len, "training")
     else:
         if not language_files:
             raise ValueError("PretrainConfig.encoding needs the training text of each language")
         block_len = config.max_len - 1  # room for attached's language token, the same blocks for every encoding
-        train, block_langs = _language_blocks(tok, language_files, block_len)
-    dev_stream = _token_stream(tok, dev_files) if dev_files else None
+        train, block_langs = pdata.language_blocks(tok, language_files, block_len)
+    dev_stream = pdata.token_stream(tok, dev_files) if dev_files else None
     # A dev text shorter than one block gives no dev loss rather than an error.
     dev = None
     if dev_stream is not None and dev_stream.numel() >= block_len:
-        dev = _blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
+        dev = pdata.blocks(dev_stream, block_len, "dev")[: config.eval_blocks]
     return train, block_langs, dev
 
 
@@ -662,9 +215,12 @@ def _train_source(
     dev: torch.Tensor | None,
     progress: bool,
     dev_langs: list[str],
-) -> tuple[list[list[float]], list[list[float]]]:
-    """The pretraining loop (``wrapped``: the language-encoded model, or None); returns the loss
-    curve and the dev curve as ``[step, loss]`` rows."""
+    tlm_seqs: tlm.TlmSequences | None = None,
+) -> tuple[list[list[float]], list[list[float]], list[list[float]]]:
+    """The pretraining loop (``wrapped``: the language-encoded model, or None); returns the (MLM)
+    loss curve, the dev curve and the TLM loss curve (empty without TLM) as ``[step, loss]`` rows."""
+    # Stays whole: one training loop (MLM and TLM batches, schedule, dev curve) whose state is the optimizer,
+    # the step count and three curves.
     special_ids = torch.tensor(sorted(set(tok.all_special_ids)), dtype=torch.long)
     regular_ids = torch.tensor(sorted(set(range(len(tok))) - set(tok.all_special_ids)), dtype=torch.long)
     mask_kwargs: dict[str, Any] = dict(
@@ -677,11 +233,11 @@ def _train_source(
     if wrapped is not None:
 
         def loss_fn(m: Any, kind: str, inputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-            return _encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
+            return pmodel.encoded_loss(m, kind, inputs, labels, dev_langs * inputs.shape[0])
 
     trained = wrapped if wrapped is not None else model
     trained.train()
-    optimizer = torch.optim.AdamW(_param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
+    optimizer = torch.optim.AdamW(pmodel.param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
     warmup = max(1, round(config.warmup_ratio * config.steps)) if config.warmup_ratio > 0 else 0
 
     def lr_factor(step: int) -> float:  # step = number of optimizer steps already taken
@@ -692,29 +248,39 @@ def _train_source(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor)
     data_gen = seeding.torch_generator(config.seed, "pretrain", "data")
     mask_gen = seeding.torch_generator(config.seed, "pretrain", "mask")
-    batches = _batch_indices(train.shape[0], config.batch_size, data_gen)
+    batches = pdata.batch_indices(train.shape[0], config.batch_size, data_gen)
+    tlm_batches = None
+    if tlm_seqs is not None:
+        tlm_batches = tlm.TlmBatches(tlm_seqs, config.batch_size, config.seed, int(tok.pad_token_id), mask_kwargs)
     log_every = max(1, config.steps // 50)
     eval_at = {round(config.steps * (i + 1) / config.eval_points) for i in range(config.eval_points)}
     curve: list[list[float]] = []
     dev_curve: list[list[float]] = []
     window: list[float] = []
+    tlm_curve: list[list[float]] = []
+    tlm_window: list[float] = []
     ema: float | None = None
     with (
         seeding.seeded_globals(config.seed, "pretrain", "dropout"),
-        _Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
+        pmodel.Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
     ):
         for step in range(1, config.steps + 1):
-            idx = next(batches)
-            ids = train[idx]
-            if config.kind == "mlm":
-                inputs, labels = _mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+            is_tlm = tlm_batches is not None and tlm.is_tlm_step(step, config.tlm_fraction)
+            if is_tlm:
+                assert tlm_batches is not None and tlm_seqs is not None
+                loss = tlm.tlm_loss(model, wrapped, tlm_batches.next(), tlm_seqs.languages)
             else:
-                inputs, labels = ids, ids
-            if wrapped is None:
-                loss = _loss(model, config.kind, inputs, labels)
-            else:
-                assert block_langs is not None
-                loss = _encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
+                idx = next(batches)
+                ids = train[idx]
+                if config.kind == "mlm":
+                    inputs, labels = pdata.mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+                else:
+                    inputs, labels = ids, ids
+                if wrapped is None:
+                    loss = pmodel.token_loss(model, config.kind, inputs, labels)
+                else:
+                    assert block_langs is not None
+                    loss = pmodel.encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
@@ -723,20 +289,25 @@ def _train_source(
             value = loss.detach().item()
             if not math.isfinite(value):
                 raise FloatingPointError(f"pretraining loss became {value} at step {step}; lower PretrainConfig.lr")
-            window.append(value)
-            ema = value if ema is None else 0.98 * ema + 0.02 * value
-            bar.update(ema)
+            if is_tlm:
+                tlm_window.append(value)
+            else:
+                window.append(value)
+                ema = value if ema is None else 0.98 * ema + 0.02 * value
+            bar.update(ema if ema is not None else value)
             if step % log_every == 0 or step == config.steps:
-                curve.append([step, round(sum(window) / len(window), 4)])
-                window = []
+                for rows, values in ((curve, window), (tlm_curve, tlm_window)):
+                    if values:
+                        rows.append([step, round(sum(values) / len(values), 4)])
+                        values.clear()
             if dev is not None and step in eval_at:
                 dev_curve.append([step, round(_dev_loss(trained, config, dev, mask_kwargs, loss_fn), 4)])
-    return curve, dev_curve
+    return curve, dev_curve, tlm_curve
 
 
 def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: PretrainConfig) -> None:
     """Save the model (with its language encoding, if any) and the tokenizer into ``out``."""
-    _set_dropout(model, config.saved_dropout)
+    pmodel.set_dropout(model, config.saved_dropout)
     tok.model_max_length = config.max_len  # only now: the stream above encodes whole lines
     hf_logging = transformers.utils.logging
     bars_were_on = hf_logging.is_progress_bar_enabled()
@@ -753,17 +324,22 @@ def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: Pretrain
     tok.save_pretrained(out)
 
 
+_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0}
+"""Fields added after sources were cached: left out of the cache key at these values."""
+
+
 def _config_key(config: PretrainConfig) -> dict[str, Any]:
-    """The config as :func:`harness.cache.content_hash` hashes a dataclass, without ``encoding``
-    when it is None: sources pretrained before the field existed keep their cache keys."""
+    """The config as :func:`harness.cache.content_hash` hashes a dataclass, without the fields of
+    :data:`_OMITTED_AT_DEFAULT` at their defaults: sources pretrained before they existed keep their cache keys."""
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    if config.encoding is None:
-        del fields["encoding"]
+    for name, default in _OMITTED_AT_DEFAULT.items():
+        if fields[name] == default:
+            del fields[name]
     return {"__dataclass__": type(config).__qualname__, **fields}
 
 
-def _cache_key(config: PretrainConfig, train: Any, dev: Any) -> dict[str, Any]:
-    return {
+def _cache_key(config: PretrainConfig, train: Any, dev: Any, parallel: dict[str, Path] | None = None) -> dict[str, Any]:
+    key = {
         "what": "pretrained_source",
         "code_version": CODE_VERSION,
         "tokenizer_code_version": tk.CODE_VERSION,
@@ -771,6 +347,9 @@ def _cache_key(config: PretrainConfig, train: Any, dev: Any) -> dict[str, Any]:
         "train": train,  # Paths: hashed by content (a dict of them per language for encoded pretraining)
         "dev": dev,
     }
+    if parallel is not None:  # TLM's parallel text (absent otherwise: earlier keys unchanged)
+        key["parallel"] = parallel
+    return key
 
 
 def pretrain_on_files(
@@ -871,6 +450,7 @@ def pretrained_source(
         >>> json.loads((path / "pretrain_info.json").read_text())["final_loss"]            # doctest: +SKIP
         5.1
     """
+    # Over 80 lines by its docstring and the nested build of the cache entry; the body reads config, checks, build.
     if config is None:
         config = PretrainConfig(kind=kind or "mlm")
     elif kind is not None and kind != config.kind:
@@ -888,6 +468,7 @@ def pretrained_source(
     train: dict[str, Path] = {source: Path(world.text(source, "train"))}
     train.update({lang: Path(world.text(lang, "train")) for lang in config.extra_languages})
     dev = Path(world.text(source, "dev"))
+    parallel = {lang: Path(world.parallel(lang)) for lang in config.extra_languages} if config.tlm_fraction > 0 else None
     root = Path(cache_dir) if cache_dir is not None else None
     provenance = {"world": str(Path(world_dir)), "source_language": source}
 
@@ -899,23 +480,24 @@ def pretrained_source(
         # One mixed corpus (source first, then each extra language's first lines), so the tokenizer
         # and the model see the same text. Language-aware pretraining (config.encoding) trains the
         # tokenizer on the same corpus and the model on each language's part of it.
-        n_source = sum(1 for _ in _lines(train[source]))
+        n_source = sum(1 for _ in pdata.lines(train[source]))
         n_extra = max(1, round(config.extra_fraction * n_source))
         with tempfile.TemporaryDirectory(prefix="tokxfer-mix-") as tmp:
             mixed = Path(tmp) / "pretrain_corpus.txt"
             with open(mixed, "w", encoding="utf-8") as f:
-                for line in _lines(train[source]):
+                for line in pdata.lines(train[source]):
                     f.write(line + "\n")
                 for lang in config.extra_languages:
-                    for line in _lines(train[lang], limit=n_extra):
+                    for line in pdata.lines(train[lang], limit=n_extra):
                         f.write(line + "\n")
             language_files = None
             if config.encoding is not None:
                 language_files = {source: [train[source]]}
                 for lang in config.extra_languages:
                     part = Path(tmp) / f"{lang}.txt"
-                    part.write_text("".join(line + "\n" for line in _lines(train[lang], limit=n_extra)), encoding="utf-8")
+                    part.write_text("".join(line + "\n" for line in pdata.lines(train[lang], limit=n_extra)), encoding="utf-8")
                     language_files[lang] = [part]
-            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files)
+            pairs = None if parallel is None else {lang: tlm.read_pairs(parallel[lang], n_extra) for lang in parallel}
+            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files, pairs)
 
-    return cached_dir("sources", _cache_key(config, train, dev), build, root=root)
+    return cached_dir("sources", _cache_key(config, train, dev, parallel), build, root=root)

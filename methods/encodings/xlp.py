@@ -14,6 +14,11 @@ scratch, as the paper's MT models are) train them.
 
 For a single language, :meth:`~harness.language_encoding.EncodedModel.fold` exports a plain
 transformers model whose embedding rows are ``W_l e``.
+
+Controls for the paper's claims (issue 28): ``decoder: false`` leaves the decoder of a translation
+model without its XLP layer (a frozen identity; the paper puts one on both sides), and the
+``xlp-shared`` encoding (:mod:`methods.encodings.xlp_shared`) is one ``d x d`` matrix for all languages
+in the same place with the same init — capacity without language-specific projection.
 """
 
 from __future__ import annotations
@@ -37,9 +42,15 @@ class XlpConfig:
     """Std of ``random`` matrix entries; None: ``1/sqrt(d)``."""
     train_in_finetuning: bool = False
     """Train the projections in task fine-tuning (xnli, qa, ner); the paper keeps them fixed."""
+    decoder: bool = True
+    """Encoder–decoders (``iwslt-bleu``): give the decoder its own XLP layer for the target language
+    (the paper). ``false`` is the control without it: the decoder side stays a frozen identity, so only
+    the encoder projects. Encoders and causal LMs have no decoder side; the option changes nothing there."""
 
     def __post_init__(self) -> None:
         _wrapper.check_init_options("xlp", self.init, self.random_std)
+        if not isinstance(self.decoder, bool):
+            raise ValueError(f"xlp.decoder must be true or false, got {self.decoder!r}")
 
 
 @register_encoding("xlp", config=XlpConfig,
@@ -52,7 +63,14 @@ class Xlp:
         self.wrapped: Any = None
 
     def wrap(self, model: Any, languages: list[str], *, seed: int | None = None, pretrained: dict | None = None) -> Any:
-        """Wrap ``model`` (see :func:`harness.language_encoding.wrap_model`)."""
+        """Wrap ``model`` (see :func:`harness.language_encoding.wrap_model`).
+
+        Raises:
+            ValueError: the source was pretrained with one shared projection (``xlp-shared``).
+        """
+        if shared_source(model, pretrained):
+            raise ValueError("encoding 'xlp': the source model was pretrained with one shared projection "
+                             "for all languages; use the encoding 'xlp-shared' (or a source pretrained with 'xlp')")
         self.wrapped = _wrapper.wrap_model(model, languages, encoding="xlp", config=self.config, seed=seed,
                                            pretrained=pretrained, train_in_finetuning=self.config.train_in_finetuning)  # fmt: skip
         return self.wrapped
@@ -60,3 +78,11 @@ class Xlp:
     def prepare(self, batch: dict, languages: list[str]) -> dict:
         """Add ``language_ids`` to the batch."""
         return _wrapper.prepare_for(self, batch, languages)
+
+
+def shared_source(model: Any, pretrained: dict | None) -> bool:
+    """Whether ``model`` (an encoded model) or the ``pretrained`` encoding of its source is ``xlp-shared``'s."""
+    config = getattr(model, "encoding_config", None) if getattr(model, "is_language_encoded", False) else None
+    if config is None and pretrained is not None:
+        config = pretrained["meta"].get("encoding_config")
+    return bool((config or {}).get("shared", False))

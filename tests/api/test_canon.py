@@ -199,9 +199,12 @@ def test_canonical_vocab_covers_every_id_and_nones_specials():
 def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_tokens(monkeypatch):
     import copy
 
+    import harness.families
     import harness.vocab as hv
+    from harness.cache import ProcessMemo
 
     tok = copy.deepcopy(FAMILY_BUILDERS["sentencepiece"]())  # the fixture builders share their tokenizers
+    monkeypatch.setattr(harness.families, "_CONTENT_MEMO", ProcessMemo(8))  # other tests canonicalized the same content
     calls = []
     real = hv._canonical_detail_uncached
     monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
@@ -212,6 +215,40 @@ def test_canonical_vocab_is_computed_once_per_tokenizer_and_again_after_added_to
     tok.add_tokens(["zzqqxx"])
     grown = canonical_vocab(tok)
     assert len(calls) == 2 and len(grown) == len(again) + 1 and grown[-1].text == b"zzqqxx"
+
+
+def test_canonical_vocab_is_shared_by_tokenizers_with_the_same_content(monkeypatch):
+    """A trial loads its source tokenizer afresh: a new object with the same content (whatever its
+    truncation state) reuses the canonical forms; other content is canonicalized on its own."""
+    import copy
+
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    import harness.families
+    import harness.vocab as hv
+    from harness.cache import ProcessMemo
+
+    monkeypatch.setattr(harness.families, "_CONTENT_MEMO", ProcessMemo(8))
+    calls = []
+    real = hv._canonical_detail_uncached
+    monkeypatch.setattr(hv, "_canonical_detail_uncached", lambda t: calls.append(1) or real(t))
+    base = FAMILY_BUILDERS["sentencepiece"]()
+
+    def fresh():
+        return PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(base.backend_tokenizer.to_str()),
+                                       **{k: getattr(base, k) for k in ("unk_token", "pad_token", "bos_token", "eos_token")})
+
+    a, b = fresh(), fresh()
+    b.backend_tokenizer.enable_truncation(5)
+    assert hv.tokenizer_key(a) == hv.tokenizer_key(b)
+    assert canonical_vocab(a) == canonical_vocab(b) == real(a)[0] and len(calls) == 1
+    c = fresh()
+    c.add_tokens(["zzqqxx"])
+    assert hv.tokenizer_key(c) != hv.tokenizer_key(a)
+    assert canonical_vocab(c)[-1].text == b"zzqqxx" and len(calls) == 2
+    canonical_vocab(copy.deepcopy(FAMILY_BUILDERS["wordpiece"]()))  # the builders share their tokenizers
+    assert len(calls) == 3
 
 
 @pytest.mark.parametrize(
@@ -355,6 +392,83 @@ def test_overlap_respects_n_source():
     src = from_vocab("wordpiece", BERT + ["foo", "bar"])
     tgt = from_vocab("wordpiece", BERT + ["foo", "bar"])
     assert _pairs(compute_overlap(src, tgt, n_source=6).exact) == {(5, 5)}
+
+
+def _sp_no_fallback(pieces: list[str]) -> PreTrainedTokenizerFast:
+    """SentencePiece-Unigram without byte fallback (as ``harness.tokenizers`` trains them), from its pieces."""
+    bk = Tokenizer(models.Unigram([(p, -1.0) for p in pieces], unk_id=pieces.index("<unk>"), byte_fallback=False))
+    bk.pre_tokenizer = pre_tokenizers.Metaspace()
+    bk.decoder = decoders.Metaspace()
+    return PreTrainedTokenizerFast(tokenizer_object=bk, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", mask_token="<mask>")
+
+
+def _by_canon(monkeypatch, src, tgt, **kw):
+    """:func:`compute_overlap` with its string shortcut switched off (every piece canonicalized)."""
+    from harness import vocab
+
+    with monkeypatch.context() as m:
+        m.setattr(vocab, "_overlap_by_string", lambda *a: None)
+        return compute_overlap(src, tgt, **kw)
+
+
+@pytest.mark.parametrize("case", ["sentencepiece", "wordpiece", "bytelevel", "n_source"])
+def test_overlap_by_piece_string_equals_the_canonical_one(case, monkeypatch):
+    from harness import vocab
+
+    if case == "wordpiece":
+        src = from_vocab("wordpiece", BERT + ["foo", "##foo", "##", "bar", "####", "é"])
+        tgt = from_vocab("wordpiece", ["[UNK]", "##foo", "bar", "[CLS]", "##", "foo", "[SEP]", "qux", "####", "é"])
+    elif case == "bytelevel":
+        src = from_vocab("bytelevel", RB + ["ĠcafÃ©", "Ã©", "Ã", "Ġfoo"])
+        tgt = from_vocab("bytelevel", RB + ["Ã", "Ġfoo", "x", "ĠcafÃ©"])
+    else:
+        src = _sp_no_fallback(RB + ["▁foo", "foo", "▁", "bar", "▁a▁b", "é"])
+        tgt = _sp_no_fallback(RB + ["bar", "▁foo", "▁a▁b", "baz", "é", "▁"])
+    kw = {"n_source": 8} if case == "n_source" else {}
+    fast = vocab._overlap_by_string(src, tgt, kw.get("n_source"))
+    assert fast is not None  # the shortcut applies to these pairs
+    slow = _by_canon(monkeypatch, src, tgt, fuzzy=False, **kw)
+    assert len(slow.exact) >= (2 if case == "n_source" else 3)
+    assert fast.exact.tolist() == slow.exact.tolist() and fast.specials.tolist() == slow.specials.tolist()
+    assert fast.report() == slow.report()
+    assert compute_overlap(src, tgt, fuzzy=False, **kw).exact.tolist() == slow.exact.tolist()
+
+
+def test_overlap_by_piece_string_declines_where_strings_and_canonical_forms_differ(monkeypatch):
+    from harness import vocab
+
+    # byte fallback: "<0x41>" and "A" are one canonical form
+    fb = from_vocab("sentencepiece", RB + ["<0x41>", "A"]), from_vocab("sentencepiece", RB + ["<0x41>"])
+    # a piece holding a space: "▁a b" and "▁a▁b" are one canonical form
+    space = _sp_no_fallback(RB + ["▁a b"]), _sp_no_fallback(RB + ["▁a▁b"])
+    # a byte-level piece outside the byte alphabet is read as UTF-8: "€" is "âĤ¬"
+    utf8 = from_vocab("bytelevel", RB + ["€"]), from_vocab("bytelevel", RB + ["âĤ¬"])
+    # two families, or a non-special added token
+    mixed = _sp_no_fallback(RB + ["▁foo"]), from_vocab("wordpiece", BERT + ["foo"])
+    added = _sp_no_fallback(RB + ["▁foo"]), _sp_no_fallback(RB + ["▁foo"])
+    added[1].add_tokens(["foo"])
+    for src, tgt in (fb, space, utf8, mixed, added):
+        assert vocab._overlap_by_string(src, tgt, None) is None
+        assert compute_overlap(src, tgt, fuzzy=False).exact.tolist() == _by_canon(monkeypatch, src, tgt, fuzzy=False).exact.tolist()
+    assert compute_overlap(*fb, fuzzy=False).exact.tolist() == [[5, 6]]  # the regular piece wins
+    assert compute_overlap(*space, fuzzy=False).exact.tolist() == [[5, 5]]
+    assert compute_overlap(*utf8, fuzzy=False).exact.tolist() == [[5, 5]]
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_BUILDERS))
+def test_canonical_forms_of_some_ids_equal_the_canonical_vocabulary(family):
+    from harness import vocab
+
+    tok = FAMILY_BUILDERS[family]()
+    tok.add_tokens(["zzqx", "▁yyqx"])
+    ids = [len(tok) + 5, *range(len(tok) - 1, -1, -3), 0, -1]
+    vocab._DETAIL_MEMO.clear()
+    piecewise = vocab.canonical_forms(tok, ids)  # nothing canonicalized yet: only these ids
+    assert tok not in vocab._DETAIL_MEMO
+    full = canonical_vocab(tok)
+    assert piecewise == [full[i] if 0 <= i < len(full) else None for i in ids] == vocab.canonical_forms(tok, ids)
+    assert piecewise[1] == Canon(b"yyqx", True) and None in piecewise
 
 
 # ---------------------------------------------------------------------------- encode_canon

@@ -1,8 +1,8 @@
 """``benchmarks/bench_quickstart.py``: the smoke mode end to end, and the pieces that read a run.
 
-The end-to-end test runs the cold and warm phases of the tiny quickstart, reduced by overrides to
-two cheap methods, one target and one seed, through the real command line, and checks the JSON's
-fields (never its times). The breakdown and the leaderboard comparison are also checked on the
+The end-to-end test runs every phase (cold, warm, the grid with one and with two workers) of the tiny
+quickstart, reduced by overrides to two cheap methods, one target and one seed, through the real
+command line, and checks the JSON's fields (never its times). The breakdown and the leaderboard comparison are also checked on the
 committed quickstart records, which have every method's fastText and alignment reports.
 """
 
@@ -36,15 +36,18 @@ def test_smoke_runs_cold_then_warm_through_the_cli(smoke):
     assert smoke["bench"] == "quickstart" and smoke["size"] == "tiny"
     assert smoke["config"] == "harness/configs/quickstart-tiny.yaml" and len(smoke["overrides"]) == 3
     cold, warm = smoke["phases"]["cold"], smoke["phases"]["warm"]
-    assert [s["name"] for s in cold["steps"]] == ["cold-world", "cold-run"]
-    assert [s["name"] for s in warm["steps"]] == ["warm-run"]
-    assert cold["steps"][0]["command"][:3] == ["tokxfer", "world", "build"]
-    assert warm["steps"][0]["command"][:3] == ["tokxfer", "run", "harness/configs/quickstart-tiny.yaml"]
     for p in (cold, warm):
+        assert p["steps"][0]["command"][:4] == ["tokxfer", "quickstart", "--size", "tiny"]
+        # the marks of the quickstart's output: setup, then the first row, then the table
+        assert 0 < p["marks"]["setup_s"] <= p["marks"]["first_row_s"] <= p["marks"]["table_s"] <= p["wall_s"]
+        assert "| Random |" in p["printed_table"]
+    for name, p in smoke["phases"].items():
         assert p["experiment"] == "quickstart-tiny" and p["n_trials"] == 2
+        assert [s["name"] for s in p["steps"]] == [name]
         assert p["wall_s"] == pytest.approx(sum(s["wall_s"] for s in p["steps"]), abs=0.01)
         assert p["peak_rss_bytes"] > 50e6  # a Python process with torch loaded
         assert len(p["load_avg_start"]) == 3 and len(p["load_avg_end"]) == 3
+        assert p["load"]["cores"] >= 1 and p["load"]["max_1min"] is not None
         bd = p["breakdown"]
         assert bd["trials"] == 2 and bd["failed"] == 0
         assert set(bd["per_method"]) == {"random", "overlap"}
@@ -53,14 +56,22 @@ def test_smoke_runs_cold_then_warm_through_the_cli(smoke):
         assert bd["fasttext"]["trained"] == 0 and bd["alignment"]["computed"] == 0  # neither method trains any
         assert p["cache"]["bytes"] == sum(p["cache"]["by_folder"].values()) > 0
         assert "world" in p["cache"]["by_folder"]
-    # cold builds the world and pretrains the source; warm reuses both from the cache
-    assert cold["breakdown"]["world_build_s"] > 0 and warm["breakdown"]["world_build_s"] == 0
+    # cold pretrains the source; the others reuse it (the grid phases from a copy of the cold cache's shared part)
     pre = cold["breakdown"]["source_pretraining"]
     assert pre["built"] and pre["models"][0]["kind"] == "mlm" and pre["total_s"] > 0
-    assert warm["breakdown"]["source_pretraining"]["built"] is False
-    # the warm run found every initialization in the cache
+    assert all(smoke["phases"][n]["breakdown"]["source_pretraining"]["built"] is False for n in ("warm", "grid-1", "grid-2"))
+    # the warm run found every initialization in the cache; the grid phases computed theirs
     assert sum(v["init_cache_hits"] for v in warm["breakdown"]["per_method"].values()) == 2
-    assert sum(v["init_cache_hits"] for v in cold["breakdown"]["per_method"].values()) == 0
+    for n in ("cold", "grid-1", "grid-2"):
+        assert sum(v["init_cache_hits"] for v in smoke["phases"][n]["breakdown"]["per_method"].values()) == 0
+    g1, g2 = smoke["phases"]["grid-1"], smoke["phases"]["grid-2"]
+    assert g1["steps"][0]["command"][:3] == ["tokxfer", "run", "harness/configs/quickstart-tiny.yaml"]
+    for g, n in ((g1, "1"), (g2, "2")):
+        cmd = g["steps"][0]["command"]
+        assert cmd[cmd.index("--workers") + 1] == n
+    comp = smoke["comparison"]
+    assert comp["bit_identical"] is True and comp["differing_trials"] == [] and comp["speedup_2_over_1"] > 0
+    assert comp["tables_identical"] is True
 
 
 @pytest.mark.slow
@@ -71,8 +82,11 @@ def test_smoke_reports_leaderboard_machine_and_targets(smoke):
         assert lb["identical"] is False and lb["diff_head"]  # a reduced grid cannot reproduce the full table
     m = smoke["machine"]
     assert m["cores_usable"] >= 1 and m["cpus"] >= 1 and set(m["thread_env"]) == set(bq.THREAD_VARS)
-    assert {t["target"] for t in smoke["targets"]} == {"cold quickstart", "warm quickstart", "cache after the run", "leaderboard"}
+    assert {t["target"] for t in smoke["targets"]} == set(TARGET_NAMES)
     assert all(t["status"] == "n/a" for t in smoke["targets"])  # targets apply to the full small quickstart only
+    load = smoke["load"]
+    assert load["valid"] == (load["max_1min"] <= load["cores"]) and smoke["valid"] == load["valid"]
+    assert load["samples"] and all(len(x) == 2 for x in load["samples"])
     assert smoke["git"]["sha"] and smoke["work_dir"] is not None
 
 
@@ -111,16 +125,45 @@ def test_cache_hits_are_left_out_of_fasttext_and_alignment():
     assert bd["fasttext"]["trained"] == 1 and bd["fasttext"]["seconds"] == 9.0
 
 
-def test_targets_met_and_missed():
-    def phase(wall, cache, same):
-        return {"wall_s": wall, "cache": {"bytes": cache}, "leaderboard": {"identical": same}}
+TARGET_NAMES = ("first row (cold)", "cold quickstart", "warm quickstart", "2 workers vs 1", "2 workers' numbers",
+                "printed table", "cache after the run", "leaderboard")
 
-    result = {"size": "small", "overrides": [], "phases": {"cold": phase(300.0, 0.9e9, True), "warm": phase(75.0, 0.9e9, True)}}
-    status = {t["target"]: t["status"] for t in bq.evaluate_targets(result)}
-    assert status == {"cold quickstart": "met", "warm quickstart": "missed", "cache after the run": "met", "leaderboard": "met"}
-    result["phases"]["warm"] = phase(40.0, 1.2e9, False)
-    status = {t["target"]: t["status"] for t in bq.evaluate_targets(result)}
-    assert status == {"cold quickstart": "met", "warm quickstart": "met", "cache after the run": "missed", "leaderboard": "missed"}
+
+def _result(cold_wall, warm_wall, first_row, speedup, same, cache, valid=True):
+    def phase(wall):
+        return {"wall_s": wall, "cache": {"bytes": cache}, "leaderboard": {"identical": same},
+                "marks": {"first_row_s": first_row}}
+
+    return {"size": "small", "overrides": [], "load": {"valid": valid},
+            "phases": {"cold": phase(cold_wall), "warm": phase(warm_wall)},
+            "comparison": {"speedup_2_over_1": speedup, "bit_identical": same, "tables_identical": same}}
+
+
+def test_targets_met_and_missed():
+    status = {t["target"]: t["status"] for t in bq.evaluate_targets(_result(290.0, 50.0, 100.0, 1.8, True, 0.9e9))}
+    assert status == {**dict.fromkeys(TARGET_NAMES, "met"), "warm quickstart": "missed"}
+    status = {t["target"]: t["status"] for t in bq.evaluate_targets(_result(310.0, 40.0, 130.0, 1.5, False, 1.2e9))}
+    assert status == {**dict.fromkeys(TARGET_NAMES, "missed"), "warm quickstart": "met"}
+    # a busy machine: nothing is met or missed
+    assert {t["status"] for t in bq.evaluate_targets(_result(1.0, 1.0, 1.0, 2.0, True, 1.0, valid=False))} == {"invalid (load)"}
+
+
+def test_load_above_the_cores_makes_the_result_invalid():
+    assert bq.load_verdict([0.5, 1.9, 2.0], cores=2) == {"max_1min": 2.0, "mean_1min": 1.47, "cores": 2, "valid": True}
+    assert bq.load_verdict([0.5, 2.1], cores=2)["valid"] is False
+    assert bq.load_verdict([], cores=2)["valid"] is None
+
+
+def test_the_quickstarts_marks_and_printed_table(tmp_path):
+    seen = dict.fromkeys(bq.MARKS)
+    for t, line in enumerate(["1/3 building …", "| Method | x |", "2/3 running …", "| Method | x |", "|:---|---:|",
+                              "| Random | 1.0 |", "| Overlap | 2.0 |", "3/3 the leaderboard"]):
+        bq._mark(seen, line, float(t))
+    assert seen == {"setup_s": 2.0, "first_row_s": 5.0, "table_s": 7.0}
+    log = tmp_path / "q.log"
+    log.write_text("1/3 x\n2/3 rows …\n| Random | 1.0 |\nWARNING tokxfer: a flag\n\n3/3 the leaderboard\n"
+                   "| Random | 1.0 |\nran 2 trials, skipped 0, failed 0 in 12s. Leaderboard: /tmp/x\n")
+    assert bq.printed_table(log) == "| Random | 1.0 |\n3/3 the leaderboard\n| Random | 1.0 |"
 
 
 def test_bad_flags_are_named(tmp_path, capsys):
@@ -131,5 +174,5 @@ def test_bad_flags_are_named(tmp_path, capsys):
     (tmp_path / "cache" / "x").write_text("x")
     with pytest.raises(SystemExit, match="not empty"):
         bq.main(["--size", "tiny", "--cache", str(tmp_path / "cache"), "--json", str(tmp_path / "r.json")])
-    with pytest.raises(SystemExit, match="needs --cache"):
+    with pytest.raises(SystemExit, match="without cold needs --cache"):
         bq.main(["--size", "tiny", "--phases", "warm", "--json", str(tmp_path / "r.json")])

@@ -50,25 +50,25 @@ def test_quickstart_leaderboard_sync_and_regression(tmp_path, tiny_source, tiny_
     assert main(_tiny_quickstart_args(runs, tiny_pretrain_overrides)) == 0
     out = capsys.readouterr().out
     assert "FOCUS" in out and "mlflow ui --backend-store-uri sqlite:///" in out
-    md = (runs / "quickstart" / "quickstart.md").read_text()
+    md = (runs / "quickstart-tiny" / "quickstart-tiny.md").read_text()
     assert "Overlap copy" in md and re.search(r"\d \[-?\d+\.\d+, -?\d+\.\d+\]", md)  # mean [95 % CI]
     for ext in ("csv", "tex", "html"):
-        assert (runs / "quickstart" / f"quickstart.{ext}").is_file()
-    recs = list((runs / "quickstart" / "records").glob("*.json"))
+        assert (runs / "quickstart-tiny" / f"quickstart-tiny.{ext}").is_file()
+    recs = list((runs / "quickstart-tiny" / "records").glob("*.json"))
     assert len(recs) == 3 * 2 * 2
     # a second run reproduces nothing new and changes no record (resume)
     before = {p.name: p.read_text() for p in recs}
     assert main(_tiny_quickstart_args(runs, tiny_pretrain_overrides)) == 0
-    assert {p.name: p.read_text() for p in (runs / "quickstart" / "records").glob("*.json")} == before
+    assert {p.name: p.read_text() for p in (runs / "quickstart-tiny" / "records").glob("*.json")} == before
     # re-running from scratch with the same seeds reproduces every metric exactly
     runs2 = tmp_path / "runs2"
     assert main(_tiny_quickstart_args(runs2, tiny_pretrain_overrides) + ["--no-tracking"]) == 0
     m1 = {json.loads(t)["trial_id"]: json.loads(t)["metrics"] for t in before.values()}
     m2 = {json.loads(p.read_text())["trial_id"]: json.loads(p.read_text())["metrics"]
-          for p in (runs2 / "quickstart" / "records").glob("*.json")}
+          for p in (runs2 / "quickstart-tiny" / "records").glob("*.json")}
     assert m1 == m2
     # sync to a fresh sqlite store
-    assert main(["sync", str(runs / "quickstart"), "--tracking-uri", f"sqlite:///{tmp_path / 'other.db'}"]) == 0
+    assert main(["sync", str(runs / "quickstart-tiny"), "--tracking-uri", f"sqlite:///{tmp_path / 'other.db'}"]) == 0
     # golden from these records passes; a degraded method fails the check
     golden = tmp_path / "golden.json"
     from harness.cli import PACKAGE_DIR
@@ -76,18 +76,19 @@ def test_quickstart_leaderboard_sync_and_regression(tmp_path, tiny_source, tiny_
     spec = tmp_path / "spec.yaml"
     raw = yaml.safe_load((PACKAGE_DIR.parent / "leaderboards" / "specs" / "quickstart.yaml").read_text())
     raw["required_seeds"] = [1, 2]
+    raw["experiments"] = ["quickstart-tiny"]  # `quickstart --size tiny` runs harness/configs/quickstart-tiny.yaml
     raw.pop("against")  # two seeds are too few for declared comparisons (a spec error): the golden needs none
     spec.write_text(yaml.safe_dump(raw))
-    assert main(["golden", "update", "--records", str(runs / "quickstart"), "--spec", str(spec), "--golden", str(golden)]) == 0
-    assert main(["check-regression", "--records", str(runs / "quickstart"), "--golden", str(golden)]) == 0
+    assert main(["golden", "update", "--records", str(runs / "quickstart-tiny"), "--spec", str(spec), "--golden", str(golden)]) == 0
+    assert main(["check-regression", "--records", str(runs / "quickstart-tiny"), "--golden", str(golden)]) == 0
     capsys.readouterr()
-    for p in (runs / "quickstart" / "records").glob("*.json"):
+    for p in (runs / "quickstart-tiny" / "records").glob("*.json"):
         rec = json.loads(p.read_text())
         if rec["config"]["method"]["id"] == "focus":
             for lang in rec["metrics"]:
                 rec["metrics"][lang]["loss"] += 1.0
             p.write_text(json.dumps(rec))
-    assert main(["check-regression", "--records", str(runs / "quickstart"), "--golden", str(golden)]) == 1
+    assert main(["check-regression", "--records", str(runs / "quickstart-tiny"), "--golden", str(golden)]) == 1
     assert "focus" in capsys.readouterr().out.lower()
 
 

@@ -19,7 +19,7 @@ import torch
 
 from harness.cli import main
 from harness.cli.init_checks import orientation
-from harness.cli.init_cmd import CONFIG_FLAGS, INPUT_FLAGS, METHOD_NEEDS, flag_wording, method_reads
+from harness.cli.init_flags import CONFIG_FLAGS, INPUT_FLAGS, METHOD_NEEDS, flag_wording, method_reads
 from harness.model.provenance import PROVENANCE_CATEGORIES, categorize
 from methods._wechsel_checks import fasttext_bin_words, ngram_coverage
 
@@ -364,7 +364,7 @@ def test_s08_explain_is_generated_from_the_config_docstrings(name, capfd):
     import dataclasses
 
     from harness import registry
-    from harness.cli.init_cmd import config_field_docs
+    from harness.cli.init_flags import config_field_docs
 
     code, out, _ = cli(capfd, "init", "--method", name, "--explain")
     assert code == 0

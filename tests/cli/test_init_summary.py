@@ -146,7 +146,7 @@ def test_config_errors_name_config_only_when_it_was_used(unmappable, tmp_path, c
 
 
 def test_explain_wechsel_english_only_says_what_the_default_uses(capfd):
-    from harness.cli.init_cmd import explain
+    from harness.cli.init_flags import explain
 
     text = " ".join(explain("wechsel").split())
     doc = text[text.index("source_tokens = "):text.index("alignment = ")]

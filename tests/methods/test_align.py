@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from methods import _align
+from methods import _align, _aligners
 
 
 def synthetic_corpus(n_pairs: int = 1500, vocab: int = 200, seed: int = 0):
@@ -151,8 +151,8 @@ def test_fast_align_handles_blocks_larger_than_one_chunk(monkeypatch, corpus):
     """
     src, tgt, _, _ = corpus
     ref = _align.fast_align_directional(src[:300], tgt[:300])
-    monkeypatch.setattr(_align, "_BLOCK_ENTRIES", 50)
-    monkeypatch.setattr(_align, "_CHUNK_ENTRIES", 300)
+    monkeypatch.setattr(_aligners, "_BLOCK_ENTRIES", 50)
+    monkeypatch.setattr(_aligners, "_CHUNK_ENTRIES", 300)
     small = _align.fast_align_directional(src[:300], tgt[:300])
     for a, b in ((ref[0], small[0]), (ref[1], small[1])):
         same = sum(len(set(x) & set(y)) for x, y in zip(a, b))

@@ -21,6 +21,7 @@ models are cached per session, so a corpus is trained on once.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
@@ -33,14 +34,14 @@ from harness.model.initialize import InitRequest, initialize
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL
 from harness.registry import build_config
 from harness.vocab import vocab_size
-from tests._tokfixtures import FAMILIES, FAST_METHOD_CONFIG, SOURCE_TEXT, TARGET_TEXT, transfer_files
+from tests._tokfixtures import FAMILIES, FAST_METHOD_CONFIG, SOURCE_TEXT, TARGET_TEXT, helper_model, transfer_files
 
 hf_logging.set_verbosity_error()
 
 METHODS = registry.names("method")
 EXTEND_TOP_N = 10
 PROBE = [3, 5, 9, 17, 40, 41, 12]
-COMBINING = ("focus", "wechsel", "vipi", "tiktotok", "mean-of-pieces")
+COMBINING = ("focus", "wechsel", "vipi", "tiktotok", "mean-of-pieces", "omp", "clp", "ofa")
 """Methods whose non-overlap rows are combinations of source rows (the rest copy or draw rows)."""
 
 
@@ -63,8 +64,9 @@ def sources(tmp_path_factory):
         tok.save_pretrained(d)
         with torch.no_grad():
             logits = model(**fam.inputs(PROBE)).logits
+        target = fam.tokenizer(TARGET_TEXT)
         return {"fam": fam, "dir": str(d), "tok": tok, "model": model, "logits": logits,
-                "target": fam.tokenizer(TARGET_TEXT)}
+                "target": target, "helper": helper_model(target, root / f"{name}-helper")}
 
     return get
 
@@ -74,7 +76,8 @@ def _init(src: dict, files, method: str, mode: str):
     cfg = build_config(entry.config_cls, FAST_METHOD_CONFIG.get(method, {}))
     return initialize(InitRequest(
         source_model=src["dir"], target_tokenizer=src["target"], method=method, method_config=cfg, seed=1,
-        model_kind=src["fam"].kind, resources=files, mode=mode, extend_top_n=EXTEND_TOP_N,
+        model_kind=src["fam"].kind, resources=dataclasses.replace(files, helper_model=src["helper"]), mode=mode,
+        extend_top_n=EXTEND_TOP_N,
     ))
 
 

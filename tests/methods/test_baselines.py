@@ -395,7 +395,9 @@ def test_keep_original_rows_rejects_more_original_rows_than_the_mapping_has():
 @pytest.fixture(scope="module")
 def extension_source(tmp_path_factory):
     """A tiny untied XLM-R-style MLM whose SentencePiece tokenizer has byte-fallback pieces."""
-    from tests._tokfixtures import FAMILIES, SOURCE_TEXT, transfer_files
+    import dataclasses
+
+    from tests._tokfixtures import FAMILIES, SOURCE_TEXT, helper_model, transfer_files
 
     d = tmp_path_factory.mktemp("ext-source")
     fam = FAMILIES["xlm-r-untied"]
@@ -403,7 +405,8 @@ def extension_source(tmp_path_factory):
     model = fam.build(tok)
     model.save_pretrained(d / "model")
     tok.save_pretrained(d / "model")
-    return {"dir": d / "model", "tok": tok, "model": model, "paths": transfer_files(d / "files")}
+    paths = dataclasses.replace(transfer_files(d / "files"), helper_model=helper_model(unigram(TARGET_TEXT), d / "helper"))
+    return {"dir": d / "model", "tok": tok, "model": model, "paths": paths}
 
 
 @pytest.mark.parametrize("name", sorted(registry.names("method")))

@@ -18,12 +18,14 @@ FAST = {
     "focus": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_bucket": 540_672},
     "wechsel": {"dim": 16, "epochs": 1, "min_count": 1, "bucket": 540_672},
     "tiktotok": {"min_count": 1, "aligner": "ibm1"},
+    "omp": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_bucket": 540_672},
+    "ofa": {"dim": 16, "epochs": 5, "min_count": 1},
 }
 METHODS = registry.names("method")
 
 
 @pytest.fixture(scope="module")
-def transfer(tiny_world, tiny_source, tmp_path_factory):
+def transfer(tiny_world, tiny_source, tiny_helper, tmp_path_factory):
     from transformers import AutoModelForMaskedLM
 
     from harness.tokenizers import load_tokenizer, train_tokenizer
@@ -36,7 +38,7 @@ def transfer(tiny_world, tiny_source, tmp_path_factory):
     return {
         "world": w, "src_tok": src_tok, "tgt_tok": tgt_tok, "model_dir": tiny_source,
         "emb": model.get_input_embeddings().weight.detach().float().clone(),
-        "cache": tmp_path_factory.mktemp("cache"),
+        "cache": tmp_path_factory.mktemp("cache"), "helper": tiny_helper,
     }
 
 
@@ -46,7 +48,7 @@ def _inputs(t) -> TransferInputs:
         source_tokenizer=t["src_tok"], target_tokenizer=t["tgt_tok"], source_embeddings=t["emb"],
         source_language="src", target_language="near", target_corpus=w.text("near", "train"),
         source_corpus=w.text("src", "train"), parallel_corpus=w.parallel("near"), dictionary=w.dictionary("near"),
-        cache_dir=t["cache"],
+        helper_model=t["helper"], cache_dir=t["cache"],
     )
 
 

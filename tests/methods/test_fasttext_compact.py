@@ -102,6 +102,22 @@ def test_compact_vectors_answer_like_the_model_and_refuse_what_they_do_not_hold(
     np.testing.assert_array_equal(back.string_matrix, cv.string_matrix)
 
 
+def test_vector_reader_gives_the_bits_of_get_word_vector(wechsel_data, tmp_path):
+    ft = _fasttext.train_fasttext(wechsel_data["target"], dim=16, epoch=1, min_count=1, bucket=B16, seed=3)
+    strings = [*ft.get_words()[:40], "zzq", "hundekuchen", "ab", ".", "ünï"]
+    cv = _fasttext.CompactVectors.from_model(ft, strings, params={"dim": 16})
+    for model in (ft, cv):
+        word_id, read = _fasttext.vector_reader(model)
+        rows = np.full((len(strings), 16), np.nan, dtype=np.float32)
+        for i, w in enumerate(strings):  # one reused buffer: each row must be only its own word's vector
+            read(w, rows[i])
+            assert word_id(w) == ft.get_word_id(w)
+        want = np.stack([ft.get_word_vector(w) for w in strings])
+        assert np.array_equal(rows.view(np.uint32), want.view(np.uint32))
+    vecs, has = _fasttext.string_vectors(ft, ["", *strings])
+    assert not has[0] and np.array_equal(vecs[1:], want)
+
+
 def test_compact_cache_hit_extension_and_old_bin_conversion(wechsel_data, tmp_path, caplog):
     text = wechsel_data["target"]
     kw = dict(dim=16, epoch=1, min_count=1, bucket=B16, seed=4, cache_dir=ensure_root(tmp_path), compact=True)

@@ -1,4 +1,4 @@
-"""The exact top-k cosine engine (``methods/_similarity.py``: :func:`topk_cosine`) on hard inputs.
+"""The exact top-k cosine engine (``methods/_exact_topk.py``: :func:`topk_cosine`) on hard inputs.
 
 Concentrated cosines (every key within a few 1e-4 of the best, as with word fastText vectors
 trained on a few MB) and duplicate token strings (``▁x`` and ``x`` share a subword vector): the
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-import methods._similarity as sim
-from methods._similarity import topk_cosine
+import methods._exact_topk as sim
+from methods._exact_topk import topk_cosine
 
 
 def _concentrated(n: int, m: int, d: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-import methods._similarity as similarity_mod
+import methods._exact_topk as similarity_mod
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
 from harness.registry import get
 from methods import _fasttext

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-import methods._similarity as similarity_mod
+import methods._exact_topk as similarity_mod
 from harness.model.surgery import materialize
 from harness.protocols import COMBINED, FALLBACK, SPECIAL, TransferInputs
 from methods import _fasttext

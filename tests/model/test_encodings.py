@@ -24,7 +24,7 @@ from tests.tasks.test_tasks import (
     task_files,  # noqa: F401  (fixture)
 )
 
-ENCODINGS = ("none", "additive", "attached", "xlp")
+ENCODINGS = ("none", "additive", "attached", "xlp", "xlp-shared")
 
 
 def enc(name: str, **config):
@@ -53,7 +53,7 @@ def _marian(src_vocab: int, tgt_vocab: int = 60, seed: int = 0):
     return MarianMTModel(cfg).eval()
 
 
-def test_ls_lists_four_encodings_with_descriptions(capsys):
+def test_ls_lists_the_encodings_with_descriptions(capsys):
     from harness.cli import main
 
     assert registry.names("encoding") == sorted(ENCODINGS)

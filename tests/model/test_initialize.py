@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from harness.cache import KEY_FILE, cache_root
-from harness.model.initialize import INIT_CACHE_KIND, InitRequest, cached_init, initialize_model
+from harness.model.initialize import INIT_CACHE_KIND, cached_init
 from harness.protocols import COMBINED, COPIED, InitResult, TokenMapping, TransferResources
 
 
@@ -75,15 +75,6 @@ def test_a_failing_method_leaves_no_entry(cache):
     with pytest.raises(RuntimeError, match="boom"):
         cached_init({"k": 1}, compute, _Tok())
     assert not [p for p in (cache_root() / INIT_CACHE_KIND).iterdir() if not p.name.startswith(".")]
-
-
-def test_the_keyword_form_builds_the_same_request(monkeypatch):
-    seen = {}
-    monkeypatch.setattr("harness.model.initialize.initialize", lambda request, **kw: seen.setdefault("r", request))
-    initialize_model(source_model="m", source_tokenizer=None, target_tok="T", method_name="overlap",
-                     method_config=None, seed=3, model_kind="mlm", transfer_paths={"dictionary": "d.tsv"})
-    assert seen["r"] == InitRequest(source_model="m", target_tokenizer="T", method="overlap", method_config=None,
-                                    seed=3, model_kind="mlm", resources=TransferResources(dictionary="d.tsv"))
 
 
 PLUGIN = '''

@@ -213,3 +213,23 @@ def test_from_scratch_does_not_depend_on_the_source_weights(name):
     sc = _from_scratch(c, tok, seed=4).state_dict()
     assert not torch.equal(sc[next(k for k in sc if "embed" in k or "shared" in k or "word" in k)],
                            sa[next(k for k in sa if "embed" in k or "shared" in k or "word" in k)])
+
+
+def test_fallback_statistics_are_computed_once_per_source_content(monkeypatch):
+    """A grid materializes fallback rows from the same source rows in every trial: the column mean and
+    std are kept by content, and the rows drawn are the ones computed without the memo."""
+    from harness.cache import ProcessMemo
+    from harness.model import surgery
+    from harness.protocols import FALLBACK, TokenMapping
+
+    monkeypatch.setattr(surgery, "_STATS_MEMO", ProcessMemo(2))
+    E = torch.randn(50, 4, generator=torch.Generator().manual_seed(0))
+    m = TokenMapping.from_coo(3, 50, [0], [7], [1.0], provenance=[1, FALLBACK, FALLBACK])
+    first = surgery.materialize(m, E, torch.Generator().manual_seed(1))
+    assert len(surgery._STATS_MEMO) == 1
+    again = surgery.materialize(m, E.clone(), torch.Generator().manual_seed(1))  # another tensor, same content
+    assert len(surgery._STATS_MEMO) == 1 and torch.equal(first, again)
+    expected = E.mean(0) + E.std(0) * torch.randn(2, 4, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(first[1:], expected)
+    surgery.materialize(m, E + 1, torch.Generator().manual_seed(1))
+    assert len(surgery._STATS_MEMO) == 2

@@ -460,6 +460,66 @@ def test_lane_scores_from_records():
     assert lane_scores(recs, "bitext-retrieval", "accuracy") == {"a": [pytest.approx(0.3)], "b": [pytest.approx(0.2)]}
 
 
+class _Rec:
+    """A record as the agreement reads it: status, config, seed, metrics and per-example rows."""
+
+    def __init__(self, method, seed, rows_by_lang, task="bitext-retrieval"):
+        from harness.examples import ExampleScores
+
+        self.status, self.seed = "ok", seed
+        self.config = {"task": {"name": task}, "method": {"id": method}}
+        self._ex = {lang: ExampleScores("mean", np.asarray(rows, dtype=float)) for lang, rows in rows_by_lang.items()}
+        self.metrics = {lang: {"accuracy": ex.value()} for lang, ex in self._ex.items()}
+
+    def scores(self, lang, metric):
+        return self._ex[lang] if metric == "accuracy" else None
+
+
+def test_lane_draws_resample_each_languages_examples_alike_for_every_method():
+    from harness.real.agreement import lane_draws, lane_scores
+
+    rng = np.random.default_rng(0)
+    a = {"de": rng.integers(0, 2, 40), "ru": rng.integers(0, 2, 30)}
+    recs = [_Rec("a", s, a) for s in (1, 2)] + [_Rec("b", s, a) for s in (1, 2)]
+    recs += [_Rec("c", 1, {"de": np.ones(40), "ru": np.zeros(30)}), _Rec("c", 2, {"de": np.ones(40), "ru": np.ones(30)})]
+    draws = lane_draws(recs, "bitext-retrieval", "accuracy", n_boot=50, rng=np.random.default_rng(1))
+    assert draws["a"].shape == (2, 50)
+    assert np.array_equal(draws["a"], draws["b"])  # the same sentences: the same resamples
+    assert draws["a"].std(axis=1).min() > 0  # a method that ignores the seed is still uncertain by its examples
+    assert np.allclose(draws["c"], [[0.5] * 50, [1.0] * 50])  # all-0/all-1 rows do not move under resampling
+    seeds = lane_scores(recs, "bitext-retrieval", "accuracy")
+    assert np.allclose(draws["a"].mean(axis=1), seeds["a"], atol=0.1)
+    no_rows = [_Rec("a", 1, a)]
+    no_rows[0].scores = lambda lang, metric: None
+    assert lane_draws(no_rows, "bitext-retrieval", "accuracy", n_boot=5, rng=np.random.default_rng(0)) is None
+
+
+def test_agreement_counts_identical_methods_once_and_widens_with_examples(tmp_path, monkeypatch):
+    from harness.real import agreement
+
+    rng = np.random.default_rng(3)
+
+    def lane(order):
+        recs = []
+        for rank, method in enumerate(order):
+            for seed in (1, 2, 3):
+                rows = {"xx": (rng.random(60) < 0.2 + 0.15 * rank).astype(float)}
+                recs.append(_Rec(method, seed, rows))
+        twin = [r for r in recs if r.config["method"]["id"] == "random"]
+        recs += [_Rec("transinner", r.seed, {"xx": r._ex["xx"].rows[:, 0]}) for r in twin]  # = random, exactly
+        return recs
+
+    lanes = {"world": lane(["random", "overlap", "focus", "tiktotok"]), "real": lane(["random", "focus", "overlap", "tiktotok"])}
+    monkeypatch.setattr("harness.run.records.read_records", lambda d: lanes[Path(d).name])
+    (row,) = agreement.agreement_from_records(tmp_path / "world", tmp_path / "real", n_boot=300,
+                                              comparable=(("bitext-retrieval", "accuracy", "acc"),))
+    assert row["identical"] == {"transinner": "random"} and "transinner" not in row["methods"]
+    assert row["n"] == 4 and row["discordant"] == [("focus", "overlap")] and row["resampled"] == "seeds and examples"
+    assert row["ci"][0] <= row["tau"] <= row["ci"][1]
+    md = agreement.format_markdown([row], world="w", real="r", n_boot=300, excluded=("original",))
+    assert "| acc | 4 | 0.67 |" in md and "transinner = random" in md and "| focus | 2 → 3 |" in md
+
+
 def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, bert_dir, monkeypatch):
     import torch
     from transformers import AutoModel, AutoTokenizer
@@ -469,6 +529,7 @@ def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, 
     from tasks.bitext_retrieval import BitextRetrieval, BitextRetrievalConfig
     from tasks.teacher_agreement import TeacherAgreement, TeacherAgreementConfig
 
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))  # embeddings other tests cached are not found
     calls: list[str] = []
     real_embed = se.embed
     monkeypatch.setattr(se, "embed", lambda *a, **k: calls.append(k["description"].split()[0]) or real_embed(*a, **k))
@@ -486,6 +547,88 @@ def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, 
         model.embeddings.word_embeddings.weight[5] += 1.0  # another model state is another key
     TeacherAgreement(TeacherAgreementConfig(eval_file=path, prefix="q: ")).run(ctx)
     assert calls[3:] == ["student"]
+
+
+def test_source_model_is_loaded_once_per_process_and_handed_out_as_copies(tmp_path, bert_dir, monkeypatch):
+    import shutil
+
+    import torch
+    import transformers
+
+    from harness.run import resources
+
+    monkeypatch.setattr(resources, "_MODEL_MEMO", resources.ProcessMemo(1))
+    d = tmp_path / "model"
+    shutil.copytree(bert_dir, d)
+    loads = []
+    real = transformers.AutoModel.from_pretrained
+    monkeypatch.setattr(transformers.AutoModel, "from_pretrained", lambda p, **k: loads.append(p) or real(p, **k))
+    a = resources.load_source_model(str(d), "encoder")
+    with torch.no_grad():
+        a.embeddings.word_embeddings.weight.zero_()  # a trial changes its copy
+    b = resources.load_source_model(str(d), "encoder")
+    assert len(loads) == 1 and b is not a and float(b.embeddings.word_embeddings.weight.detach().abs().sum()) > 0
+    assert all(torch.equal(x, y) for x, y in zip(b.state_dict().values(), real(d).state_dict().values()))
+    (d / "config.json").write_text((d / "config.json").read_text() + "\n")  # changed files: loaded again
+    resources.load_source_model(str(d), "encoder")
+    assert len(loads) == 2
+    monkeypatch.setattr(resources, "MODEL_MEMO_MAX_BYTES", 10)  # too large to keep a copy of: loaded every time
+    resources.load_source_model(str(d), "encoder")
+    resources.load_source_model(str(d), "encoder")
+    assert len(loads) == 4
+
+
+def test_source_tokenizer_is_read_once_per_process_and_never_shared(bert_dir, monkeypatch):
+    import harness.tokenizers
+    from harness.run import resources
+
+    monkeypatch.setattr(resources, "_TOKENIZER_MEMO", resources.ProcessMemo(2))
+    loads = []
+    real = harness.tokenizers.load_tokenizer
+    monkeypatch.setattr(harness.tokenizers, "load_tokenizer", lambda p: loads.append(p) or real(p))
+    a = resources.load_tokenizer(str(bert_dir))
+    a.backend_tokenizer.enable_truncation(2)  # a caller's truncation state stays its own
+    b = resources.load_tokenizer(str(bert_dir))
+    assert len(loads) == 1 and b is not a and b.backend_tokenizer.truncation is None
+    assert b(EN[0])["input_ids"] == real(str(bert_dir))(EN[0])["input_ids"]
+
+
+def test_embeddings_are_found_in_the_cache_by_another_process(tmp_path, bert_dir, monkeypatch):
+    """Two `tokxfer run` workers split a grid: the second task of an initialization often runs in the
+    other process, which finds the student's (and the teacher's) vectors in the cache by content."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from harness.cache import ProcessMemo
+    from harness.protocols import TaskContext
+    from tasks import sentence_embeddings as se
+    from tasks.bitext_retrieval import BitextRetrieval, BitextRetrievalConfig
+    from tasks.teacher_agreement import TeacherAgreement, TeacherAgreementConfig
+
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))
+    calls: list[str] = []
+    real_embed = se.embed
+    monkeypatch.setattr(se, "embed", lambda *a, **k: calls.append(k["description"].split()[0]) or real_embed(*a, **k))
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": e, "xx": x}}) + "\n" for e, x in zip(EN, XX)))
+    path = str(tmp_path / "test.jsonl")
+
+    def new_process() -> TaskContext:
+        for memo in ("_TEACHER_MEMO", "_STUDENT_MEMO", "_TEACHER_MODEL"):
+            monkeypatch.setattr(se, memo, ProcessMemo(8))
+        tok = AutoTokenizer.from_pretrained(bert_dir)  # fresh objects with the same content
+        return TaskContext(model=AutoModel.from_pretrained(bert_dir), tokenizer=tok, languages=["xx"], seed=1,
+                           progress=False, source_model=str(bert_dir), source_tokenizer=AutoTokenizer.from_pretrained(bert_dir))
+
+    first = BitextRetrieval(BitextRetrievalConfig(eval_file=path, source_language="en")).run(new_process())
+    assert calls == ["bitext", "bitext"]
+    again = BitextRetrieval(BitextRetrievalConfig(eval_file=path, source_language="en")).run(new_process())
+    assert calls == ["bitext", "bitext"] and again.metrics == first.metrics
+    TeacherAgreement(TeacherAgreementConfig(eval_file=path)).run(new_process())
+    assert calls[2:] == ["teacher"]  # the teacher on the target text is new; the student's vectors are not
+    threads = torch.get_num_threads()
+    monkeypatch.setattr(torch, "get_num_threads", lambda: threads + 1)  # another reduction order: another entry
+    TeacherAgreement(TeacherAgreementConfig(eval_file=path)).run(new_process())
+    assert calls[3:] == ["teacher", "student"]
 
 
 def test_cli_real_commands(tmp_path, monkeypatch, capsys):
@@ -509,6 +652,16 @@ def test_cli_real_commands(tmp_path, monkeypatch, capsys):
     assert main(["real", "agreement", "--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "50"]) == 0
     out = capsys.readouterr().out
     assert "bitext-retrieval   accuracy" in out and "0.33" in out and "focus/overlap" in out
+    md = tmp_path / "agreement.md"
+    assert main(["real", "agreement", "--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "50",
+                 "--out", str(md)]) == 0
+    assert "| focus |" in md.read_text() and not list(tmp_path.glob(".agreement.md*"))  # written whole, no temp left
+    capsys.readouterr()
+    for flags, what in ((["--world", str(tmp_path / "nowhere"), "--real", str(tmp_path / "real")], "--world"),
+                        (["--world", str(tmp_path / "world"), "--real", str(tmp_path / "real"), "--n-boot", "0"], "--n-boot")):
+        assert main(["real", "agreement", *flags]) == 2  # a user error, not an internal one (exit 1)
+        err = capsys.readouterr().err.strip()
+        assert what in err and len(err.splitlines()) == 1
 
 
 def test_both_tasks_run_on_the_world(tiny_world, tiny_pretrain_overrides):
@@ -524,3 +677,63 @@ def test_both_tasks_run_on_the_world(tiny_world, tiny_pretrain_overrides):
     assert 0 <= bitext.metrics["near"]["accuracy"] <= 1 and 0 < teacher.metrics["near"]["cosine"] <= 1
     # the teacher-agreement sentences are the target side of the pairs bitext-retrieval reads
     assert teacher.task_info["eval_files"]["near"]["file"] == bitext.task_info["eval_files"]["near"]["file"]
+
+
+@pytest.mark.slow
+def test_the_lane_command_twice_gives_identical_numbers(tmp_path, bert_dir):
+    """README's real-lane run, twice, in fresh processes with cold caches: the same trials, the
+    same metrics and the same per-example results, bit for bit, for both tasks and for methods that
+    draw random rows (random, FOCUS's and Tik-to-Tok's fallbacks) or train fastText (FOCUS, WECHSEL)."""
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    from harness.run.records import read_records
+
+    data = tmp_path / "data"
+    data.mkdir()
+    letters = "abcdefghijklmnop"
+    filler = [" ".join(a + b + c for b in letters[:8]) for a in letters for c in "xyz"]
+    (data / "train.txt").write_text("\n".join(XX * 6 + filler) + "\n")
+    (data / "source.txt").write_text("\n".join(EN * 6) + "\n")
+    (data / "parallel.jsonl").write_text("".join(json.dumps({"source": e, "target": x}) + "\n" for e, x in zip(EN * 3, XX * 3)))
+    (data / "dictionary.tsv").write_text("".join(f"{x}\t{e}\n" for e, x in zip(" ".join(EN).split(), " ".join(XX).split())))
+    (data / "test.jsonl").write_text("".join(json.dumps({"translation": {"en": e, "xx": x}}) + "\n" for e, x in zip(EN, XX)))
+    (data / "test.txt").write_text("\n".join(XX) + "\n")
+    fasttext = {"dim": 8, "min_count": 1, "epochs": 2}
+    exp = {"name": "lane", "source": {"model": str(bert_dir)}, "seeds": [1],
+           "targets": [{"language": "xx", "tokenizer": {"algorithm": "unigram", "vocab_size": 60},
+                        **{k: str(data / f) for k, f in (("corpus", "train.txt"), ("source_corpus", "source.txt"),
+                                                        ("parallel_corpus", "parallel.jsonl"),
+                                                        ("dictionary", "dictionary.tsv"))}}],
+           "methods": ["random", "overlap", {"name": "focus", "config": {"aux_dim": 8, "aux_min_count": 1, "aux_epochs": 2}},
+                       {"name": "wechsel", "config": fasttext}, {"name": "tiktotok", "config": {"min_count": 1}}],
+           "tasks": [{"name": "bitext-retrieval", "config": {"eval_file": str(data / "test.jsonl"), "source_language": "en",
+                                                             "prefix": "query: "}},
+                     {"name": "teacher-agreement", "config": {"eval_file": str(data / "test.txt"), "prefix": "query: "}}]}
+    (tmp_path / "lane.yaml").write_text(yaml.safe_dump(exp))
+
+    def run(k: int, workers: int) -> dict:
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "TOKXFER_CACHE": str(tmp_path / f"cache{k}"),
+               "PYTHONHASHSEED": str(k)}  # another hash seed: nothing may depend on set or dict order by hash
+        procs = [subprocess.Popen([sys.executable, "-m", "harness.cli", "run", str(tmp_path / "lane.yaml"), "--runs-dir",
+                                   str(tmp_path / f"runs{k}"), "--no-tracking", "--quiet"], env=env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(workers)]
+        for p in procs:
+            _, err = p.communicate()
+            assert p.returncode == 0, err[-2000:]
+        recs = read_records(tmp_path / f"runs{k}" / "lane")
+        assert all(r.status == "ok" for r in recs), [r.error for r in recs if r.status != "ok"]
+        return {r.trial_id: (r.metrics, {m: r.scores("xx", m).rows.tolist() for m in r.metrics["xx"]
+                                         if r.scores("xx", m) is not None}) for r in recs}
+
+    # the second time as README runs it: two workers splitting the grid, so a trial's numbers do not
+    # depend on which process ran it or what that process ran before
+    first, second = run(1, workers=1), run(2, workers=2)
+    assert len(first) == 10 and set(first) == set(second)
+    for trial, (metrics, examples) in first.items():
+        assert metrics == second[trial][0], trial
+        assert examples == second[trial][1], trial
+    assert any(ex for _, ex in first.values())  # the per-example results were compared, not only the means

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from harness import registry
 from harness.cache import content_hash
 from harness.registry import build_config
 from harness.world import pretrain as pt
@@ -268,12 +269,15 @@ def test_tokenized_bleu_options():
 # ------------------------------------------------------------------------------------- specs
 
 
-def _record(encoding: str, seed: int, task: str, setting: str | None, metrics: dict) -> dict:
+def _record(encoding: str, seed: int, task: str, setting: str | None, metrics: dict, tlm: float | None = 0.5) -> dict:
     task_cfg = {"setting": setting} if setting else {}
-    return {"schema_version": 1, "tokxfer_version": "0.1.0", "status": "ok", "trial_id": f"{encoding}-{seed}-{setting}",
-            "seed": seed, "flags": [], "metrics": metrics,
-            "config": {"method": {"id": "original", "name": "original"}, "encoding": {"id": encoding, "name": encoding},
-                       "task": {"name": task, "config": task_cfg}, "target": {"language": "near"}, "seed": seed}}  # fmt: skip
+    pretrain = {"encoding": "trial"} if tlm is None else {"encoding": "trial", "tlm_fraction": tlm}
+    name = "xlp" if encoding == "xlp-nodec" else encoding
+    return {"schema_version": 1, "tokxfer_version": "0.1.0", "status": "ok",
+            "trial_id": f"{encoding}-{seed}-{setting}-{tlm}", "seed": seed, "flags": [], "metrics": metrics,
+            "config": {"method": {"id": "original", "name": "original"}, "encoding": {"id": encoding, "name": name},
+                       "task": {"name": task, "config": task_cfg}, "target": {"language": "near"}, "seed": seed,
+                       "source": {"model": "world:mlm", "pretrain": pretrain}}}  # fmt: skip
 
 
 def test_xlp_specs_render_from_synthetic_records():
@@ -284,30 +288,37 @@ def test_xlp_specs_render_from_synthetic_records():
 
     langs = ["src", *WORLD_TARGETS]
     recs = []
-    for i, encoding in enumerate(["none", "additive", "attached", "xlp"]):
-        for seed in (1, 2, 3):
+    for i, encoding in enumerate(["none", "additive", "attached", "xlp", "xlp-shared", "xlp-nodec"]):
+        for seed in (1, 2, 3, 4, 5):
             acc = {lang: 0.5 + 0.01 * i + 0.02 * j + 0.001 * seed for j, lang in enumerate(langs)}
             for setting in ("cross-lingual", "translate-train"):
+                if encoding == "xlp-nodec" or (setting == "translate-train" and seed > 3):
+                    continue
                 m = {lang: {"accuracy": a - (0.1 if setting == "translate-train" else 0)} for lang, a in acc.items()}
                 m["all"] = language_summary({lang: v["accuracy"] for lang, v in m.items()}, "src")
                 recs.append(_record(encoding, seed, "xnli", setting, m))
+                recs.append(_record(encoding, seed, "xnli", setting, m, tlm=None))  # an earlier source: not shown
             bleu = {lang: {"bleu": 10.0 + i + j + seed, "bleu_tokenized": 11.0 + i + j + seed} for j, lang in enumerate(WORLD_TARGETS)}
             recs.append(_record(encoding, seed, "iwslt-bleu", None, bleu))
 
     t1 = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table1.yaml"))
-    xlp = {r.method: r for r in t1.rows}["xlp"]
-    # xlp (i = 3): src 0.532 on average over seeds; the gap is src minus the mean of the four targets
-    assert xlp.cells["xnli/src/accuracy"].mean == pytest.approx(0.532) and xlp.cells["xnli/src/accuracy"].n == 3
+    rows = {r.method: r for r in t1.rows}
+    assert list(rows) == ["none", "additive", "attached", "xlp", "xlp-shared"]
+    xlp = rows["xlp"]
+    # xlp (i = 3): src 0.533 on average over seeds; the gap is src minus the mean of the four targets
+    assert xlp.cells["xnli/src/accuracy"].mean == pytest.approx(0.533) and xlp.cells["xnli/src/accuracy"].n == 5
     assert xlp.cells["xnli/all/transfer_gap"].mean == pytest.approx(-0.05)
-    assert xlp.cells["xnli/avg/accuracy"].mean == pytest.approx(0.572)
+    assert xlp.cells["xnli/avg/accuracy"].mean == pytest.approx(0.573)
     md = render_markdown(t1)
     assert "Transfer gap" in md and "XLP (paper)" in md and "XLP (language projection)" in md
+    assert "Shared projection" in md
     tt = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table1-translate-train.yaml"))
     assert {r.method: r for r in tt.rows}["none"].cells["xnli/src/accuracy"].mean == pytest.approx(0.402)
     t2 = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table2.yaml"))
+    assert [r.method for r in t2.rows][-2:] == ["xlp-shared", "xlp-nodec"]
     row = {r.method: r for r in t2.rows}["attached"]  # i = 2
-    assert row.cells["iwslt-bleu/far/bleu"].mean == pytest.approx(15.0)
-    assert row.cells["iwslt-bleu/avg/bleu_tokenized"].mean == pytest.approx(16.5)
+    assert row.cells["iwslt-bleu/far/bleu_tokenized"].mean == pytest.approx(17.0)
+    assert row.cells["iwslt-bleu/avg/bleu_tokenized"].mean == pytest.approx(17.5)
     assert all(not c.flags for r in t2.rows for c in r.cells.values())  # complete, unmixed cells
     real = aggregate([], load_spec(PACKAGED_SPECS / "real" / "xlp-table2.yaml"))
     assert "Language Embedding (attaching) (paper)" in render_markdown(real)
@@ -349,3 +360,50 @@ def test_grid_pretrains_one_source_per_encoding(tmp_path):
     assert recs["xlp"]["encoding"]["sides"]["input"]["trainable"] is True  # the trial's wrapper; frozen in its task copy
     for r in recs.values():
         assert set(r["metrics"]) == {"src", "near", "all"} and "transfer_gap" in r["metrics"]["all"]
+
+
+# ------------------------------------------------------------------------------------- packaged grids (issue 28)
+
+XLP_GRIDS = ("xlp-table1", "xlp-table1-translate-train", "xlp-table2")
+
+
+def _grid_trials(name: str, medium: bool = False):
+    from harness.cli import CONFIG_DIR
+    from harness.run.config import load_experiment
+
+    return load_experiment(CONFIG_DIR / ("medium" if medium else "") / f"{name}.yaml").trials()
+
+
+def test_xlp_grids_share_one_tlm_source_per_encoding_and_seed_and_carry_the_controls():
+    sources: dict[tuple[str, int], set[str]] = {}
+    for name in XLP_GRIDS:
+        trials = _grid_trials(name)
+        by_id = {t.encoding.id: t.encoding for t in trials}
+        assert {"none", "additive", "attached", "xlp", "xlp-shared"} <= set(by_id), name
+        seeds = sorted({t.seed for t in trials})
+        assert seeds == ([1, 2, 3] if name.endswith("translate-train") else [1, 2, 3, 4, 5]), name
+        for t in trials:
+            cfg = t.source.pretrain_config(t.encoding.name)
+            assert cfg.tlm_fraction > 0 and cfg.kind == "mlm" and cfg.encoding == t.encoding.name
+            assert set(cfg.extra_languages) == set(WORLD_TARGETS) and cfg.seed == t.seed
+            sources.setdefault((t.encoding.name, t.seed), set()).add(content_hash(cfg.to_dict()))
+    # the three grids (and xlp-nodec with xlp) pretrain the same cached source for an encoding and seed
+    assert all(len(hashes) == 1 for hashes in sources.values()), sources
+    nodec = {t.encoding.id: t.encoding for t in _grid_trials("xlp-table2")}["xlp-nodec"]
+    assert nodec.name == "xlp" and build_config(registry.get("encoding", "xlp").config_cls, nodec.config).decoder is False
+
+
+@pytest.mark.parametrize("name", [*XLP_GRIDS, "methods-x-encodings-new-downstream"])
+def test_medium_presets_keep_the_small_grids_rows_seeds_and_tasks(name):
+    small, medium = _grid_trials(name), _grid_trials(name, medium=True)
+
+    def rows(trials):
+        return sorted({(t.method.id, t.encoding.id, t.task.id) for t in trials})
+
+    assert rows(medium) == rows(small)
+    # at least the small grid's seeds (translate-train keeps 5 on a GPU, 3 on CPU where it is compute-bound)
+    assert {t.seed for t in medium} >= {t.seed for t in small}
+    for t in medium:  # a bigger TLM source of the same languages
+        cfg, ref = t.source.pretrain_config(t.encoding.name), small[0].source.pretrain_config(t.encoding.name)
+        assert cfg.tlm_fraction == ref.tlm_fraction and cfg.extra_languages == ref.extra_languages
+        assert cfg.hidden_size > ref.hidden_size and cfg.steps > ref.steps

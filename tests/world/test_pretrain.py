@@ -14,6 +14,7 @@ from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoTokeniz
 import harness.world
 from harness.cache import cache_root
 from harness.world import pretrain as pt
+from harness.world import pretrain_data as pdata
 from harness.world.pretrain import PretrainConfig, pretrain_on_files, pretrained_source
 
 
@@ -208,8 +209,8 @@ def test_mask_tokens_80_10_10() -> None:
     kwargs = dict(
         special_ids=torch.tensor([0, 1, 2, 3, 4]), regular_ids=torch.arange(5, 1000), mask_id=4, probability=0.15
     )
-    inputs, labels = pt._mask_tokens(ids, generator=torch.Generator().manual_seed(1), **kwargs)
-    inputs2, labels2 = pt._mask_tokens(ids, generator=torch.Generator().manual_seed(1), **kwargs)
+    inputs, labels = pdata.mask_tokens(ids, generator=torch.Generator().manual_seed(1), **kwargs)
+    inputs2, labels2 = pdata.mask_tokens(ids, generator=torch.Generator().manual_seed(1), **kwargs)
     assert torch.equal(inputs, inputs2) and torch.equal(labels, labels2)
     sel = labels != -100
     assert not sel[:, 0].any() and not sel[:, -1].any()  # specials never selected

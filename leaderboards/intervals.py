@@ -1,0 +1,254 @@
+"""Intervals of one leaderboard cell: the t-interval over seeds and, where records carry per-example
+results, the Multi-Bootstrap (Sellam et al., 2022) over seeds and examples together.
+
+The lower layer of :mod:`leaderboards.stats` (which re-exports every public name here and explains
+the choices); also the defaults every statistic shares (α, confidence, power, resampling seed).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+from scipy import stats
+
+from harness.examples import ExampleScores
+
+ALPHA = 0.05
+"""Default significance level of a table's declared comparisons (family-wise, Holm)."""
+CONFIDENCE = 0.95
+"""Confidence level of every interval shown."""
+POWER = 0.8
+"""Power at which the minimum detectable effect is stated."""
+TESTS = ("t", "permutation")
+"""Verdict tests a spec may name (``test:``): the paired t-test (default) or the exact sign-flip
+permutation test over seeds."""
+SEED = 0
+"""Seed of the default resampling generator (fixed: tables are reproducible bit for bit)."""
+N_RESAMPLES = 2000
+"""Bootstrap resamples (an SE from 2,000 resamples is within ~1.6 % of its limit)."""
+_CHUNK = 256
+"""Multi-Bootstrap resamples drawn at once (bounds memory at chunk × examples)."""
+
+
+class SeedSample(Protocol):
+    """What the functions here read from a cell: per-seed values and, optionally, per-example results.
+
+    Attributes:
+        seeds: the trial seeds, one per value.
+        values: the seed-level metric values (record units).
+        examples: ``None``, or one block per language (several for an average column): per seed, in
+            ``seeds`` order, the per-example statistics behind the seed's value of that language
+            (:class:`harness.examples.ExampleScores`, whose ``value()`` is the metric and
+            ``resampled(weights)`` the metric of resampled examples: a mean, a ratio, an F1, a corpus
+            BLEU …), the same examples in the same order for every seed. A 2-D array
+            ``(len(seeds), n_examples)`` stands for per-example values whose mean is the metric.
+    """
+
+    seeds: tuple
+    values: tuple[float, ...]
+    examples: tuple | None
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A plain :class:`SeedSample` (e.g. for tests and ``tokxfer compare``)."""
+
+    seeds: tuple
+    values: tuple[float, ...]
+    examples: tuple | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An estimate with its confidence interval.
+
+    Attributes:
+        estimate: the point estimate.
+        low / high: the interval (``None`` when undefined, e.g. one seed).
+        method: how the interval was made (shown in footnotes and the CSV).
+    """
+
+    estimate: float
+    low: float | None
+    high: float | None
+    method: str
+
+    @property
+    def defined(self) -> bool:
+        """Whether the interval has both ends."""
+        return self.low is not None and self.high is not None
+
+
+def _rng(rng: np.random.Generator | None) -> np.random.Generator:
+    return np.random.default_rng(SEED) if rng is None else rng
+
+
+def _no_spread(x: np.ndarray) -> bool:
+    """All values equal up to float noise (scipy's t-tests would divide by ~0)."""
+    return bool(np.ptp(x) <= 1e-12 * max(1.0, float(np.max(np.abs(x)))))
+
+
+# --------------------------------------------------------------------------------------------
+# Per cell
+# --------------------------------------------------------------------------------------------
+
+
+def _block(block: Any) -> tuple:
+    """A block as per-seed scorers (``.n``, ``.value()``, ``.resampled(weights)``); a 2-D array's rows
+    are per-example values whose mean is the metric."""
+    if isinstance(block, np.ndarray):
+        return tuple(ExampleScores("mean", row) for row in np.atleast_2d(block))
+    return tuple(block)
+
+
+class _Difference:
+    """Per seed, A − B on the same examples: resampled jointly, so the pairing by example is kept."""
+
+    def __init__(self, a: Any, b: Any) -> None:
+        if a.n != b.n:
+            raise ValueError(f"paired examples: {a.n} examples against {b.n}")
+        self.a, self.b, self.n = a, b, a.n
+
+    def value(self) -> float:
+        return self.a.value() - self.b.value()
+
+    def resampled(self, weights: np.ndarray) -> np.ndarray:
+        return self.a.resampled(weights) - self.b.resampled(weights)
+
+
+def _counts(idx: np.ndarray, n: int) -> np.ndarray:
+    """Row-wise multiplicities of the draws ``idx`` (``size x draws`` of values in ``[0, n)``)."""
+    size = idx.shape[0]
+    flat = (idx + (np.arange(size) * n)[:, None]).ravel()
+    return np.bincount(flat, minlength=size * n).reshape(size, n).astype(np.float64)
+
+
+def multi_bootstrap_se(
+    blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np.random.Generator | None = None
+) -> float:
+    """Multi-Bootstrap standard error of the statistic over seeds × examples (Sellam et al., 2022).
+
+    Each resample draws n seeds with replacement and, per block, that block's examples with
+    replacement (the same draw for every seed: the seeds score the same test set), and evaluates
+    ``mean over blocks of (seed-weighted mean of each drawn seed's metric on the drawn examples)``.
+    A seed's metric on drawn examples is its reducer of the drawn rows (an accuracy, an entity F1,
+    a corpus BLEU …: :meth:`harness.examples.ExampleScores.resampled`), one matrix product per seed.
+
+    Args:
+        blocks: per block, the per-seed scorers (:data:`SeedSample` ``examples``), the same seeds and
+            number of examples throughout a block; or ``(n_seeds, n_examples)`` arrays of values.
+        n_resamples: bootstrap resamples.
+        rng: the generator (default ``default_rng(SEED)``).
+
+    Returns:
+        The standard deviation (ddof=1) of the resampled statistic.
+
+    Example:
+        >>> x = np.array([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0], [1.0, 1.0, 1.0, 0.0]])
+        >>> 0.0 < multi_bootstrap_se([x]) < 0.5
+        True
+    """
+    rng = _rng(rng)
+    blocks = [_block(b) for b in blocks]
+    n_s = len(blocks[0])
+    if any(len(b) != n_s or len({ex.n for ex in b}) != 1 for b in blocks):
+        raise ValueError("multi_bootstrap_se: every block must have the same seeds, each with the same examples")
+    stat = np.empty(n_resamples)
+    for start in range(0, n_resamples, _CHUNK):
+        size = min(_CHUNK, n_resamples - start)
+        weights = _counts(rng.integers(0, n_s, size=(size, n_s)), n_s) / n_s
+        total = np.zeros(size)
+        for block in blocks:
+            n_e = block[0].n
+            draws = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
+            per_seed = np.stack([ex.resampled(draws) for ex in block], axis=1)  # (size, n_seeds)
+            total += (weights * per_seed).sum(axis=1)
+        stat[start:start + size] = total / len(blocks)
+    return float(stat.std(ddof=1))
+
+
+def _t_from_se(estimate: float, se: float, df: float, confidence: float) -> tuple[float, float, float]:
+    """CI ends and two-sided p of ``estimate`` with standard error ``se`` on ``df`` degrees of freedom."""
+    half = float(stats.t.ppf(0.5 + confidence / 2, df)) * se
+    p = float(2 * stats.t.sf(abs(estimate) / se, df)) if se > 0 else (1.0 if estimate == 0 else 0.0)
+    return estimate - half, estimate + half, p
+
+
+def seeds_by_examples_se(
+    blocks: Sequence[np.ndarray], n_resamples: int = N_RESAMPLES, rng: np.random.Generator | None = None
+) -> tuple[float, float]:
+    """Standard error and degrees of freedom of the mean over seeds × examples.
+
+    The Multi-Bootstrap variance (:func:`multi_bootstrap_se`) holds a seed share and an example share.
+    The seed share is taken as the t-test's ``s²/n`` of the per-seed statistics (the bootstrap's own
+    seed share is (n−1)/n of it: a bootstrap over 3–5 units is too narrow); the example share is what
+    the Multi-Bootstrap adds beyond its seed share. The df combine the two by Welch–Satterthwaite:
+    n − 1 when the seeds dominate (then this is exactly the paired t-test), up to ~n_examples − 1 when
+    the examples do.
+
+    Returns:
+        ``(se, df)``.
+    """
+    blocks = [_block(b) for b in blocks]
+    n = len(blocks[0])
+    per_seed = np.mean([[ex.value() for ex in b] for b in blocks], axis=0)
+    v_seed = float(per_seed.var(ddof=1)) / n
+    v_mb = multi_bootstrap_se(blocks, n_resamples, rng) ** 2
+    v_ex = max(v_mb - v_seed * (n - 1) / n, 0.0)
+    se2 = v_seed + v_ex
+    if se2 == 0:
+        return 0.0, float(n - 1)
+    n_ex = min(b[0].n for b in blocks)
+    df = se2**2 / (v_seed**2 / (n - 1) + v_ex**2 / (n_ex - 1))
+    return math.sqrt(se2), float(df)
+
+
+def _usable_examples(sample: SeedSample) -> tuple | None:
+    """The sample's blocks as per-seed scorers, or ``None`` when they cannot be resampled (a block
+    per seed, at least two examples, the same number for every seed)."""
+    if not sample.examples:
+        return None
+    blocks = tuple(_block(b) for b in sample.examples)
+    if any(len(b) != len(sample.values) or len({ex.n for ex in b}) != 1 or b[0].n < 2 for b in blocks):
+        return None
+    return blocks
+
+
+def mean_interval(
+    sample: SeedSample,
+    confidence: float = CONFIDENCE,
+    rng: np.random.Generator | None = None,
+    n_resamples: int = N_RESAMPLES,
+) -> Interval:
+    """Mean of a cell and its CI.
+
+    Over seeds only: the t-interval, ``scipy.stats.ttest_1samp(values).confidence_interval`` (n − 1
+    df; see the module docstring for why not a bootstrap). With per-example results: a t-interval on
+    the seeds × examples SE and df of :func:`seeds_by_examples_se` (Multi-Bootstrap). One value: no
+    interval.
+
+    Example:
+        >>> i = mean_interval(Sample((1, 2, 3), (1.0, 2.0, 3.0)))
+        >>> round(i.estimate, 3), round(i.low, 3), round(i.high, 3), i.method
+        (2.0, -0.484, 4.484, 't over seeds')
+    """
+    x = np.asarray(sample.values, dtype=np.float64)
+    n = int(x.size)
+    if n == 0:
+        raise ValueError("mean_interval: no values")
+    est = float(x.mean())
+    if n < 2:
+        return Interval(est, None, None, "none (n=1)")
+    blocks = _usable_examples(sample)
+    if blocks is not None:
+        se, df = seeds_by_examples_se(blocks, n_resamples, rng)
+        low, high, _ = _t_from_se(est, se, df, confidence)
+        return Interval(est, low, high, "t on the Multi-Bootstrap SE (seeds × examples)")
+    if _no_spread(x):
+        return Interval(est, est, est, "t over seeds")
+    ci = stats.ttest_1samp(x, 0.0).confidence_interval(confidence)
+    return Interval(est, float(ci.low), float(ci.high), "t over seeds")

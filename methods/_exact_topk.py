@@ -1,0 +1,698 @@
+"""The exact top-k cosine search with an adaptive screen (WECHSEL's neighbours): :func:`topk_cosine`.
+
+Every query row's ``k`` nearest keys by float64 cosine, exact ties to the lower key index, found
+without ever materializing the ``n x m`` similarity matrix: each chunk of query rows is *screened*
+by a matrix product in bfloat16, float32 or float64 (:class:`_Screens`), every key the screen's
+proven error bound cannot rule out is rescored exactly (:func:`_select_chunk`,
+:func:`_exact_cosines`), and ``screen="auto"`` moves to a finer screen when a chunk keeps more
+candidates than the finer product would cost (:func:`_escalation_budget`). Keys with identical
+vectors are searched once (:func:`_group_keys`). The result does not depend on the screen, the
+chunk size or the thread count (``tests/test_similarity.py``).
+
+The float32 cosine blocks and sparsemax of FOCUS and Tik-to-Tok are :mod:`methods._similarity`.
+
+Example:
+    >>> t = topk_cosine(np.array([[1.0, 0.0]]), np.array([[0.0, 1.0], [1.0, 0.1]]), 1)
+    >>> t.indices.tolist()
+    [[1]]
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from harness import progress as _progress
+from methods._similarity import _as_tensor
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EXACT_CHUNK_ROWS", "SCREENS", "TopK", "resolve_screen", "topk_cosine"]
+
+EXACT_CHUNK_ROWS = 512
+"""Query rows screened at once by :func:`topk_cosine`: 512 x 250k keys is 256 MB in bfloat16 (512 MB in float32)."""
+
+SCREENS = ("bf16", "fp32", "fp64")
+"""Screen precisions of :func:`topk_cosine`, cheapest first; ``auto`` climbs this list when candidates explode."""
+
+_BLOCK_BYTES = 512 * 2**20
+"""Upper bound on one score block; the chunk is lowered to respect it for huge key sets."""
+
+_GATHER_ELEMS = 2**20
+"""Products rescored at once (8 MB of float64 products and 8 MB of running sums: reused heap memory)."""
+
+_U_BF16 = 2.0**-8
+"""Unit roundoff of bfloat16 (8 significant bits, round to nearest)."""
+
+_SCREEN_COST = {"bf16": 0.5, "fp32": 1.0, "fp64": 2.0}
+"""Cost of one screen score relative to a float32 one (a ``d``-term product in a matrix multiply):
+bfloat16 runs at about twice the float32 rate on CPUs with native bf16 (measured 2.2x on AVX512-BF16),
+float64 at half of it (half the SIMD lanes)."""
+
+_RESCORE_COST = 256.0
+"""Cost of rescoring one candidate exactly (gather its ``d`` floats, ``d`` float64 products and a sequential
+sum, selection), in the units of :data:`_SCREEN_COST`: measured ~5 ns per product against ~0.02 ns per
+multiply-add of a float32 GEMM on one AVX-512 core. It only steers ``screen="auto"``, never the result."""
+
+
+def resolve_screen(screen: str) -> str:
+    """The first screen of :func:`topk_cosine` for a ``screen`` setting (``auto`` asks the CPU).
+
+    ``auto`` starts with bf16 on CPUs with native bfloat16 matrix instructions (AVX512-BF16/AMX),
+    else fp32; explicit ``bf16``/``fp32``/``fp64`` are returned as given.
+
+    Example:
+        >>> resolve_screen("fp64")
+        'fp64'
+    """
+    if screen not in ("auto", *SCREENS):
+        raise ValueError(f"screen must be 'auto', 'bf16', 'fp32' or 'fp64', got {screen!r}")
+    if screen != "auto":
+        return screen
+    try:
+        native = bool(torch.cpu._is_avx512_bf16_supported()) or bool(torch.cpu._is_amx_tile_supported())
+    except AttributeError:  # older torch
+        native = False
+    return "bf16" if native else "fp32"
+
+
+def _gamma(d: int, unit: float = 2.0**-24) -> float:
+    """Higham's ``gamma_d``: bound on the relative error of a d-term sum (float32 unit roundoff by default)."""
+    t = d * unit
+    return t / (1.0 - t)
+
+
+def _screen_err(screen: str, d: int, magnitude: torch.Tensor) -> torch.Tensor:
+    """Bound on ``|screen score - exact cosine|`` for screen scores of absolute value ``<= magnitude``.
+
+    Exact: ``sum_i qn_i k_i * inv_norm`` in float64 from the float32 unit query ``qn`` and the
+    float32 key. bf16 screen: both unit vectors rounded to bfloat16 (relative error
+    ``u = 2^-8`` per component, so ``|â·b̂ - a·b| <= (2u + u²) ||a|| ||b||``), products exact in
+    float32 and summed in float32 (``gamma_d`` relative to ``sum |â_i b̂_i| <= (1 + u)²``), the
+    result rounded to bfloat16 (``u |s| / (1 - u)`` in terms of the rounded score ``s``). fp32
+    screen: a float32 GEMM of the unit vectors (``gamma_d``) against float64 (few ulps). Both
+    carry slack (``1e-4`` / ``5e-5``) for the float32 normalization and DAZ/FTZ. fp64 screen:
+    the float32 key times its float32 inverse norm is exact in float64, so screen and exact
+    value are two float64 sums of the same exact products in different orders (each within
+    ``gamma_d`` of the true sum, norms within ``1 + 2 gamma_d(float32)`` of 1); ``4 gamma_d`` plus
+    ``1e-12`` of slack.
+    """
+    if screen == "fp64":
+        return torch.full_like(magnitude, 4.0 * _gamma(d, 2.0**-53) + 1e-12)
+    g = _gamma(d)
+    if screen == "fp32":
+        return torch.full_like(magnitude, 4.0 * g + 5e-5)
+    u = _U_BF16
+    return (2 * u + u * u) * (1 + 1e-6) + 2 * g * (1 + u) ** 2 + u * magnitude / (1 - u) + 1e-4
+
+
+def _screen_eps(screen: str, d: int, v_top: torch.Tensor, v_k: torch.Tensor) -> torch.Tensor:
+    """Per-row bound ``eps`` on ``|screen score - exact cosine|`` for every score in ``[v_k - 2 eps, v_top]``.
+
+    ``v_top`` is the row's best screen score and ``v_k`` its ``k``-th best. Every score in that
+    interval has ``|s| <= M = max(|v_top|, |v_k| + 0.05)`` because ``2 eps < 0.05``, so
+    ``eps = _screen_err(M)`` (see :func:`_screen_err`).
+    """
+    return _screen_err(screen, d, torch.maximum(v_top.abs(), v_k.abs() + 0.05))
+
+
+@dataclass
+class TopK:
+    """Result of :func:`topk_cosine`.
+
+    Attributes:
+        indices: ``n x k`` int64 key indices, by decreasing cosine (identical keys: lower index first);
+            ``-1`` in rows that have no vector.
+        similarities: ``n x k`` float32 cosines (0 in rows without a vector).
+        has_vector: ``n`` bool, the query rows with a nonzero vector.
+        stats: JSON-serializable facts (screens used, candidates rescored, timings).
+        kth_gap: ``n`` float64: exact cosine of the k-th neighbour minus that of the (k+1)-th
+            (``>= 0``; 0 for an exact tie straddling the cut; ``inf`` where there is no (k+1)-th
+            key or no vector). A row with a small gap is a *near tie*: another implementation
+            whose cosines differ in the last float bits may choose a different k-th neighbour.
+    """
+
+    indices: np.ndarray
+    similarities: np.ndarray
+    has_vector: np.ndarray
+    stats: dict
+    kth_gap: np.ndarray | None = None
+
+
+def _topk_desc(a: torch.Tensor, w: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``w`` largest entries of every row, in decreasing order (values, column indices).
+
+    For wide rows, two-stage: the row is cut into blocks of ``block`` columns, the ``w`` blocks
+    with the largest maxima are kept (the ``w`` largest entries lie in them: each of those
+    entries is at least the ``w``-th largest block maximum), and the top-``w`` is taken among
+    their ``w * block`` entries. The values equal ``torch.topk``'s; among equal values the
+    indices may differ, which the callers do not depend on (they re-rank by exact scores).
+    """
+    c, m = a.shape
+    nb = m // block
+    if nb < 8 * w:
+        return torch.topk(a, w, dim=1, sorted=True)
+    main = nb * block
+    bmax = a[:, :main].reshape(c, nb, block).amax(2)
+    if main < m:
+        bmax = torch.cat([bmax, a[:, main:].amax(1, keepdim=True)], 1)
+    blocks = torch.topk(bmax, w, dim=1, sorted=False).indices
+    idx = (blocks[:, :, None] * block + torch.arange(block)).reshape(c, -1)
+    outside = idx >= m  # the short last block
+    idx.clamp_(max=m - 1)
+    vals = torch.gather(a, 1, idx)
+    vals.masked_fill_(outside, float("-inf"))
+    v, p = torch.topk(vals, w, dim=1, sorted=True)
+    return v, torch.gather(idx, 1, p)
+
+
+def _duplicate_representatives(keys: torch.Tensor, cand: torch.Tensor) -> torch.Tensor | None:
+    """For each usable key (position in ``cand``), the first position with a bitwise-identical vector.
+
+    Tokens that share a string (``▁the`` / ``the``, ``Ġthe`` / ``the`` …) have identical subword
+    vectors, hence identical cosines. Rows are grouped by a 64-bit hash of their bits and
+    verified, so a hash collision never merges different vectors.
+
+    Returns:
+        int64 tensor ``rep`` (``rep[p] <= p``), or ``None`` when all usable keys are distinct.
+    """
+    k = keys.contiguous().numpy()
+    c = cand.numpy()
+    bits = k.view(np.uint32)
+    w = (np.arange(1, k.shape[1] + 1, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)) | np.uint64(1)
+    h = np.empty(len(c), dtype=np.uint64)
+    for a in range(0, len(c), 16384):
+        h[a : a + 16384] = (bits[c[a : a + 16384]].astype(np.uint64) * w).sum(axis=1)  # wraps mod 2^64
+    order = np.argsort(h, kind="stable")
+    hs = h[order]
+    start = np.ones(len(c), dtype=bool)
+    start[1:] = hs[1:] != hs[:-1]
+    if start.all():
+        return None
+    rep = np.empty(len(c), dtype=np.int64)
+    rep[order] = order[np.maximum.accumulate(np.where(start, np.arange(len(c)), 0))]
+    dup = np.flatnonzero(rep != np.arange(len(c)))
+    differs = ~np.all(k[c[dup]] == k[c[rep[dup]]], axis=1)
+    rep[dup[differs]] = dup[differs]  # hash collisions stay apart
+    return torch.from_numpy(rep) if bool((rep != np.arange(len(c))).any()) else None
+
+
+@dataclass
+class _KeyGroups:
+    """Usable keys grouped by identical vectors: the search runs on one key per group.
+
+    Attributes:
+        unique: positions (into the usable keys) of the first key of every group, ascending.
+        members: ``n_unique x g`` positions of the first ``g`` keys of every group, ascending,
+            ``-1``-padded (``g`` = the largest group, capped at the neighbours kept: a later member
+            can never be chosen); ``None`` when no two keys are identical.
+        duplicates: keys that are not the first of their group.
+    """
+
+    unique: torch.Tensor
+    members: torch.Tensor | None
+    duplicates: int
+
+
+def _group_keys(keys: torch.Tensor, cand: torch.Tensor, cap: int) -> _KeyGroups:
+    """Group the usable keys ``keys[cand]`` by bitwise-identical vectors (see :class:`_KeyGroups`)."""
+    m = int(cand.numel())
+    rep = _duplicate_representatives(keys, cand)
+    if rep is None:
+        return _KeyGroups(torch.arange(m), None, 0)
+    unique = torch.nonzero(rep == torch.arange(m)).squeeze(1)
+    group = torch.searchsorted(unique, rep)  # group id of every position
+    order = torch.sort(group, stable=True).indices  # by group, then position
+    sizes = torch.bincount(group, minlength=len(unique))
+    starts = torch.cumsum(sizes, 0) - sizes
+    within = torch.arange(m) - starts[group[order]]
+    g = min(int(sizes.max()), cap)
+    members = torch.full((len(unique), g), -1, dtype=torch.int64)
+    keep = within < g
+    members[group[order][keep], within[keep]] = order[keep]
+    return _KeyGroups(unique, members, m - len(unique))
+
+
+def _expand_groups(pos: torch.Tensor, values: torch.Tensor, groups: _KeyGroups, ks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Replace the groups chosen per row by their keys; the first ``ks`` by (decreasing value, position).
+
+    Exact: the top ``ks`` keys lie in the top ``ks`` groups ranked by (value, first position), and
+    every key of a group has the group's value (identical vectors).
+    """
+    if groups.members is None:
+        return pos, values
+    r = pos.shape[0]
+    mem = groups.members[pos].reshape(r, -1)
+    vals = values.unsqueeze(2).expand(-1, -1, groups.members.shape[1]).reshape(r, -1).clone()
+    pad = mem < 0
+    vals[pad] = float("-inf")
+    mem = mem.masked_fill(pad, torch.iinfo(torch.int64).max)
+    mem, perm = torch.sort(mem, dim=1)  # position order first, so that the stable sort breaks ties by position
+    vals = torch.gather(vals, 1, perm)
+    order = torch.sort(-vals, dim=1, stable=True).indices[:, :ks]
+    return torch.gather(mem, 1, order), torch.gather(vals, 1, order)
+
+
+def _exact_cosines(qn: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    """Exact cosines ``r x w`` of unit queries ``qn`` (``r x d``) with the keys at ``cand[pos]``.
+
+    ``(sum_i qn_i k_i) * inv`` in float64 from the float32 inputs, summed in the fixed order
+    ``i = 0 .. d-1`` (``torch.cumsum`` is a sequential scan; every product of two float32 numbers
+    is exact in float64): a pair's value is one fixed sequence of IEEE operations, the same
+    whatever the batch, the pair's position, the candidate set, the thread count or the CPU. A
+    BLAS product promises none of that (``torch.bmm``'s float64 sums change with the batch size
+    and the width). Rows are processed in batches of at most :data:`_GATHER_ELEMS` products.
+    """
+    r, w = pos.shape
+    d = qn.shape[1]
+    out = torch.empty((r, w), dtype=torch.float64)
+    q64 = qn.to(torch.float64)
+    step = max(1, _GATHER_ELEMS // max(1, w * d))
+    for a in range(0, r, step):
+        b = min(a + step, r)
+        g = keys[cand[pos[a:b]].reshape(-1)].view(b - a, w, d)
+        products = torch.mul(g, q64[a:b, None, :])  # float64, exact
+        out[a:b] = torch.cumsum(products, dim=2)[:, :, -1] * inv[pos[a:b]].to(torch.float64)
+    return out
+
+
+def _top_by_value_then_position(exact: torch.Tensor, pos: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``kk`` best entries of every row by decreasing ``exact``, equal values by lower ``pos``.
+
+    ``torch.topk`` picks the set; rows where an exact tie straddles the cut (more than ``kk``
+    entries reach the ``kk``-th value, so topk's choice among them is arbitrary) are redone with
+    a full stable sort. Returns ``(positions, values)``, ``r x kk`` each.
+    """
+    v, j = torch.topk(exact, kk, dim=1, sorted=True)
+    p = torch.gather(pos, 1, j)
+    p, perm = torch.sort(p, dim=1)
+    v = torch.gather(v, 1, perm)
+    order = torch.sort(-v, dim=1, stable=True).indices
+    p, v = torch.gather(p, 1, order), torch.gather(v, 1, order)
+    straddle = torch.nonzero((exact >= v[:, -1:]).sum(1) > kk).squeeze(1)
+    if len(straddle):
+        ps, perm = torch.sort(pos[straddle], dim=1)
+        ex = torch.gather(exact[straddle], 1, perm)
+        order = torch.sort(-ex, dim=1, stable=True).indices[:, :kk]
+        p[straddle] = torch.gather(ps, 1, order)
+        v[straddle] = torch.gather(ex, 1, order)
+    return p, v
+
+
+def _base_width(kk: int) -> int:
+    """The smallest candidate-set width :func:`_select_chunk` starts from."""
+    return max(32, 2 * kk + 12)
+
+
+def _escalation_budget(mode: str, rows: int, m: int, kk: int) -> float:
+    """Candidates a chunk screened in ``mode`` may rescore before ``auto`` moves to the next screen.
+
+    The next screen costs ``(cost(next) - cost(mode)) x m`` more per row (:data:`_SCREEN_COST`)
+    and, by its smaller error margin, is assumed to leave about the base width of candidates; the
+    current screen is kept while its extra candidates cost less (:data:`_RESCORE_COST` each). The
+    rescoring is thereby bounded by about the cost of a dense float64 product, twice a float32 one.
+    """
+    nxt = SCREENS[SCREENS.index(mode) + 1]
+    return rows * (_base_width(kk) + (_SCREEN_COST[nxt] - _SCREEN_COST[mode]) * m / _RESCORE_COST)
+
+
+_DEFER_SHARE = 0.25
+"""``screen="auto"``: a chunk escalates to the next screen as a whole (for good) when more than this share
+of its rows need more candidates than :func:`_row_cap`; fewer such rows are screened again on their own."""
+
+
+def _row_cap(mode: str, m: int, kk: int) -> float | None:
+    """``auto``: the candidates a row may need in ``mode`` before it is screened again in the next finer
+    screen on its own (the per-row form of :func:`_escalation_budget`); ``None`` for the finest screen."""
+    if mode == SCREENS[-1]:
+        return None
+    return _escalation_budget(mode, 1, m, kk)
+
+
+@dataclass
+class _Selected:
+    """Exact top of one chunk (see :func:`_select_chunk`)."""
+
+    pos: torch.Tensor
+    """``c x kk`` positions into the screened keys, by (decreasing exact cosine, position)."""
+    values: torch.Tensor
+    """``c x kk`` float64 exact cosines."""
+    candidates: int
+    """Candidates rescored exactly."""
+    widest: int
+    """Widest candidate set of a row."""
+    next_width: int
+    """A starting width for the next chunk (1.25 x the 95th percentile of what this chunk needed)."""
+    deferred: torch.Tensor | None = None
+    """Rows left for a finer screen (``row_cap``; their ``pos``/``values`` rows are unset), or ``None``."""
+
+
+class _Escalate(Exception):
+    """Raised by :func:`_select_chunk` when the candidates exceed the budget (before any rescoring)."""
+
+    def __init__(self, per_row: float) -> None:
+        super().__init__(per_row)
+        self.per_row = per_row
+
+
+def _row_widths(a: torch.Tensor, vals: torch.Tensor, thr: torch.Tensor, width: int) -> torch.Tensor:
+    """Candidates every row needs: screen scores ``>= thr`` (counted on the row where ``width`` is short)."""
+    m = a.shape[1]
+    need = (vals >= thr[:, None]).sum(1)
+    if width < m:
+        short = torch.nonzero(vals[:, -1] >= thr).squeeze(1)
+        if len(short):
+            need[short] = (a[short] >= thr[short, None]).sum(1)
+    return need
+
+
+def _select_chunk(
+    qn: torch.Tensor, a: torch.Tensor, mode: str, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, kk: int,
+    width: int, budget: float | None = None, row_cap: float | None = None,
+) -> _Selected | None:
+    """Exact top-``kk`` of every row of a screened chunk, or ``None`` if the screen's bound failed.
+
+    The candidates of a row are its screen scores at or above the threshold ``v_k - 2 eps``
+    (``v_k``: the ``kk``-th best screen score, ``eps``: :func:`_screen_eps`): they hold every key
+    whose exact cosine can reach the exact ``kk``-th best (a key scoring below the threshold has
+    an exact cosine below ``v_k - eps``, and at least ``kk`` keys have exact cosines of at least
+    ``v_k - eps``), so the exact top-``kk`` among them is the exact top-``kk`` overall. A row is
+    first taken ``width`` wide; rows with more candidates are counted and taken as wide as they
+    need (rounded up to a power of two). With a ``budget`` (``screen="auto"``), a chunk whose
+    candidates exceed it raises :class:`_Escalate` before anything is rescored. With a ``row_cap``
+    (``auto``), rows needing more candidates than that are not rescored but returned as
+    ``deferred`` for a finer screen — unless they are more than :data:`_DEFER_SHARE` of the chunk,
+    which then escalates as a whole (the budget counts the other rows' candidates). Candidates are
+    rescored exactly (float64), the bound is verified on every one of them, and the top-``kk`` is
+    taken by decreasing float64 cosine, ties to the lower position. Widths change only the work
+    done, never the result.
+    """
+    c, m = a.shape
+    d = qn.shape[1]
+    width = min(m, max(width, kk))
+    vals, pos = _topk_desc(a, width)
+    vals = vals.to(torch.float64 if mode == "fp64" else torch.float32)
+    eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
+    thr = vals[:, kk - 1] - 2 * eps
+    need = _row_widths(a, vals, thr, width)
+    bucket = torch.where(need > width, torch.clamp(2 ** torch.ceil(torch.log2(need.to(torch.float64))), max=m), width)
+    bucket = bucket.to(torch.int64)
+    hard = need > row_cap if row_cap is not None else torch.zeros(c, dtype=torch.bool)
+    n_hard = int(hard.sum())
+    work = int(bucket[~hard].sum())
+    if budget is not None and (work > budget or n_hard > _DEFER_SHARE * c):
+        raise _Escalate(int(bucket.sum()) / c)
+    out_pos = torch.empty((c, kk), dtype=torch.int64)
+    out_val = torch.empty((c, kk), dtype=torch.float64)
+    for w in torch.unique(bucket[~hard]).tolist():
+        rows = torch.nonzero((bucket == w) & ~hard).squeeze(1)
+        if w == width:
+            v_g, p_g = vals[rows], pos[rows]
+        else:
+            v_g, p_g = _topk_desc(a[rows], w)
+            v_g = v_g.to(vals.dtype)
+        exact = _exact_cosines(qn[rows], keys, cand, inv, p_g)
+        tol = torch.maximum(eps[rows, None], _screen_err(mode, d, v_g.abs()))  # candidates below thr may be larger
+        if bool(((v_g.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
+            return None
+        out_pos[rows], out_val[rows] = _top_by_value_then_position(exact, p_g, kk)
+    kept = need[~hard] if n_hard < c else need
+    q95 = float(torch.quantile(kept.to(torch.float32), 0.95))
+    next_width = min(m, max(_base_width(kk), int(np.ceil(1.25 * q95 / 8.0)) * 8))
+    widest = int(bucket[~hard].max()) if n_hard < c else 0
+    return _Selected(out_pos, out_val, work, widest, next_width, torch.nonzero(hard).squeeze(1) if n_hard else None)
+
+
+class _Screens:
+    """The ``d x m`` copies of the unit keys the screens multiply with, made when first needed.
+
+    bf16/fp32: the float32 key times its float32 inverse norm, rounded to the screen's type;
+    fp64: the same product, exact in float64. Moving to a finer screen frees the coarser copy.
+    """
+
+    def __init__(self, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor) -> None:
+        self.keys, self.cand, self.inv = keys, cand, inv
+        self.mode: str | None = None
+        self.matrix: torch.Tensor | None = None
+
+    def scores(self, qn: torch.Tensor, mode: str) -> torch.Tensor:
+        """Screen scores ``c x m`` of the unit queries ``qn`` in ``mode``."""
+        if mode != self.mode:
+            self.matrix = None
+            dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
+            m, d = int(self.cand.numel()), self.keys.shape[1]
+            kt = torch.empty((d, m), dtype=dtype)
+            for a in range(0, m, 65536):
+                b = min(a + 65536, m)
+                rows = self.keys[self.cand[a:b]]
+                kt[:, a:b] = (rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64"
+                              else (rows * self.inv[a:b, None]).to(dtype)).T
+            self.mode, self.matrix = mode, kt
+        return qn.to(self.matrix.dtype) @ self.matrix
+
+    def blocked(self, qn: torch.Tensor, mode: str, block: int = 65536) -> torch.Tensor:
+        """Scores in ``mode`` without keeping a full copy of the keys in it (the bf16 fallback, and rows
+        screened again on their own in a finer screen); each key block is made as :meth:`scores` makes it."""
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
+        out = torch.empty((qn.shape[0], len(self.cand)), dtype=dtype)
+        q = qn.to(dtype)
+        for a in range(0, len(self.cand), block):
+            b = min(a + block, len(self.cand))
+            rows = self.keys[self.cand[a:b]]
+            kb = rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64" else (rows * self.inv[a:b, None]).to(dtype)
+            out[:, a:b] = q @ kb.T
+        return out
+
+    def fp32_blocked(self, qn: torch.Tensor, block: int = 65536) -> torch.Tensor:
+        """float32 scores without a full float32 copy (the rare fallback of a bf16 chunk)."""
+        return self.blocked(qn, "fp32", block)
+
+
+def _chunk_step(chunk_rows: int, m: int, mode: str) -> int:
+    """Query rows per chunk: ``chunk_rows``, lowered so that one score block stays within :data:`_BLOCK_BYTES`."""
+    return max(1, min(int(chunk_rows), _BLOCK_BYTES // max(1, m * (8 if mode == "fp64" else 4))))
+
+
+def _check_inputs(q: torch.Tensor, keys: torch.Tensor, k: int, chunk_rows: int) -> None:
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    if chunk_rows < 1:
+        raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
+    if keys.shape[1] != q.shape[1]:
+        raise ValueError(f"queries and keys differ in dimension: {q.shape[1]} vs {keys.shape[1]}")
+    # a float64 sum is finite iff every float32 entry is (one pass, no n x d boolean temporary)
+    if not bool(torch.isfinite(q.sum(dtype=torch.float64))):
+        raise ValueError("queries contain non-finite values")
+    if not bool(torch.isfinite(keys.sum(dtype=torch.float64))):
+        raise ValueError("keys contain non-finite values")
+
+
+def _usable_keys(keys: torch.Tensor, key_mask: np.ndarray | None) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Positions of the keys that may be neighbours (nonzero, allowed by ``key_mask``), their float32 inverse norms."""
+    k_norm = torch.linalg.vector_norm(keys, dim=1)
+    usable = k_norm > 0
+    if key_mask is not None:
+        km = torch.as_tensor(np.asarray(key_mask, dtype=bool))
+        if km.shape != usable.shape:
+            raise ValueError(f"key_mask must have {len(usable)} entries, got {tuple(km.shape)}")
+        usable &= km
+    cand = torch.nonzero(usable).squeeze(1)
+    if cand.numel() == 0:
+        raise ValueError(f"no usable key: all {len(usable)} keys have a zero vector or are masked out")
+    return cand, (1.0 / k_norm[cand]).to(torch.float32), len(usable)
+
+
+def topk_cosine(
+    queries: np.ndarray | torch.Tensor,
+    keys: np.ndarray | torch.Tensor,
+    k: int,
+    *,
+    key_mask: np.ndarray | None = None,
+    chunk_rows: int = EXACT_CHUNK_ROWS,
+    screen: str = "auto",
+) -> TopK:
+    """Exact top-``k`` cosine neighbours among ``keys`` for every query row, in row chunks.
+
+    Query rows with a zero vector get no neighbours (``has_vector=False``); keys with a zero
+    vector, or ``False`` in ``key_mask``, are never neighbours. Keys with bitwise-identical
+    vectors (tokens that share a string) are searched once and share their cosine exactly.
+
+    The result does not depend on ``screen``, ``chunk_rows`` or the number of torch threads:
+    each chunk is first *screened* (a matrix product in bf16, fp32 or fp64), every key a screen
+    cannot rule out (see :func:`_screen_eps`, :func:`_select_chunk`) is rescored exactly (float64
+    from the float32 inputs, one dot product per pair, reported as float32), neighbours are
+    ordered by float64 cosine, and exact ties go to the lower key index, also at the k-th place.
+    ``screen="auto"`` adapts the screen's precision to the cosines (see :func:`_search`); explicit
+    ``"bf16"``, ``"fp32"`` and ``"fp64"`` screen every chunk as given (for measurements). One
+    neighbour more than ``k`` is found exactly, to report :attr:`TopK.kth_gap`.
+
+    Args:
+        queries: ``n x d`` query vectors (e.g. target subword embeddings).
+        keys: ``m x d`` key vectors (e.g. source subword embeddings).
+        k: neighbours per query (clipped to the number of usable keys).
+        key_mask: optional boolean ``m`` mask of keys allowed as neighbours.
+        chunk_rows: query rows scored at once (lowered so one score block stays <= 512 MB).
+        screen: ``"auto"``, ``"bf16"``, ``"fp32"`` or ``"fp64"`` (see :func:`resolve_screen`).
+
+    Returns:
+        :class:`TopK`; its ``stats`` count the candidates rescored per row and the chunks per screen.
+
+    Raises:
+        ValueError: shapes disagree, non-finite values, or no usable key.
+
+    Example:
+        >>> t = topk_cosine(np.array([[1.0, 0.1], [0.0, 0.0]]), np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0]]), 2)
+        >>> t.indices.tolist(), t.has_vector.tolist()
+        ([[1, 2], [-1, -1]], [True, False])
+    """
+    t0 = time.perf_counter()
+    mode = resolve_screen(screen)
+    q, keys_f = _as_tensor(queries, "queries"), _as_tensor(keys, "keys")
+    n, d = q.shape
+    with torch.no_grad():
+        _check_inputs(q, keys_f, k, chunk_rows)
+        q_norm = torch.linalg.vector_norm(q, dim=1)
+        cand, inv, n_keys = _usable_keys(keys_f, key_mask)
+        m = int(cand.numel())
+        kk = min(int(k), m)
+        ks = min(kk + 1, m)  # one neighbour more than kept: the gap after the k-th (near ties)
+        groups = _group_keys(keys_f, cand, ks)
+        ucand, uinv = cand[groups.unique], inv[groups.unique]
+        rows = torch.nonzero(q_norm > 0).squeeze(1)
+        run = _ChunkRun(q, q_norm, keys_f, ucand, uinv, min(ks, len(ucand)), mode, adaptive=screen == "auto" and mode != SCREENS[-1])
+        t_prep = time.perf_counter() - t0
+        out_idx, out_sim, out_gap = _search(run, rows, n, cand, groups, kk, ks, chunk_rows)
+    has = np.zeros(n, dtype=bool)
+    has[rows.numpy()] = True
+    stats = {
+        "screen": run.mode, "screen_requested": screen, "screen_switched": "; ".join(run.switches) or None,
+        "screen_chunks": run.chunks, "rows_rescreened": run.rescreened, "queries": int(n), "queries_with_vector": int(len(rows)), "keys": n_keys,
+        "keys_usable": m, "duplicate_keys": groups.duplicates, "k": kk, "dim": int(d),
+        "chunk_rows": _chunk_step(chunk_rows, len(ucand), run.mode),
+        "candidates_per_row": round(run.n_cand / max(len(rows), 1), 2), "widest_candidate_set": run.widest,
+        "fallback_chunks": run.n_fallback, "threads": torch.get_num_threads(),
+        "prepare_s": round(t_prep, 3), "score_s": round(run.t_score, 3), "rescore_s": round(run.t_select, 3),
+        "total_s": round(time.perf_counter() - t0, 3),
+    }
+    return TopK(out_idx, out_sim, has, stats, out_gap)
+
+
+def _search(run: _ChunkRun, rows: torch.Tensor, n: int, cand: torch.Tensor, groups: _KeyGroups, kk: int, ks: int,
+            chunk_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The chunk loop of :func:`topk_cosine`: neighbours (key ids), float32 cosines and k-th gaps of the query ``rows``.
+
+    ``screen="auto"`` starts with bf16 where the CPU multiplies bfloat16 natively (else fp32) and is
+    adaptive: a chunk whose candidates would cost more to rescore than the next finer screen
+    (:func:`_escalation_budget`) is screened again in that precision, before any rescoring, and so are
+    the chunks after it (``stats["screen_switched"]`` says why). A few hard rows do not move a chunk:
+    rows needing more candidates than :func:`_row_cap` (a query whose best keys are a cluster of keys
+    pointing the same way, which only a float64 screen tells apart) are screened again on their own in
+    the finer screen (``stats["rows_rescreened"]``), as long as they are at most :data:`_DEFER_SHARE` of
+    the chunk. With concentrated cosines (word fastText vectors trained on a few MB: the 10th best
+    neighbour within a few thousandths of the best) a bf16 or even fp32 error margin keeps most of a
+    row; the fp64 screen's margin (~1e-13) keeps about ``k``, so the rescoring stays bounded and the
+    whole search costs at most about a dense float64 product. If a screen's error bound is ever
+    violated (checked on every rescored pair) a bf16 chunk is rescreened in float32.
+    """
+    out_idx = np.full((n, kk), -1, dtype=np.int64)
+    out_sim = np.zeros((n, kk), dtype=np.float32)
+    out_gap = np.full(n, np.inf, dtype=np.float64)
+    s = 0
+    bar = _progress.counter("similarity search (query rows)", len(rows))
+    while s < len(rows):
+        rr = rows[s : s + _chunk_step(chunk_rows, len(run.cand), run.mode)]
+        top = run.select(rr)
+        if top is None:  # moved to a finer screen: cut the chunk again for its block size
+            continue
+        pos, val = _expand_groups(*top, groups, ks)
+        out_idx[rr.numpy()] = cand[pos[:, :kk]].numpy()
+        out_sim[rr.numpy()] = val[:, :kk].to(torch.float32).numpy()
+        if ks > kk:
+            out_gap[rr.numpy()] = (val[:, kk - 1] - val[:, kk]).numpy()
+        s += len(rr)
+        bar.update(len(rr))
+    bar.close()
+    return out_idx, out_sim, out_gap
+
+
+class _ChunkRun:
+    """The state of one :func:`topk_cosine` search across its chunks: screen, widths, counters."""
+
+    def __init__(self, q, q_norm, keys, cand, inv, kr: int, mode: str, adaptive: bool) -> None:
+        self.q, self.q_norm, self.keys, self.cand, self.inv, self.kr = q, q_norm, keys, cand, inv, kr
+        self.mode, self.adaptive = mode, adaptive
+        self.screens = _Screens(keys, cand, inv)
+        self.width = _base_width(kr)
+        self.switches: list[str] = []
+        self.chunks = {s: 0 for s in SCREENS}
+        self.rescreened = {s: 0 for s in SCREENS[1:]}
+        self.n_cand = self.widest = self.n_fallback = 0
+        self.t_score = self.t_select = 0.0
+
+    def select(self, rr: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Exact top-``kr`` (positions into the screened keys, float64 cosines) of the query rows ``rr``.
+
+        Returns ``None`` when ``auto`` found too many candidates for the current screen: the run
+        has moved to the next finer one (for good) and the caller screens the chunk again. A
+        chunk whose bf16 bound fails is rescreened in float32 here.
+        """
+        qn = self.q[rr] * (1.0 / self.q_norm[rr]).to(torch.float32)[:, None]
+        m = int(self.cand.numel())
+        ts = time.perf_counter()
+        a = self.screens.scores(qn, self.mode)
+        t1 = time.perf_counter()
+        self.t_score += t1 - ts
+        budget = _escalation_budget(self.mode, len(rr), m, self.kr) if self.adaptive else None
+        row_cap = _row_cap(self.mode, m, self.kr) if self.adaptive else None
+        try:
+            res = _select_chunk(qn, a, self.mode, self.keys, self.cand, self.inv, self.kr, self.width, budget, row_cap)
+        except _Escalate as e:
+            nxt = SCREENS[SCREENS.index(self.mode) + 1]
+            self.switches.append(f"{self.mode} screen kept {e.per_row:.0f} candidates per row of {m} keys "
+                                 f"(budget {budget / len(rr):.0f}); {nxt} screen from then on")
+            logger.info("topk_cosine: %s", self.switches[-1])
+            self.mode, self.adaptive = nxt, nxt != SCREENS[-1]
+            return None
+        finally:
+            self.t_select += time.perf_counter() - t1
+        if res is None:  # the screen's error bound failed: redo this chunk with a float32 screen
+            if self.mode != "bf16":
+                raise RuntimeError(f"topk_cosine: {self.mode} scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
+            self.n_fallback += 1
+            logger.warning("topk_cosine: bf16 screen exceeded its error bound in one chunk; rescreening it in float32")
+            res = _select_chunk(qn, self.screens.fp32_blocked(qn), "fp32", self.keys, self.cand, self.inv, self.kr, self.width)
+            if res is None:
+                raise RuntimeError("topk_cosine: float32 scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
+        self.chunks[self.mode] += 1
+        self.n_cand += res.candidates
+        self.widest = max(self.widest, res.widest)
+        self.width = res.next_width
+        if res.deferred is not None:
+            self._finish_deferred(qn, res, self.mode)
+        return res.pos, res.values
+
+    def _finish_deferred(self, qn: torch.Tensor, res: _Selected, mode: str) -> None:
+        """Fill the rows ``res`` deferred: screened again on their own in the next finer screen (and, if
+        some of them need it, the one after), selected exactly as every other row."""
+        rows = res.deferred
+        nxt = SCREENS[SCREENS.index(mode) + 1]
+        m = int(self.cand.numel())
+        ts = time.perf_counter()
+        a = self.screens.blocked(qn[rows], nxt)
+        t1 = time.perf_counter()
+        self.t_score += t1 - ts
+        sub = _select_chunk(qn[rows], a, nxt, self.keys, self.cand, self.inv, self.kr, _base_width(self.kr), None,
+                            _row_cap(nxt, m, self.kr))  # fmt: skip
+        self.t_select += time.perf_counter() - t1
+        if sub is None:
+            raise RuntimeError(f"topk_cosine: {nxt} scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
+        self.rescreened[nxt] += len(rows)
+        self.n_cand += sub.candidates
+        self.widest = max(self.widest, sub.widest)
+        if sub.deferred is not None:
+            self._finish_deferred(qn[rows], sub, nxt)
+        res.pos[rows], res.values[rows] = sub.pos, sub.values

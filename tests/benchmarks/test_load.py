@@ -1,0 +1,71 @@
+"""``benchmarks/_load.py``: a benchmark's load readings, and no ratio reported from a busy machine."""
+
+from __future__ import annotations
+
+import itertools
+import os
+
+import pytest
+
+from benchmarks import _load
+
+
+def _fake_load(monkeypatch, values: list[float]) -> None:
+    """``os.getloadavg`` returns ``values`` in turn (then the last one forever)."""
+    it = itertools.chain(values, itertools.repeat(values[-1]))
+    monkeypatch.setattr(os, "getloadavg", lambda: (next(it), 0.5, 0.5))
+
+
+def test_an_idle_run_reports_its_ratio(monkeypatch):
+    _fake_load(monkeypatch, [0.3, 0.4])
+    with _load.LoadMonitor(max_load=2, interval=60) as mon:
+        pass
+    rec = mon.record()
+    assert rec["before"] == [0.3, 0.5, 0.5] and rec["after"] == [0.4, 0.5, 0.5]
+    assert rec["max_1min"] == 0.4 and not rec["busy"] and rec["samples"] == 2
+    assert _load.ratio(9.0, 3.0, rec) == {"value": 3.0, "on_busy_machine": None}
+    assert "!" not in mon.banner() and "idle enough" in mon.banner()
+
+
+def test_a_busy_reading_while_it_ran_withholds_every_ratio(monkeypatch):
+    _fake_load(monkeypatch, [0.3, 5.0, 0.4])  # busy only in the middle: a sample taken while the block ran
+    with _load.LoadMonitor(max_load=2, interval=0.01) as mon:
+        while len(mon.samples) < 2:
+            pass
+    rec = mon.record()
+    assert rec["busy"] and rec["max_1min"] == 5.0
+    sp = _load.speedups({"seconds": 10.0, "cpu_seconds": 8.0}, {"seconds": 2.0, "cpu_seconds": 4.0}, rec)
+    assert sp == {"speedup": {"value": None, "on_busy_machine": 5.0}, "speedup_cpu": {"value": None, "on_busy_machine": 2.0}}
+    assert _load.shown(sp["speedup"]) == "5.0x ON A BUSY MACHINE (not a result)"
+    fig = _load.target_speed(30.0, 1.0, 40.0, 10.0, 20.0, rec)
+    assert fig["target_met"] is None and fig["method"]["value"] is None and fig["process"]["on_busy_machine"] == 4.0
+    assert "not judged" in _load.speed_line("ref", 30.0, 1.0, fig)
+    text = mon.banner()
+    assert text.startswith("!!!") and "BUSY" in text and "5.00 > 2" in text
+
+
+def test_the_limit_defaults_to_the_cores(monkeypatch):
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    _fake_load(monkeypatch, [3.5])
+    with _load.LoadMonitor(interval=60) as mon:
+        pass
+    assert mon.cores == 3 and mon.max_load == 3.0 and mon.record()["busy"]
+
+
+def test_combine_is_busy_when_any_phase_was(monkeypatch):
+    _fake_load(monkeypatch, [0.5])
+    with _load.LoadMonitor(max_load=2, interval=60) as idle:
+        pass
+    _fake_load(monkeypatch, [2.5])
+    with _load.LoadMonitor(max_load=2, interval=60) as busy:
+        pass
+    both = _load.combine([idle.record(), busy.record()])
+    assert both["busy"] and both["max_1min"] == 2.5 and both["phases"] == 2 and both["before"] == [0.5, 0.5, 0.5]
+    assert not _load.combine([idle.record()])["busy"]
+    assert _load.combine([])["phases"] == 0
+
+
+@pytest.mark.parametrize("target,met", [(5.0, True), (50.0, False)])
+def test_an_idle_figure_is_judged_against_its_target(target, met):
+    fig = _load.target_speed(30.0, 3.0, 40.0, 20.0, target, {"busy": False})
+    assert fig["method"]["value"] == 10.0 and fig["process"]["value"] == 2.0 and fig["target_met"] is met

@@ -1,0 +1,66 @@
+"""``tokxfer quickstart``: each method's row printed as soon as its trials finish, the same output run to run
+and whatever the number of workers; ``--workers`` refused in one line when it makes no sense."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from harness.cli import main
+
+METHODS = "methods=[random, overlap, mean-of-pieces]"
+
+
+def _quickstart(runs, workers: int, capsys) -> str:
+    assert main(["quickstart", "--size", "tiny", "--workers", str(workers), "--runs-dir", str(runs), "--no-tracking",
+                 "--quiet", METHODS, "tasks.0.config.max_eval_examples=8"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("2/3 running the trials") == 1
+    out = out[out.index("2/3 running the trials"):]  # before: whether the source model was pretrained or reused
+    # the one line that may differ: the wall time and where the runs dir is
+    return re.sub(r"failed 0 in \d+s\. Leaderboard: \S+", "failed 0 in …s. Leaderboard: …", out)
+
+
+def test_rows_come_as_trials_finish_and_the_output_is_the_same_with_one_or_two_workers(tmp_path, capsys):
+    two = _quickstart(tmp_path / "a", 2, capsys)
+    one = _quickstart(tmp_path / "b", 1, capsys)
+    assert two.replace("2 worker(s)", "1 worker(s)") == one
+    live, table = two.split("3/3 the leaderboard")
+    live_rows = [line for line in live.splitlines() if line.startswith("| ") and not line.startswith("| Method")]
+    # in the experiment's method order, each once, before the table
+    assert [r.split(" | ")[0] for r in live_rows] == ["| Random", "| Overlap copy", "| Mean of pieces"]
+    # the same numbers as the final table's rows (which add bold marks: they compare rows)
+    main_table = table.split("####")[0]  # not the comparisons' or ranks' tables below it
+    final_rows = {line.split(" | ")[0]: line.replace("**", "") for line in main_table.splitlines() if line.startswith("| ")}
+    assert [final_rows[r.split(" | ")[0]] for r in live_rows] == live_rows
+    # a resumed quickstart prints the rows of the records it finds, and runs nothing
+    again = _quickstart(tmp_path / "a", 2, capsys)
+    assert "ran 0 trials, skipped 12" in again
+    assert [line for line in again.splitlines() if line in live_rows] == live_rows
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["run", "x.yaml", "--workers", "0"], "--workers: expected a positive number of worker processes, e.g. 2, got '0'"),
+    (["quickstart", "--workers", "two"], "--workers: expected a positive number of worker processes"),
+    (["run", "{cfg}", "--executor", "gpus", "--workers", "2"], "--workers applies to --executor local"),
+])
+def test_bad_workers_are_one_line_errors(argv, needle, tmp_path, capsys):
+    from harness.cli import CONFIG_DIR
+
+    argv = [a.replace("{cfg}", str(CONFIG_DIR / "quickstart-tiny.yaml")) for a in argv]
+    try:
+        code = main(argv)
+    except SystemExit as e:  # argparse's errors (harness.cli.main._Parser.error)
+        code = e.code
+    assert code == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_bad_workers_variable_names_itself(tmp_path, monkeypatch, capsys):
+    from harness.cli import CONFIG_DIR
+
+    monkeypatch.setenv("TOKXFER_WORKERS", "many")
+    assert main(["run", str(CONFIG_DIR / "quickstart-tiny.yaml"), "--runs-dir", str(tmp_path), "--no-tracking"]) == 2
+    assert "TOKXFER_WORKERS='many': expected a positive number" in capsys.readouterr().err

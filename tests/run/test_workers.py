@@ -1,0 +1,146 @@
+"""``--workers N``: a grid split over worker processes on the CPU (one torch thread each) writes the same
+numbers as one process, loses nothing when a worker is killed, and says clearly what went wrong."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.run import records
+from harness.run.config import parse_experiment
+from harness.run.executors import ExecutorError, LocalExecutor, WorkerPoolExecutor
+from harness.run.experiment import run_experiment
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def ok_execute(spec, runs_dir, progress=False):
+    """A stand-in trial that always succeeds (picklable by reference: workers import this module)."""
+    rec = {"schema_version": records.SCHEMA_VERSION, "trial_id": spec.trial_id, "experiment": spec.experiment,
+           "status": "ok", "seed": spec.seed, "config": spec.resolved(),
+           "metrics": {spec.target.language: {"loss": 1.0, "accuracy": 0.5, "perplexity": 2.7}},
+           "environment": {"pid": os.getpid(), "torch_threads": torch.get_num_threads()}}
+    records.write_record(os.path.join(runs_dir, spec.experiment, "records"), rec)
+    return rec
+
+
+def dies_on_seed_2(spec, runs_dir, progress=False):
+    """:func:`ok_execute`, except that the worker is killed (SIGKILL) in the trial of seed 2."""
+    if spec.seed == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return ok_execute(spec, runs_dir, progress)
+
+
+def waits_for_a_second_worker(spec, runs_dir, progress=False):
+    """:func:`ok_execute` once trials have run in two processes (so the grid must be split to finish)."""
+    here = Path(runs_dir) / "pids"
+    here.mkdir(exist_ok=True)
+    (here / str(os.getpid())).touch()
+    deadline = time.monotonic() + 300
+    while len(list(here.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return ok_execute(spec, runs_dir, progress)
+
+
+@pytest.fixture()
+def importable(monkeypatch):
+    """Worker processes import the stand-ins from the checkout (as ``tests.run.test_workers``)."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+
+
+def _fake_cfg(seeds=(1, 2, 3, 4)):
+    return parse_experiment({"name": "exp", "world": {"size": "tiny"}, "targets": [{"language": "near"}],
+                             "methods": ["random"], "tasks": ["mlm-at-init"], "seeds": list(seeds)})
+
+
+def _tiny_grid(tiny_pretrain_overrides):
+    return parse_experiment({
+        "name": "grid", "world": {"size": "tiny"}, "source": {"model": "world:mlm", "pretrain": tiny_pretrain_overrides},
+        "targets": [{"language": "near", "tokenizer": {"vocab_size": 300}},
+                    {"language": "script", "tokenizer": {"vocab_size": 300}}],
+        "methods": ["random", "overlap",
+                    {"name": "focus", "config": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_bucket": 540672}}],
+        "tasks": [{"name": "mlm-at-init", "config": {"max_eval_examples": 16}}], "seeds": [1, 2],
+    })
+
+
+def _numbers(runs: Path, name: str) -> dict:
+    out = {}
+    for rec in records.iter_records(runs / name):
+        assert rec["status"] == "ok", rec.get("error")
+        out[rec["trial_id"]] = {"metrics": rec["metrics"], "diagnostics": rec["init"].get("diagnostics"),
+                                "counts": rec["init"].get("counts")}
+    return out
+
+
+def test_two_workers_write_the_same_numbers_as_one_process(tmp_path, tiny_source, tiny_pretrain_overrides):
+    cfg = _tiny_grid(tiny_pretrain_overrides)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # one process with the threads of a 2-core machine, as `--workers 1` runs there
+    try:
+        run_experiment(cfg, tmp_path / "one", executor=LocalExecutor(progress=False), progress=False)
+    finally:
+        torch.set_num_threads(threads)
+    summary = run_experiment(cfg, tmp_path / "two", executor=WorkerPoolExecutor(2, progress=False), progress=False)
+    assert summary.ran == 12 and summary.failed == 0
+    one, two = _numbers(tmp_path / "one", "grid"), _numbers(tmp_path / "two", "grid")
+    assert len(one) == 12 and one == two  # bit for bit: every metric, diagnostic and count
+    envs = [r["environment"] for r in records.iter_records(tmp_path / "two" / "grid")]
+    assert {e["torch_threads"] for e in envs} == {1}
+    assert not list((tmp_path / "two" / "grid" / "claims").glob("*.claim"))
+
+
+def test_a_killed_worker_costs_its_trial_only_and_resume_reruns_it(tmp_path, importable):
+    cfg = _fake_cfg()
+    summary = run_experiment(cfg, tmp_path, executor=WorkerPoolExecutor(2, progress=False), progress=False,
+                             trial_fn=dies_on_seed_2)
+    recs = {r["seed"]: r for r in records.iter_records(tmp_path / "exp")}
+    assert sorted(recs) == [1, 2, 3, 4] and summary.ran == 4 and summary.failed == 1
+    assert recs[2]["status"] == "failed" and recs[2]["error"]["type"] == "WorkerLost"
+    assert "worker 1" in recs[2]["error"]["message"] or "worker 2" in recs[2]["error"]["message"]
+    assert "died (exit code -9)" in recs[2]["error"]["message"]
+    assert not list((tmp_path / "exp" / "claims").glob("*.claim"))
+    # the same grid again: only the lost trial runs
+    summary = run_experiment(cfg, tmp_path, executor=WorkerPoolExecutor(2, progress=False), progress=False,
+                             trial_fn=ok_execute)
+    assert (summary.ran, summary.skipped, summary.failed) == (1, 3, 0)
+    recs = {r["seed"]: r for r in records.iter_records(tmp_path / "exp")}
+    assert all(r["status"] == "ok" for r in recs.values())
+    assert recs[2]["environment"]["torch_threads"] == 1
+
+
+def test_workers_split_the_grid_and_never_outnumber_its_trials(tmp_path, importable):
+    summary = run_experiment(_fake_cfg(seeds=range(1, 7)), tmp_path, executor=WorkerPoolExecutor(2, progress=False),
+                             progress=False, trial_fn=waits_for_a_second_worker)
+    pids = {r["environment"]["pid"] for r in records.iter_records(tmp_path / "exp")}
+    assert summary.ran == 6 and len(pids) == 2 and os.getpid() not in pids
+    assert len(WorkerPoolExecutor(8, progress=False)._slots(3)) == 3
+
+
+def test_a_worker_that_cannot_load_a_plugin_is_a_clear_error(tmp_path, importable):
+    bad = tmp_path / "bad_plugin.py"
+    bad.write_text("import no_such_module_anywhere\n")
+    ex = WorkerPoolExecutor(2, progress=False, plugins=[str(bad)])
+    with pytest.raises(ExecutorError, match=r"--workers: worker \d could not start: .*no_such_module_anywhere"):
+        run_experiment(_fake_cfg(seeds=(1,)), tmp_path, executor=ex, progress=False, trial_fn=ok_execute)
+
+
+def test_one_worker_per_core_by_default_and_one_on_a_gpu_machine(monkeypatch):
+    from harness.run.executors import default_workers
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert default_workers() == 3
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # trials run on the GPU: not one per core
+    assert default_workers() == 1
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, True])
+def test_a_bad_worker_count_is_refused(workers):
+    with pytest.raises(ExecutorError, match="--workers: expected a positive number"):
+        WorkerPoolExecutor(workers)
