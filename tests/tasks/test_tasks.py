@@ -481,21 +481,21 @@ def test_speed_options_end_to_end_deterministic_and_recorded(tokenizer, task_fil
 
 
 def test_length_batches_of_an_epoch_are_the_permutation_regrouped():
-    from tasks.loop import _epoch_batches
+    from tasks.batching import epoch_batches
 
     g = torch.Generator().manual_seed(0)
     lengths = torch.randint(3, 60, (203,), generator=g).tolist()
-    plain = _epoch_batches(203, 16, 7, 2)
+    plain = epoch_batches(203, 16, 7, 2)
     # the default order is today's: consecutive slices of the seeded permutation
     from harness.seeding import torch_generator
 
     ref = torch.randperm(203, generator=torch_generator(7, "task", "data-order", "2")).split(16)
     assert all(torch.equal(x, y) for x, y in zip(plain, ref)) and len(plain) == len(ref)
-    grouped = _epoch_batches(203, 16, 7, 2, lengths=lengths, pool=4)
+    grouped = epoch_batches(203, 16, 7, 2, lengths=lengths, pool=4)
     assert len(grouped) == len(plain) and sorted(i for b in grouped for i in b.tolist()) == list(range(203))
     assert sum(len(b) < 16 for b in grouped) == 1  # only the last pool's last batch is short
-    assert [b.tolist() for b in grouped] == [b.tolist() for b in _epoch_batches(203, 16, 7, 2, lengths=lengths, pool=4)]
-    assert [b.tolist() for b in grouped] != [b.tolist() for b in _epoch_batches(203, 16, 7, 3, lengths=lengths, pool=4)]
+    assert [b.tolist() for b in grouped] == [b.tolist() for b in epoch_batches(203, 16, 7, 2, lengths=lengths, pool=4)]
+    assert [b.tolist() for b in grouped] != [b.tolist() for b in epoch_batches(203, 16, 7, 3, lengths=lengths, pool=4)]
 
     def padded(batches):
         return sum(max(lengths[i] for i in b.tolist()) * len(b) for b in batches)
