@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -84,13 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bow-max-train", type=int, default=None)
     ap.add_argument("--tasks", nargs="*", default=None, help="only these tasks of each config")
     ap.add_argument("--overrides", nargs="*", default=[])
+    ap.add_argument("--json", default=None, help="also write every record's metrics and a mean ± std table (per "
+                    "config, task, method) to this file")
     args = ap.parse_args(argv)
+    probe: dict = {"args": vars(args), "load_start": _load(), "configs": {}}
 
     world = World(build_world(args.size, 0))
     if args.bow_langs:
         t = time.perf_counter()
         res = nli_baselines(world, args.bow_langs, args.bow_max_train)
         print(json.dumps({"nli_bag_of_words": res, "seconds": round(time.perf_counter() - t, 1)}, indent=1), flush=True)
+        probe["nli_bag_of_words"] = res
     for config in args.configs:
         runs = Path(args.runs_dir) / Path(config).stem
         sub = subset_config(Path(config), args.methods, args.tasks, runs / "probe-config.yaml")
@@ -103,13 +109,53 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== {config}: rc={proc.returncode} wall={wall:.0f}s (upper bound; shared machine)", flush=True)
         if proc.returncode:
             print(proc.stdout[-3000:], proc.stderr[-3000:])
+        rows = []
         for rec in _records(runs):
             cfg = rec.get("config", {})
-            print(json.dumps({"method": cfg.get("method", rec.get("init", {}).get("method")), "task": cfg.get("task"),
-                              "seed": rec["seed"], "status": rec.get("status"), "metrics": rec["metrics"],
-                              "total_s": round(rec.get("timings", {}).get("total_s", 0), 1)}, default=str)[:700],
-                  flush=True)
+            row = {"method": _name(cfg.get("method", rec.get("init", {}).get("method"))), "task": _name(cfg.get("task")),
+                   "seed": rec["seed"], "status": rec.get("status"), "metrics": rec["metrics"],
+                   "total_s": round(rec.get("timings", {}).get("total_s", 0), 1),
+                   "task_s": round(rec.get("timings", {}).get("task_s", 0), 1),
+                   "torch_threads": rec.get("environment", {}).get("torch_threads")}  # fmt: skip
+            rows.append(row)
+            print(json.dumps(row, default=str)[:700], flush=True)
+        probe["configs"][config] = {"rc": proc.returncode, "wall_s": round(wall, 1), "records": rows,
+                                    "table": seed_table(rows)}  # fmt: skip
+    probe["load_end"] = _load()
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(probe, indent=1, default=str) + "\n")
+        print(f"wrote {args.json}")
     return 0
+
+
+def _name(entry: Any) -> Any:
+    """A method or task entry of a resolved config as its id or name."""
+    return entry.get("id") or entry.get("name") if isinstance(entry, dict) else entry
+
+
+def _load() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def seed_table(rows: list[dict]) -> dict:
+    """``{task: {method: {language/metric: [mean, sample std, n]}}}`` over the ok records' seeds."""
+    import statistics
+
+    cells: dict = {}
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        method = r["method"]
+        for lang, metrics in r["metrics"].items():
+            for metric, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    cells.setdefault(r["task"], {}).setdefault(method, {}).setdefault(f"{lang}/{metric}", []).append(value)
+    return {task: {m: {k: [statistics.fmean(v), statistics.stdev(v) if len(v) > 1 else None, len(v)] for k, v in per.items()}
+                   for m, per in methods.items()} for task, methods in cells.items()}  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -23,9 +23,11 @@ fixed seed (:data:`DEV_SPLIT_SEED`) so that every trial sees the same dev set.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from harness.cache import ProcessMemo
 from harness.errors import TokxferError
 from tasks.languages import HUB_DATASETS, LANGUAGES, get_language, hub_config
 
@@ -44,6 +46,13 @@ DEV_SPLIT_SEED = 42
 """Seed of the 10% dev sample carved from train when a data set has no dev split; fixed, not the
 trial seed, so all methods and seeds are selected on the same dev examples."""
 DEV_FRACTION = 0.1
+
+
+T = TypeVar("T")
+FEATURE_MEMO_ENTRIES = 12
+"""Encoded splits kept per process (a trial encodes three: train, dev, test; a grid's trials that share a
+target tokenizer and a task reuse them); the least recently used is dropped beyond that."""
+_FEATURE_MEMO = ProcessMemo(FEATURE_MEMO_ENTRIES)
 
 
 class DataError(TokxferError, ValueError):
@@ -438,3 +447,22 @@ def token_lengths(batch: dict) -> list[int]:
     if added is not None:
         lengths = lengths - added.to(lengths.device).sum(-1)
     return lengths.tolist()
+
+
+def encoded_once(what: str, tokenizer: Any, ds: Any, settings: Any, encode: Callable[[], T]) -> T:
+    """``encode()``, computed once per process for the same tokenizer, data and settings.
+
+    The key is ``what`` (the task and split kind), :func:`harness.tokenizers.tokenizer_state` of
+    ``tokenizer``, the data set's fingerprint (``datasets`` derives it from the files and every
+    transform, ``select`` included) and ``settings`` (JSON: everything else the encoding depends on,
+    e.g. ``max_length``). Every trial of a grid that shares a target tokenizer then encodes a task's
+    splits once. Without a tokenizer state or a fingerprint nothing is memoized. Callers must not
+    modify what they get (the same objects go to the next trial).
+    """
+    from harness.tokenizers import tokenizer_state
+
+    state, fingerprint = tokenizer_state(tokenizer), getattr(ds, "_fingerprint", None)
+    key = None
+    if state is not None and fingerprint is not None:
+        key = (what, state, fingerprint, json.dumps(settings, sort_keys=True, default=str))
+    return _FEATURE_MEMO.get(key, encode)

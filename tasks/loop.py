@@ -35,11 +35,15 @@ from typing import Any, TypeVar
 import torch
 
 from harness.examples import attach
-from harness.seeding import seeded_globals, torch_generator
+from harness.seeding import seeded_globals
+
+# re-exported: the tasks import the batching helpers from the loop
+from tasks.batching import IGNORE_INDEX, epoch_batches, feature_lengths, length_batches, pad_collate  # noqa: F401
 
 T = TypeVar("T")
-IGNORE_INDEX = -100
 LR_SCHEDULES = ("linear", "constant", "inverse_sqrt")
+BATCHINGS = ("random", "length")
+ADAMW_IMPLS = ("auto", "foreach", "fused")
 
 
 # ------------------------------------------------------------------------------ distributed
@@ -172,7 +176,24 @@ class TrainConfig:
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
     mixed_precision: bool = True
-    """bf16 autocast, used only on CUDA devices (CPU always runs in float32)."""
+    """bf16 autocast, used only on CUDA devices (CPU runs in float32 unless ``cpu_bf16``)."""
+    cpu_bf16: bool = False
+    """bf16 autocast on CPU too, in training and evaluation (fast on CPUs with AMX or AVX512-BF16;
+    weights, gradients and optimizer state stay float32). Changes the numbers a trial produces (an
+    opt-in recorded in the trial config); deterministic run to run for a given thread count."""
+    batching: str = "random"
+    """``"random"``: each epoch's batches are consecutive slices of a seeded permutation (FOCUS).
+    ``"length"``: the same permutation is cut into pools of ``length_pool`` batches, each pool sorted
+    by length (ties in permutation order) and cut into batches, and the epoch's batches are shuffled
+    by the same generator (HF Trainer's ``group_by_length``): far less padding, a different data
+    order. Evaluation then also batches by length (:func:`length_batches`). Lengths are the
+    features' ``input_ids`` lengths."""
+    length_pool: int = 50
+    """With ``batching: length``, batches per sorted pool (HF ``LengthGroupedSampler``'s mega-batch: 50)."""
+    adamw_impl: str = "auto"
+    """AdamW implementation: ``"auto"`` (torch's default: a per-parameter loop on CPU, ``foreach`` on
+    CUDA), ``"foreach"`` or ``"fused"`` (one kernel for all parameters; much less optimizer time for
+    small models; results differ from ``auto`` in the last bits)."""
     log_every: int = 10
     """Loss-curve resolution: one point per this many optimizer steps (mean over them)."""
     ddp_find_unused_parameters: bool = False
@@ -202,6 +223,18 @@ class TrainConfig:
             raise ValueError(f"warmup_steps must be >= 0 or None, got {self.warmup_steps}")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
+        if self.batching not in BATCHINGS:
+            raise ValueError(f"batching must be one of {BATCHINGS}, got {self.batching!r}")
+        if self.length_pool < 1:
+            raise ValueError(f"length_pool must be >= 1, got {self.length_pool}")
+        if self.adamw_impl not in ADAMW_IMPLS:
+            raise ValueError(f"adamw_impl must be one of {ADAMW_IMPLS}, got {self.adamw_impl!r}")
+
+    def predict_options(self, features: Sequence[dict]) -> dict[str, Any]:
+        """The keyword arguments of :func:`predict` that follow this config when scoring ``features``:
+        batch size, precision, and (``batching: length``) the features' lengths."""
+        return {"batch_size": self.eval_batch_size, "mixed_precision": self.mixed_precision, "cpu_bf16": self.cpu_bf16,
+                "lengths": feature_lengths(features) if self.batching == "length" else None}  # fmt: skip
 
 
 FINETUNE_KEYS = (
@@ -256,42 +289,15 @@ class FinetuneResult:
 # ---------------------------------------------------------------------------------- batching
 
 
-def pad_collate(pad_token_id: int) -> Callable[[list[dict]], dict[str, torch.Tensor]]:
-    """A collate function that right-pads list-valued keys and stacks scalar keys.
-
-    Padding values: ``input_ids`` → ``pad_token_id``, ``labels`` → -100, everything else → 0.
-
-    Example:
-        >>> b = pad_collate(1)([{"input_ids": [5, 6], "labels": 2}, {"input_ids": [7], "labels": 0}])
-        >>> b["input_ids"].tolist(), b["labels"].tolist()
-        ([[5, 6], [7, 1]], [2, 0])
-    """
-
-    def collate(features: list[dict]) -> dict[str, torch.Tensor]:
-        out: dict[str, torch.Tensor] = {}
-        for key in features[0]:
-            values = [f[key] for f in features]
-            if isinstance(values[0], (list, tuple)):
-                pad = pad_token_id if key == "input_ids" else IGNORE_INDEX if key == "labels" else 0
-                width = max(len(v) for v in values)
-                t = torch.full((len(values), width), pad, dtype=torch.long)
-                for i, v in enumerate(values):
-                    t[i, : len(v)] = torch.as_tensor(v, dtype=torch.long)
-                out[key] = t
-            else:
-                out[key] = torch.as_tensor(values)
-        return out
-
-    return collate
-
-
 def _to_device(batch: dict, device: str | torch.device) -> dict:
     return {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
 
 
-def _autocast(device: str | torch.device, enabled: bool):
-    if enabled and torch.device(device).type == "cuda":
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+def _autocast(device: str | torch.device, enabled: bool, cpu: bool = False):
+    """bf16 autocast on CUDA when ``enabled``, on CPU when ``cpu``; else float32."""
+    kind = torch.device(device).type
+    if (enabled and kind == "cuda") or (cpu and kind == "cpu"):
+        return torch.autocast(kind, dtype=torch.bfloat16)
     return nullcontext()
 
 
@@ -366,23 +372,6 @@ def build_task_model(
 
 
 # ------------------------------------------------------------------------------- evaluation
-
-
-def length_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices of ``lengths`` in batches of similar length: sorted by length (ties by index), cut every ``batch_size``.
-
-    Evaluation batches built this way carry little padding. A per-example score does not depend
-    on which batch the example is in (padded positions are masked out); only float rounding of
-    the padded attention products may differ in the last bits.
-
-    Example:
-        >>> length_batches([5, 1, 3, 1], 2)
-        [[1, 3], [2, 0]]
-    """
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (lengths[i], i))
-    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 class HeadAtPositions:
@@ -478,6 +467,7 @@ def predict(
     description: str = "eval",
     forward_fn: Callable[[Any, dict], Any] | None = None,
     lengths: Sequence[int] | None = None,
+    cpu_bf16: bool = False,
 ) -> list:
     """Run ``model`` over ``features`` in eval mode and return one output per feature, in order.
 
@@ -502,6 +492,7 @@ def predict(
             outputs are put back in feature order. Less padding; a feature's output may differ
             from an unbucketed run by float rounding only, so a task opts in after checking its
             goldens. None: batches in feature order.
+        cpu_bf16: bf16 autocast on CPU (:attr:`TrainConfig.cpu_bf16`).
     """
     rank, world_size = dist_info()
     mine = shard_indices(len(features), rank, world_size)
@@ -517,7 +508,7 @@ def predict(
     try:
         for rows in progress(batches, description=description, enabled=show_progress):
             batch = collate_fn([features[i] for i in rows])
-            with _autocast(device, mixed_precision):
+            with _autocast(device, mixed_precision, cpu_bf16):
                 on_device = _to_device(batch, device)
                 out = model(**on_device) if forward_fn is None else forward_fn(model, on_device)
             got = list(output_fn(batch, out))
@@ -573,12 +564,11 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
     raise ValueError(f"unknown lr_schedule {schedule!r}; expected one of {LR_SCHEDULES}")
 
 
-def _epoch_batches(
-    n: int, batch_size: int, seed: int, epoch: int, rng_path: tuple[str, ...] = ("task",)
-) -> list[torch.Tensor]:
-    g = torch_generator(seed, *rng_path, "data-order", str(epoch))
-    order = torch.randperm(n, generator=g)
-    return list(order.split(batch_size))
+def make_adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.AdamW:
+    """AdamW over parameter ``groups`` with ``cfg``'s learning rate, betas, epsilon and implementation."""
+    impl = {"auto": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[cfg.adamw_impl]
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                             eps=cfg.adam_epsilon, **impl)  # fmt: skip
 
 
 def finetune(
@@ -654,12 +644,10 @@ def finetune(
     for name, p in model.named_parameters():
         if p.requires_grad:
             (no_decay if p.ndim < 2 or "norm" in name.lower() else decay).append(p)
-    optimizer = torch.optim.AdamW(
-        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
-        lr=cfg.learning_rate,
-        betas=(cfg.adam_beta1, cfg.adam_beta2),
-        eps=cfg.adam_epsilon,
+    optimizer = make_adamw(
+        [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], cfg
     )
+    lengths = feature_lengths(train_data) if cfg.batching == "length" else None
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor(cfg.lr_schedule, warmup_steps, total_steps))
 
     train_model = model
@@ -679,7 +667,7 @@ def finetune(
     with seeded_globals(seed, *rng_path, "dropout", str(rank)):
         for epoch in range(1, n_epochs + 1):
             train_model.train()
-            batches = _epoch_batches(n, cfg.batch_size, seed, epoch, rng_path)[: total_steps - step]
+            batches = epoch_batches(n, cfg.batch_size, seed, epoch, rng_path, lengths, cfg.length_pool)[: total_steps - step]
             label = f"{description} epoch {epoch}/{n_epochs}"
             for global_idx in progress(batches, description=label, enabled=show_progress):
                 chunk = global_idx.tensor_split(world_size)[rank]
@@ -687,7 +675,7 @@ def finetune(
                 if len(chunk) == 0:  # fewer examples than ranks: take part with zero weight
                     chunk = global_idx[:1]
                 batch = _to_device(collate_fn([train_data[int(i)] for i in chunk]), device)
-                with _autocast(device, cfg.mixed_precision):
+                with _autocast(device, cfg.mixed_precision, cfg.cpu_bf16):
                     out = train_model(**batch)
                     loss = out.loss if loss_fn is None else loss_fn(batch, out)
                 # DDP averages gradients over ranks; weighting by share*world_size makes that average

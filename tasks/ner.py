@@ -21,6 +21,7 @@ from harness.registry import register_task
 from tasks import metrics
 from tasks.data import (
     added_tokens,
+    encoded_once,
     language_collate,
     limit,
     load_task_splits,
@@ -122,10 +123,9 @@ def entity_scores(
         features,
         collate,
         output_fn,
-        batch_size=cfg.train.eval_batch_size,
         device=device,
-        mixed_precision=cfg.train.mixed_precision,
         show_progress=show,
+        **cfg.train.predict_options(features),
         description=desc,
     )
     y_true, y_pred, truncated = [], [], 0
@@ -167,6 +167,10 @@ class Ner:
         )
         return run_per_language(out, ctx.languages, lambda lang: LanguageRun(*self._run_language(ctx, lang)))
 
+    @staticmethod
+    def _encode(tok: Any, ds: Any, length: int) -> tuple[list[dict], list[list[int | None]]]:
+        return encoded_once("ner", tok, ds, {"max_length": length}, lambda: encode_words(tok, ds, length))
+
     def _run_language(self, ctx: TaskContext, lang: str) -> tuple[Any, dict, dict, dict]:
         from transformers import AutoModelForTokenClassification
 
@@ -190,9 +194,9 @@ class Ner:
         )
         collate = language_collate(pad_collate(tok.pad_token_id), model, lang, encoding=ctx.encoding)
         length = cfg.max_length - added_tokens(model)  # room for an attached language token
-        train, _ = encode_words(tok, train_ds, length)
-        dev, dev_wids = encode_words(tok, dev_ds, length)
-        test, test_wids = encode_words(tok, test_ds, length)
+        train, _ = self._encode(tok, train_ds, length)
+        dev, dev_wids = self._encode(tok, dev_ds, length)
+        test, test_wids = self._encode(tok, test_ds, length)
         dev_gold, test_gold = list(dev_ds["ner_tags"]), list(test_ds["ner_tags"])
         truncated: dict[str, int] = {}
 

@@ -25,7 +25,7 @@ import numpy as np
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import added_tokens, language_collate, limit, load_task_splits, strip_added, token_lengths
+from tasks.data import added_tokens, encoded_once, language_collate, limit, load_task_splits, strip_added, token_lengths
 from tasks.loop import (
     FINETUNE_KEYS,
     LanguageRun,
@@ -206,10 +206,9 @@ class Qa:
             features,
             collate,
             output_fn,
-            batch_size=cfg.train.eval_batch_size,
             device=device,
-            mixed_precision=cfg.train.mixed_precision,
             show_progress=show,
+            **cfg.train.predict_options(features),
             description=desc,
         )
         texts = best_spans(
@@ -245,8 +244,9 @@ class Qa:
         collate = language_collate(pad_collate(tok.pad_token_id), model, lang, encoding=ctx.encoding)
         # windows leave room for an attached language token
         wcfg = dataclasses.replace(cfg, max_length=cfg.max_length - added_tokens(model))
-        train = encode_train(tok, train_ds, wcfg)
-        dev, test = encode_eval(tok, dev_ds, wcfg), encode_eval(tok, test_ds, wcfg)
+        windows = {k: getattr(wcfg, k) for k in ("max_length", "doc_stride")}
+        train = encoded_once("qa-train", tok, train_ds, windows, lambda: encode_train(tok, train_ds, wcfg))
+        dev, test = (encoded_once("qa-eval", tok, ds, windows, lambda ds=ds: encode_eval(tok, ds, wcfg)) for ds in (dev_ds, test_ds))
         result = finetune(
             model,
             train,

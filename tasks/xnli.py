@@ -30,7 +30,15 @@ from harness.examples import attach
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from tasks import metrics
-from tasks.data import DataError, added_tokens, ensure_languages, language_collate, limit, load_task_splits
+from tasks.data import (
+    DataError,
+    added_tokens,
+    encoded_once,
+    ensure_languages,
+    language_collate,
+    limit,
+    load_task_splits,
+)
 from tasks.languages import SUMMARY, check_language_list
 from tasks.loop import (
     FINETUNE_KEYS,
@@ -119,10 +127,9 @@ def accuracy_of(
         features,
         collate,
         lambda batch, out: out.logits.argmax(-1).tolist(),
-        batch_size=cfg.train.eval_batch_size,
         device=device,
-        mixed_precision=cfg.train.mixed_precision,
         show_progress=show,
+        **cfg.train.predict_options(features),
         description=desc,
     )
     return metrics.accuracy_with_examples(preds, [f["labels"] for f in features])
@@ -163,9 +170,12 @@ class Xnli:
             label2id={n: i for i, n in enumerate(XNLI_LABELS)},
         )
         length = cfg.max_length - added_tokens(model)  # room for an attached language token
-        train = encode_pairs(tok, train_ds, length)
-        dev = encode_pairs(tok, dev_ds, length)
-        test = {lang: encode_pairs(tok, ds, length) for lang, ds in tests.items()}
+
+        def encode(ds: Any) -> list[dict]:
+            return encoded_once("xnli", tok, ds, {"max_length": length}, lambda: encode_pairs(tok, ds, length))
+
+        train, dev = encode(train_ds), encode(dev_ds)
+        test = {lang: encode(ds) for lang, ds in tests.items()}
         show = ctx.progress
 
         def collate_for(lang: str) -> Any:

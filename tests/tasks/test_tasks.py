@@ -447,3 +447,88 @@ def test_build_task_model_copies_encoder_and_seeds_head(tokenizer):
     assert info["copied"] > 0 and info["kept_random"] == []
     assert all(torch.equal(x, y) for x, y in zip(a.classifier.parameters(), b.classifier.parameters()))
     assert not torch.equal(a.classifier.out_proj.weight, c.classifier.out_proj.weight)
+
+
+# ------------------------------------------------------------------ speed options of the shared loop
+
+
+SPEED = {"batching": "length", "length_pool": 2, "adamw_impl": "fused", "cpu_bf16": True}
+
+
+@pytest.mark.parametrize("task", ["xnli", "qa", "ner"])
+def test_speed_options_end_to_end_deterministic_and_recorded(tokenizer, task_files, task):
+    """Length-grouped batches, fused AdamW and CPU bf16: the same seed gives identical metrics twice,
+    the per-example rows reproduce the metrics, and the options are stored in the resolved config."""
+    from harness.run.config import resolved_fields
+    from tasks.ner import Ner, NerConfig
+    from tasks.qa import Qa, QaConfig
+    from tasks.xnli import Xnli, XnliConfig
+
+    cls, cfg_cls, extra = {"xnli": (Xnli, XnliConfig, {}), "qa": (Qa, QaConfig, {"max_length": 32, "doc_stride": 8}),
+                           "ner": (Ner, NerConfig, {})}[task]  # fmt: skip
+    files = str(task_files / "{lang}" / task / "{split}.jsonl")
+    cfg = build_config(cfg_cls, {**FAST, **extra, **SPEED, "files": files})
+    runs = []
+    for noise in (0, 99):
+        torch.manual_seed(noise)  # the global RNG must not matter
+        runs.append(cls(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",))))
+    a, b = runs
+    assert a.metrics == b.metrics and a.curves == b.curves
+    assert_examples_match(a)
+    stored = resolved_fields(cfg)
+    assert {k: stored[k] for k in SPEED} == SPEED
+    assert not set(SPEED) & set(resolved_fields(build_config(cfg_cls, {**FAST, **extra, "files": files})))
+
+
+def test_length_batches_of_an_epoch_are_the_permutation_regrouped():
+    from tasks.batching import epoch_batches
+
+    g = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 60, (203,), generator=g).tolist()
+    plain = epoch_batches(203, 16, 7, 2)
+    # the default order is today's: consecutive slices of the seeded permutation
+    from harness.seeding import torch_generator
+
+    ref = torch.randperm(203, generator=torch_generator(7, "task", "data-order", "2")).split(16)
+    assert all(torch.equal(x, y) for x, y in zip(plain, ref)) and len(plain) == len(ref)
+    grouped = epoch_batches(203, 16, 7, 2, lengths=lengths, pool=4)
+    assert len(grouped) == len(plain) and sorted(i for b in grouped for i in b.tolist()) == list(range(203))
+    assert sum(len(b) < 16 for b in grouped) == 1  # only the last pool's last batch is short
+    assert [b.tolist() for b in grouped] == [b.tolist() for b in epoch_batches(203, 16, 7, 2, lengths=lengths, pool=4)]
+    assert [b.tolist() for b in grouped] != [b.tolist() for b in epoch_batches(203, 16, 7, 3, lengths=lengths, pool=4)]
+
+    def padded(batches):
+        return sum(max(lengths[i] for i in b.tolist()) * len(b) for b in batches)
+
+    assert padded(grouped) < 0.8 * padded(plain)
+
+
+def test_train_config_rejects_unknown_speed_options():
+    from tasks.loop import TrainConfig
+
+    for bad, match in (({"batching": "sorted"}, "batching must be one of"), ({"adamw_impl": "apex"}, "adamw_impl"),
+                       ({"length_pool": 0}, "length_pool")):  # fmt: skip
+        with pytest.raises(ValueError, match=match):
+            TrainConfig(**bad)
+
+
+def test_task_features_are_encoded_once_per_process(tokenizer, task_files, monkeypatch):
+    """Two trials that share a tokenizer, data and settings tokenize each split once; other settings re-encode."""
+    import tasks.data
+    import tasks.xnli
+    from harness.cache import ProcessMemo
+    from tasks.xnli import Xnli, XnliConfig
+
+    monkeypatch.setattr(tasks.data, "_FEATURE_MEMO", ProcessMemo(12))
+    calls = []
+    real = tasks.xnli.encode_pairs
+    monkeypatch.setattr(tasks.xnli, "encode_pairs", lambda tok, ds, n: calls.append(n) or real(tok, ds, n))
+    files = str(task_files / "{lang}" / "xnli" / "{split}.jsonl")
+    cfg = build_config(XnliConfig, {**FAST, "epochs": 1, "files": files})
+    first = Xnli(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    assert len(calls) == 3  # train, dev, test
+    again = Xnli(cfg).run(_ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    assert len(calls) == 3 and again.metrics == first.metrics
+    Xnli(build_config(XnliConfig, {**FAST, "epochs": 1, "max_length": 48, "files": files})).run(
+        _ctx(make_mlm(tokenizer), tokenizer, ("near",)))
+    assert calls[3:] == [48, 48, 48]

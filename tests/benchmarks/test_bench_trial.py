@@ -1,0 +1,57 @@
+"""``benchmarks/bench_trial.py``: the pieces that cut the experiment, qualify overrides, read a profile
+and summarize runs (the timed runs themselves need the small world's caches and minutes per trial)."""
+
+from __future__ import annotations
+
+import cProfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from benchmarks import bench_trial as bt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_trial_config_keeps_one_method_and_one_task_with_their_settings(tmp_path):
+    out = bt.trial_config(ROOT / bt.DEFAULT_CONFIG, "focus", "qa", tmp_path / "trial.yaml")
+    raw = yaml.safe_load(out.read_text())
+    assert [m["name"] for m in raw["methods"]] == ["focus"] and raw["methods"][0]["config"]["aux_dim"] == 100
+    assert [t["name"] for t in raw["tasks"]] == ["qa"] and raw["tasks"][0]["config"]["max_train_examples"] == 8000
+    with pytest.raises(SystemExit, match="no task 'nope'"):
+        bt.trial_config(ROOT / bt.DEFAULT_CONFIG, "focus", "nope", tmp_path / "bad.yaml")
+
+
+def test_task_overrides_are_qualified_and_experiment_overrides_pass():
+    assert bt._qualified(["train.epochs=3", "source.pretrain.seed=0", "seeds=[2]"]) == [
+        "tasks.0.config.train.epochs=3", "source.pretrain.seed=0", "seeds=[2]"]  # fmt: skip
+
+
+def _busy(n: int) -> int:
+    return sum(i * i for i in range(n))
+
+
+def test_profile_phases_reads_cumulative_seconds_and_marks_phases_never_called(tmp_path, monkeypatch):
+    here = Path(__file__).resolve()
+    monkeypatch.setattr(bt, "PHASES", {"finetune": (here.name, "_busy"), "backward": ("nowhere.py", "backward")})
+    prof = cProfile.Profile()
+    prof.runcall(_busy, 200_000)
+    prof.dump_stats(str(tmp_path / "p.prof"))
+    phases = bt.profile_phases(tmp_path / "p.prof")
+    assert phases["backward"] is None
+    assert phases["finetune"] is not None and phases["finetune"] >= 0
+    assert phases["train_forward_and_rest"] == phases["finetune"]
+
+
+def test_summarize_gives_medians_and_ratios_and_flags_load():
+    def run(side, wall, cpu, loaded=False, metrics=None):
+        return {"side": side, "wall_s": wall, "cpu_s": cpu, "timings": {"task_s": wall - 1}, "loaded": loaded,
+                "metrics": metrics or {"near": {"f1": 1.0}}}  # fmt: skip
+
+    s = bt.summarize([run("this", 10, 8), run("baseline", 20, 16), run("this", 12, 9, loaded=True), run("baseline", 22, 18)])
+    assert s["this"]["wall_s_median"] == 11 and s["baseline"]["cpu_s_median"] == 17
+    assert s["ratio_wall"] == round(21 / 11, 3) and s["ratio_cpu"] == round(17 / 8.5, 3) and s["loaded"] is True
+    assert s["this"]["metrics_identical"] is True
+    assert bt.summarize([run("this", 10, 8, metrics={"a": 1}), run("this", 10, 8, metrics={"a": 2})])["this"][
+        "metrics_identical"] is False  # fmt: skip
