@@ -33,6 +33,7 @@ import os
 import re
 import shutil
 import tempfile
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
@@ -368,6 +369,8 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
         return _build_entry(target, parent, key_json, build_fn)
 
 
+_HELD = threading.local()
+"""The build locks this thread holds (re-entry by the same thread skips the lock)."""
 LOCKS_DIR = ".locks"
 """Folder of the build locks under the cache root (dot-named: ``tokxfer cache ls`` skips it)."""
 
@@ -392,7 +395,12 @@ def _build_lock(path: Path, what: str) -> Iterator[None]:
     except ImportError:  # not POSIX: concurrent builders stay correct, only wasteful
         yield
         return
+    held = _HELD.__dict__.setdefault("paths", set())
+    if str(path) in held:  # this thread already builds this entry (a build that asks for itself): never self-deadlock
+        yield
+        return
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    held.add(str(path))
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -404,6 +412,7 @@ def _build_lock(path: Path, what: str) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
+        held.discard(str(path))
         os.close(fd)  # releases the lock
 
 
