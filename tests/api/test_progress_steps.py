@@ -120,7 +120,10 @@ def test_canonicalization_shows_a_bar_over_the_vocabulary():
 
     from harness.vocab import canonical_vocab
 
+    from harness import families
+
     tok = copy.deepcopy(unigram())  # a fresh object: not canonicalized (memoized) yet
+    families._CONTENT_MEMO.clear()  # nor by content: another test of this process may have canonicalized its twin
     rec = Recorder()
     with progress.reporting(rec):
         canonical_vocab(tok)
