@@ -167,6 +167,17 @@ _CODE_HASHES: dict[tuple[str, str], str] = {}
 _SOURCE_HASHES: dict[tuple[Path, ...], str] = {}
 
 
+def _imported_from(path: Path) -> str | None:
+    """The name of an already imported module whose file is ``path`` (a plugin file imported as a module
+    elsewhere, e.g. from ``sys.path``, has registered its names once; loading it again would collide)."""
+    resolved = path.resolve()
+    for name, module in list(sys.modules.items()):
+        f = getattr(module, "__file__", None)
+        if f and f.endswith(path.name) and Path(f).resolve() == resolved:
+            return name
+    return None
+
+
 def load_builtins() -> None:
     """Load every entry point of the four groups (idempotent): tokxfer's built-ins, then plugins.
 
@@ -226,7 +237,7 @@ def load_plugin(path: str | Path) -> None:
     # keyed by the file's resolved path: two plugin files with the same name are different plugins
     digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
     mod_name = f"tokxfer_plugin_{path.stem}_{digest}"
-    if mod_name in sys.modules:
+    if mod_name in sys.modules or _imported_from(path) is not None:  # its registrations exist already
         return
     try:
         source = path.read_text(encoding="utf-8")

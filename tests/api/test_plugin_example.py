@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from harness import registry
 
@@ -43,3 +44,29 @@ def test_vs_baselines_preset_needs_and_accepts_the_plugin(capsys):
     preset = str(CONFIG_DIR / "vs-baselines.yaml")
     assert main(["validate", preset, "--plugin", str(EXAMPLE)]) == 0
     assert "54 trials" in capsys.readouterr().out
+
+
+def test_a_plugin_file_already_imported_as_a_module_loads_as_a_no_op(tmp_path, monkeypatch):
+    """A plugin file imported from ``sys.path`` (as a test or another package may do) registered its
+    names once; ``--plugin`` with the same file must not collide with itself."""
+    import importlib
+    import uuid
+
+    from harness import registry
+
+    name = f"plug_{uuid.uuid4().hex[:8]}"
+    plugin = tmp_path / f"{name}.py"
+    plugin.write_text(
+        "from dataclasses import dataclass\nfrom harness.registry import register_method\n\n"
+        "@dataclass(frozen=True)\nclass C:\n    pass\n\n"
+        f"@register_method('{name}', config=C, description='probe')\nclass M:\n"
+        "    def __init__(self, config):\n        self.config = config\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.import_module(name)
+    registry.load_plugin(plugin)  # the same file: nothing new to register, no error
+    assert registry.get("method", name).origin == f"{name}.M"
+    other = tmp_path / "other" / f"{name}.py"  # another file registering the same name still collides
+    other.parent.mkdir()
+    other.write_text(plugin.read_text())
+    with pytest.raises(registry.PluginError, match="already registered"):
+        registry.load_plugin(other)
