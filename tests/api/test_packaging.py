@@ -25,17 +25,23 @@ def _package_data() -> dict[str, list[str]]:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
 
 
+def _visible(path: Path, base: Path) -> bool:
+    """setuptools globs like :func:`glob.glob`: hidden files (the plot writer's ``.tokxfer-plots.json``
+    manifests of what it wrote) are not package data, and nothing reads them from an install."""
+    return not any(part.startswith(".") for part in path.relative_to(base).parts)
+
+
 def _data_files(package: str) -> set[str]:
-    """Every non-code file of a package in the checkout (relative to the repository)."""
+    """Every non-code, non-hidden file of a package in the checkout (relative to the repository)."""
     base = ROOT / package
     return {p.relative_to(ROOT).as_posix() for p in base.rglob("*")
-            if p.is_file() and p.suffix in DATA_SUFFIXES and "__pycache__" not in p.parts}
+            if p.is_file() and p.suffix in DATA_SUFFIXES and "__pycache__" not in p.parts and _visible(p, base)}
 
 
 def _covered(package: str) -> set[str]:
     base = ROOT / package
     return {p.relative_to(ROOT).as_posix() for pattern in _package_data()[package] for p in base.glob(pattern)
-            if p.is_file()}
+            if p.is_file() and _visible(p, base)}
 
 
 def test_every_data_file_is_package_data():
