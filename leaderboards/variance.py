@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from harness.errors import UserInputError
+from harness.errors import TokxferError, UserInputError
 from harness.files import write_atomic
 from harness.run.records import TrialRecord, as_trial_records
 
@@ -107,8 +107,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--language", required=True)
     p.add_argument("--json", default=None, help="also write the rows as JSON here")
     args = p.parse_args(argv)
-    free = seed_values(load_records(args.free), args.task, args.metric, args.language)
-    held = seed_values(load_records(args.held), args.task, args.metric, args.language)
+    try:
+        free = seed_values(load_records(args.free), args.task, args.metric, args.language)
+        held = seed_values(load_records(args.held), args.task, args.metric, args.language)
+    except (TokxferError, FileNotFoundError) as e:  # one line, like the tokxfer command's errors
+        print(f"python -m leaderboards.variance: error: {e}", file=sys.stderr)
+        return 2
     rows = decompose(free, held)
     if not rows:
         print(f"no method has >= 2 seeds of {args.task} {args.metric} ({args.language}) in both runs", file=sys.stderr)

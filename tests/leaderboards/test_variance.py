@@ -57,3 +57,13 @@ def test_the_command_prints_and_writes_json(tmp_path, capsys):
     assert "| focus | 3 | 3 |" in capsys.readouterr().out
     row = json.loads(out.read_text())["rows"][0]
     assert row["source_share"] == pytest.approx(1 - 0.01 / 0.16)
+
+
+def test_the_command_reports_bad_input_in_one_line(tmp_path, capsys):
+    for seed in (1, 1):
+        records.write_record(tmp_path / "free" / "records",
+                             {**_rec("focus", seed, 7.0, exp="free"), "trial_id": f"t{len(list((tmp_path / 'free').rglob('*.json')))}"})
+    code = main(["--free", str(tmp_path / "free"), "--held", str(tmp_path / "missing"), "--task", "mlm-at-init",
+                 "--metric", "loss", "--language", "near"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "two records for seed 1" in err
