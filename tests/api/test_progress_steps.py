@@ -118,9 +118,8 @@ def test_a_step_bar_completes_only_when_the_step_does():
 def test_canonicalization_shows_a_bar_over_the_vocabulary():
     import copy
 
-    from harness.vocab import canonical_vocab
-
     from harness import families
+    from harness.vocab import canonical_vocab
 
     tok = copy.deepcopy(unigram())  # a fresh object: not canonicalized (memoized) yet
     families._CONTENT_MEMO.clear()  # nor by content: another test of this process may have canonicalized its twin
