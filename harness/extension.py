@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from harness.files import text_lines
 from harness.vocab import (
     Canon,
     FamilySpec,
@@ -84,14 +85,11 @@ class ExtensionCandidate:
 
 def _lines(corpus: Path, chunk: int = 1000) -> Iterator[list[str]]:
     batch: list[str] = []
-    with open(corpus, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\n")
-            if line.strip():
-                batch.append(line)
-            if len(batch) >= chunk:
-                yield batch
-                batch = []
+    for line in text_lines(corpus, what="corpus"):
+        batch.append(line)
+        if len(batch) >= chunk:
+            yield batch
+            batch = []
     if batch:
         yield batch
 

@@ -28,7 +28,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["open_atomic", "write_atomic", "umask"]
+from harness.errors import UserInputError
+
+__all__ = ["open_atomic", "write_atomic", "umask", "text_lines"]
 
 
 def umask() -> int:
@@ -81,3 +83,41 @@ def write_atomic(path: str | os.PathLike, data: str | bytes, *, fsync: bool = Fa
     """Write ``data`` (text as UTF-8, or bytes) to ``path`` atomically (see :func:`open_atomic`)."""
     with open_atomic(path, "wb" if isinstance(data, bytes) else "w", fsync=fsync) as f:
         f.write(data)
+
+
+def text_lines(path: str | os.PathLike, *, strip: bool = False, limit: int | None = None,
+               what: str = "text file") -> Iterator[str]:
+    """The non-blank lines of the UTF-8 text file ``path``, without their line breaks: the project's one line reader.
+
+    A line is "blank" when it holds only white space. ``strip=True`` also removes the white space around
+    each line (evaluation and training texts); otherwise only the ``\\n`` / ``\\r\\n`` break goes (corpora
+    whose leading spaces may matter to a tokenizer). ``limit`` stops after that many lines. A file that
+    is missing or not UTF-8 raises :class:`~harness.errors.UserInputError` naming it (``what`` says which file
+    it is to the user).
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> p = pathlib.Path(tempfile.mkdtemp()) / "c.txt"
+        >>> _ = p.write_bytes(b" a \\r\\n\\n  \\nb\\n c")
+        >>> list(text_lines(p)), list(text_lines(p, strip=True)), list(text_lines(p, limit=1))
+        ([' a ', 'b', ' c'], ['a', 'b', 'c'], [' a '])
+    """
+    if limit is not None and limit <= 0:
+        return
+    n = 0
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                line = line.strip() if strip else line.rstrip("\r\n")
+                if not line or (not strip and not line.strip()):
+                    continue
+                yield line
+                n += 1
+                if limit is not None and n >= limit:
+                    return
+    except FileNotFoundError:
+        raise UserInputError(f"{what} not found: {path}") from None
+    except IsADirectoryError:
+        raise UserInputError(f"{what} {path} is a directory; expected a UTF-8 text file") from None
+    except UnicodeDecodeError as e:
+        raise UserInputError(f"{what} {path} is not valid UTF-8 text ({e})") from None

@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-__all__ = ["HEARTBEAT_S", "counter", "elapsed", "heartbeat", "iterate", "line", "line_bars", "reporting", "step",
-           "tool_output", "tool_output_enabled"]
+__all__ = ["HEARTBEAT_S", "TerminalBar", "counter", "elapsed", "heartbeat", "iterate", "line", "line_bars", "reporting",
+           "step", "terminal_bar", "terminal_iterate", "tool_output", "tool_output_enabled"]
 
 T = TypeVar("T")
 
@@ -259,3 +259,76 @@ def tool_output(enabled: bool = True) -> Iterator[None]:
 def tool_output_enabled() -> bool:
     """Whether the caller asked for external tools' own output (see :func:`tool_output`)."""
     return _TOOL_OUTPUT.get()
+
+
+class TerminalBar:
+    """The project's terminal bar for its own loops (a grid's trials, pretraining steps, a task's batches).
+
+    ``advance(n, **fields)`` moves it on and sets the named fields (e.g. the running loss);
+    ``describe(text)`` changes the text beside the count (the trial running now). Does nothing when
+    the bar was made disabled.
+    """
+
+    def __init__(self, prog: Any, task: Any) -> None:
+        self._prog, self._task = prog, task
+
+    def advance(self, n: float = 1, **fields: str) -> None:
+        if self._prog is not None:
+            self._prog.update(self._task, advance=n, **fields)
+
+    def describe(self, text: str) -> None:
+        if self._prog is not None:
+            self._prog.update(self._task, description=text)
+
+
+@contextlib.contextmanager
+def terminal_bar(title: str, total: float | None, *, enabled: bool = True, fields: tuple[str, ...] = (),
+                 transient: bool = False, console: Any = None) -> Iterator[TerminalBar]:
+    """A rich bar ``title  ━━━━  M/N  <text>  <field> <value> …  elapsed  remaining`` on stderr while inside.
+
+    The one place the columns of tokxfer's own terminal bars are chosen (methods report through
+    :func:`iterate` / :func:`counter` instead, which the caller may show as bars or log lines).
+    ``fields`` names values shown after the count (``"-"`` until set by :meth:`TerminalBar.advance`);
+    ``transient`` removes the bar when done. Nothing is drawn when ``enabled`` is false or
+    ``total`` is 0.
+
+    Example:
+        >>> with terminal_bar("silent", 3, enabled=False) as bar:
+        ...     bar.advance(1, loss="1.0")
+    """
+    if not enabled or total == 0:
+        yield TerminalBar(None, None)
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    columns = [TextColumn(f"[bold]{title}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}")]
+    columns += [TextColumn(f"{f} {{task.fields[{f}]}}") for f in fields]
+    columns += [TimeElapsedColumn(), TimeRemainingColumn()]
+    with Progress(*columns, transient=transient, console=console) as prog:
+        yield TerminalBar(prog, prog.add_task("", total=total, **{f: "-" for f in fields}))
+
+
+def terminal_iterate(items: Iterable[T], title: str, *, total: int | None = None, enabled: bool = True,
+                     transient: bool = True) -> Iterator[T]:
+    """Yield ``items`` under a :func:`terminal_bar` (transient by default).
+
+    Example:
+        >>> list(terminal_iterate(range(3), "silent", enabled=False))
+        [0, 1, 2]
+    """
+    if not enabled:
+        yield from items
+        return
+    if total is None and hasattr(items, "__len__"):
+        total = len(items)  # type: ignore[arg-type]
+    with terminal_bar(title, total, transient=transient) as bar:
+        for x in items:
+            yield x
+            bar.advance(1)

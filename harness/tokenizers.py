@@ -55,6 +55,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from harness import progress as _progress
 from harness.cache import cached_dir, file_hash
 from harness.errors import TokxferError
+from harness.files import text_lines
 
 __all__ = [
     "ALGORITHMS",
@@ -170,12 +171,9 @@ def _iter_lines(paths: Sequence[Path]) -> Iterator[str]:
     read in :data:`_READ` for the training heartbeat.
     """
     for p in paths:
-        with open(p, encoding="utf-8") as f:
-            for line in f:
-                _READ[0] += len(line)
-                line = line.rstrip("\r\n")
-                if line.strip():
-                    yield line
+        for line in text_lines(p, what="tokenizer training corpus"):
+            _READ[0] += len(line) + 1
+            yield line
 
 
 _READ = [0]

@@ -78,6 +78,7 @@ from typing import Any
 
 import torch
 
+from harness.files import text_lines
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_stage
 from harness.seeding import derive
@@ -331,14 +332,7 @@ def read_train_lines(path: Path, limit: int | None) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"lapt: training text file not found: {path}")
-    lines: list[str] = []
-    with path.open(encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if line:
-                lines.append(line)
-                if limit is not None and len(lines) >= limit:
-                    break
+    lines = list(text_lines(path, strip=True, limit=limit, what="lapt: training text file"))
     if not lines:
         raise ValueError(f"lapt: {path} contains no non-empty line")
     return lines

@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 
 import torch
 
+from harness import progress as _progress
 from harness.examples import attach
 from harness.seeding import seeded_globals
 
@@ -128,12 +129,7 @@ def progress(items: Iterable[T], *, description: str, total: int | None = None, 
         >>> list(progress(range(3), description="demo", enabled=False))
         [0, 1, 2]
     """
-    if not enabled or not is_main_process():
-        yield from items
-        return
-    from rich.progress import track
-
-    yield from track(items, description=description, total=total, transient=True)
+    yield from _progress.terminal_iterate(items, description, total=total, enabled=enabled and is_main_process())
 
 
 def log(message: str, enabled: bool = True) -> None:

@@ -29,6 +29,7 @@ import torch
 
 from harness.cache import ProcessMemo, file_hash
 from harness.examples import ExampleScores, Scores, attach
+from harness.files import text_lines
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_task
 from harness.seeding import derive
@@ -95,17 +96,7 @@ def read_lines(path: Path, limit: int | None = None) -> list[str]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"mlm-at-init: evaluation text file not found: {path}")
-    lines: list[str] = []
-    try:
-        with path.open(encoding="utf-8") as f:
-            for line in f:
-                line = line.strip()
-                if line:
-                    lines.append(line)
-                    if limit is not None and len(lines) >= limit:
-                        break
-    except UnicodeDecodeError as e:
-        raise ValueError(f"mlm-at-init: {path} is not valid UTF-8 text ({e})") from None
+    lines = list(text_lines(path, strip=True, limit=limit, what="mlm-at-init: evaluation text file"))
     if not lines:
         raise ValueError(f"mlm-at-init: {path} contains no non-empty line")
     return lines

@@ -558,20 +558,25 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         tasks = _components("task", raw["tasks"], f"{where}: tasks", required=True)
         encodings = _components("encoding", raw.get("encodings") or [], f"{where}: encodings")
         stages = _components("stage", raw.get("stages") or [], f"{where}: stages")
-        seeds = raw.get("seeds", [1, 2, 3, 4, 5])
-        if isinstance(seeds, int) and not isinstance(seeds, bool):
-            seeds = [seeds]
-        if not isinstance(seeds, list):
-            raise ConfigError(f"seeds: expected a non-empty list of integers, got {seeds!r}")
+        # Settings the file leaves out take ExperimentConfig's own defaults (spelled there only).
+        given: dict[str, Any] = {k: raw[k] for k in ("mode", "extend_top_n") if k in raw}
+        if "description" in raw:
+            given["description"] = str(raw["description"])
+        if "seeds" in raw:
+            seeds = raw["seeds"]
+            if isinstance(seeds, int) and not isinstance(seeds, bool):
+                seeds = [seeds]
+            if not isinstance(seeds, list):
+                raise ConfigError(f"seeds: expected a non-empty list of integers, got {seeds!r}")
+            given["seeds"] = tuple(seeds)
         hold = raw.get("hold_seeds") or {}
         if not isinstance(hold, dict):
             raise ConfigError(f"hold_seeds: expected a mapping of component to seed (e.g. {{init: 0}}), got {hold!r}")
         return ExperimentConfig(
             name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
-            tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), seeds=tuple(seeds),
-            world=world, mode=raw.get("mode", "replace"), extend_top_n=raw.get("extend_top_n", DEFAULT_EXTEND_TOP_N),
-            description=str(raw.get("description", "")), path=None if where.startswith("<") else where,
-            hold_seeds=tuple(sorted(hold.items(), key=lambda kv: str(kv[0]))),
+            tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), world=world,
+            path=None if where.startswith("<") else where,
+            hold_seeds=tuple(sorted(hold.items(), key=lambda kv: str(kv[0]))), **given,
         )
     except (ValueError, TypeError, KeyError) as e:
         msg = str(e)

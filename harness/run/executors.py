@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from harness import progress
 from harness.errors import TokxferError
 from harness.run import records
 
@@ -69,22 +70,6 @@ def parse_gpu_ids(text: str, source: str) -> list[str]:
     return ids
 
 
-def _progress(total: int, enabled: bool):
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
-
-    return Progress(
-        TextColumn("[bold]trials"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.description}"),
-        TimeElapsedColumn(), TimeRemainingColumn(), disable=not enabled or total == 0, transient=False,
-    )
-
-
 def _always(spec: Any) -> bool:
     return True
 
@@ -115,15 +100,14 @@ class LocalExecutor:
         """Run each spec ``claim`` grants, in order; return their records."""
         claim = claim or _always
         out = []
-        with _progress(len(specs), self.progress) as prog:
-            task = prog.add_task("", total=len(specs))
+        with progress.terminal_bar("trials", len(specs), enabled=self.progress) as bar:
             for spec in specs:
                 if claim(spec):
-                    prog.update(task, description=spec.describe())
+                    bar.describe(spec.describe())
                     rec = execute(spec, runs_dir, progress=self.progress)
                     on_record(rec)
                     out.append(rec)
-                prog.advance(task)
+                bar.advance(1)
         return out
 
 
@@ -244,18 +228,18 @@ class _PoolExecutor:
         out: list[dict] = []
         rec_root = Path(runs_dir)
         try:
-            with _progress(len(specs), self.progress) as prog:
-                task = prog.add_task(f"{len(slots)} workers", total=len(specs))
+            with progress.terminal_bar("trials", len(specs), enabled=self.progress) as bar:
+                bar.describe(f"{len(slots)} workers")
                 while True:
                     for w in workers.values():  # hand out work to idle workers
                         while w.ready and w.spec is None and queue:
                             spec = queue.popleft()
                             if not claim(spec):
-                                prog.advance(task)
+                                bar.advance(1)
                                 continue
                             w.spec, w.since = spec, time.time()
                             w.conn.send(spec)
-                            prog.update(task, description=f"{len(workers)} workers · {spec.describe()}")
+                            bar.describe(f"{len(workers)} workers · {spec.describe()}")
                     if not queue and all(w.spec is None for w in workers.values()):
                         break
                     wait([w.conn for w in workers.values()] + [w.proc.sentinel for w in workers.values()],
@@ -277,7 +261,7 @@ class _PoolExecutor:
                                 rec = records.read_record(rec_root / spec.experiment / "records" / f"{msg[1]}.json")
                                 on_record(rec)
                                 out.append(rec)
-                                prog.advance(task)
+                                bar.advance(1)
                             continue
                         if w.proc.is_alive():
                             continue
@@ -295,7 +279,7 @@ class _PoolExecutor:
                             rec = lost(w.spec, reason, w.since)
                             on_record(rec)
                             out.append(rec)
-                            prog.advance(task)
+                            bar.advance(1)
                         w.conn.close()
                         if queue:
                             workers[s] = _Worker(ctx, s, runs_dir, execute, self.plugins, self.worker_init)

@@ -41,6 +41,7 @@ from typing import Any
 import torch
 import transformers
 
+from harness import progress as _progress
 from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
@@ -262,7 +263,7 @@ def _train_source(
     ema: float | None = None
     with (
         seeding.seeded_globals(config.seed, "pretrain", "dropout"),
-        pmodel.Progress(progress, config.steps, f"pretraining {config.kind} source") as bar,
+        _progress.terminal_bar(f"pretraining {config.kind} source", config.steps, enabled=progress, fields=("loss",)) as bar,
     ):
         for step in range(1, config.steps + 1):
             is_tlm = tlm_batches is not None and tlm.is_tlm_step(step, config.tlm_fraction)
@@ -294,7 +295,7 @@ def _train_source(
             else:
                 window.append(value)
                 ema = value if ema is None else 0.98 * ema + 0.02 * value
-            bar.update(ema if ema is not None else value)
+            bar.advance(1, loss=f"{ema if ema is not None else value:.3f}")
             if step % log_every == 0 or step == config.steps:
                 for rows, values in ((curve, window), (tlm_curve, tlm_window)):
                     if values:

@@ -12,20 +12,14 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from harness.files import text_lines
+
 __all__ = ["batch_indices", "blocks", "language_blocks", "lines", "mask_tokens", "token_stream"]
 
 
 def lines(path: Path, limit: int | None = None) -> Iterator[str]:
-    n = 0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            if limit is not None and n >= limit:
-                return
-            n += 1
-            yield line
+    """The non-blank lines of a world text file, line breaks removed (:func:`harness.files.text_lines`)."""
+    return text_lines(path, limit=limit, what="world text file")
 
 
 def token_stream(tok: PreTrainedTokenizerBase, files: Sequence[Path], chunk_lines: int = 4096) -> torch.Tensor:

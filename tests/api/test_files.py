@@ -53,3 +53,23 @@ def test_an_unknown_mode_is_refused(tmp_path):
     with pytest.raises(ValueError, match="mode must be 'w' or 'wb'"):
         with open_atomic(tmp_path / "x", "a"):
             pass
+
+
+def test_text_lines_is_the_one_line_reader_and_names_a_bad_file(tmp_path):
+    from harness.errors import UserInputError
+    from harness.files import text_lines
+
+    p = tmp_path / "c.txt"
+    p.write_bytes(b" a \r\n\n \t \nb\n c")
+    assert list(text_lines(p)) == [" a ", "b", " c"]
+    assert list(text_lines(p, strip=True)) == ["a", "b", "c"]
+    assert list(text_lines(p, limit=2)) == [" a ", "b"]
+    assert list(text_lines(p, limit=0)) == []
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes(b"caf\xe9\n")
+    with pytest.raises(UserInputError, match=r"corpus .*latin1\.txt is not valid UTF-8"):
+        list(text_lines(bad, what="corpus"))
+    with pytest.raises(UserInputError, match=r"corpus not found: .*missing\.txt"):
+        list(text_lines(tmp_path / "missing.txt", what="corpus"))
+    with pytest.raises(UserInputError, match="is a directory"):
+        list(text_lines(tmp_path, what="corpus"))

@@ -118,9 +118,8 @@ def test_a_step_bar_completes_only_when_the_step_does():
 def test_canonicalization_shows_a_bar_over_the_vocabulary():
     import copy
 
-    from harness.vocab import canonical_vocab
-
     from harness import families
+    from harness.vocab import canonical_vocab
 
     tok = copy.deepcopy(unigram())  # a fresh object: not canonicalized (memoized) yet
     families._CONTENT_MEMO.clear()  # nor by content: another test of this process may have canonicalized its twin
@@ -153,3 +152,32 @@ def test_initialize_shows_the_model_load_and_the_install(tmp_path, method):
         want.append("re-initializing every parameter (from-scratch)")
     assert names == want and all(b.done == 1 and b.closed for b in rec.bars if b.total == 1)
     assert init.model.get_input_embeddings().weight.shape[0] == len(tgt)
+
+
+def test_terminal_bar_is_the_one_bar_of_grids_pretraining_and_tasks():
+    """Grid trials, source pretraining and task batches draw through harness.progress.terminal_bar:
+    its title, count, fields and description reach the console; disabled, nothing is drawn."""
+    import io
+    import pathlib
+
+    from rich.console import Console
+
+    from harness import progress
+
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, width=160)
+    with progress.terminal_bar("pretraining mlm source", 4, fields=("loss",), console=console) as bar:
+        bar.describe("seed 3")
+        for _ in range(4):
+            bar.advance(1, loss="2.500")
+    text = out.getvalue()
+    assert "pretraining mlm source" in text and "4/4" in text and "loss 2.500" in text and "seed 3" in text
+    quiet = io.StringIO()
+    with progress.terminal_bar("x", 2, enabled=False, console=Console(file=quiet, force_terminal=True)) as bar:
+        bar.advance(2, loss="1")
+    assert quiet.getvalue() == ""
+    assert list(progress.terminal_iterate(iter(range(3)), "t", enabled=False)) == [0, 1, 2]
+    # no second bar implementation left in the rooms that draw one
+    root = pathlib.Path(__file__).resolve().parents[2]
+    for rel in ("harness/run/executors.py", "harness/world/pretrain.py", "harness/world/pretrain_model.py", "tasks/loop.py"):
+        assert "rich.progress" not in (root / rel).read_text(), rel
