@@ -431,11 +431,20 @@ class TrialSpec:
 
     @property
     def trial_id(self) -> str:
-        """Hash of the canonical resolved config (the experiment's name is not part of it)."""
+        """Hash of the canonical resolved config (the experiment's name is not part of it): version
+        :data:`TRIAL_ID_VERSION` of the id."""
         return config_hash(self.resolved())
 
     def describe(self) -> str:
         return f"{self.method.id} → {self.target.language} / {self.task.id} / seed {self.seed}"
+
+
+TRIAL_ID_VERSION = 1
+"""What a trial id covers, versioned: version 1 is :func:`config_hash` of :meth:`TrialSpec.resolved`
+(a new field enters ``resolved()`` only when set, :data:`NEW_FIELDS_OMITTED_WHEN_NONE`, so older ids
+stay valid). A change that would move existing ids bumps this number and adds a migration in
+``harness/run/records.py``; tests/run/test_trial_ids.py pins ids of a packaged config so such a change
+cannot go unnoticed."""
 
 
 def config_hash(obj: Any) -> str:
