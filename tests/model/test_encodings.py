@@ -24,7 +24,7 @@ from tests.tasks.test_tasks import (
     task_files,  # noqa: F401  (fixture)
 )
 
-ENCODINGS = ("none", "additive", "attached", "xlp", "xlp-shared")
+ENCODINGS = ("none", "additive", "attached", "xlp", "xlp-shared", "langsamp")
 
 
 def enc(name: str, **config):
