@@ -276,3 +276,23 @@ def test_unknown_language_and_missing_ids_are_errors_naming_them(tok):
     with wrapped.fixed_language("near"):  # lm-eval's path: a fixed language for the plain model's calls
         fixed = wrapped.model(**batch).logits
     assert torch.equal(fixed, wrapped(**e.prepare(batch, ["near", "near"])).logits)
+
+
+def test_rewrapping_an_encoded_model_and_deepcopy_keep_the_right_tables(tok):
+    import copy
+
+    e = enc("langsamp", init="random")
+    wrapped = e.wrap(make_mlm(tok, dropout=0.0).eval(), ["near"], seed=1)
+    batch = e.prepare(_batch(tok), ["near", "near"])
+    ref = wrapped(**batch).logits
+    twin = copy.deepcopy(wrapped)  # the copied body's hook reads the copied table
+    with torch.no_grad():
+        twin.tables["input"].script_weight.add_(1.0)
+    assert not torch.equal(twin(**batch).logits, ref) and torch.equal(wrapped(**batch).logits, ref)
+    # a task's evaluation languages added to an encoded model (tasks.data.ensure_languages): kept + new
+    more = e.wrap(copy.deepcopy(wrapped), ["near", "script"], seed=2)
+    t = more.tables["input"]
+    assert more.languages == ["near", "script"] and t.scripts == ["Latn", "Cyrl"]
+    assert torch.equal(t.weight[0], wrapped.tables["input"].weight[0])
+    assert torch.equal(t.script_weight[0], wrapped.tables["input"].script_weight[0])
+    assert torch.equal(more(**batch).logits, ref)
