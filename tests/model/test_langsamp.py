@@ -296,3 +296,19 @@ def test_rewrapping_an_encoded_model_and_deepcopy_keep_the_right_tables(tok):
     assert torch.equal(t.weight[0], wrapped.tables["input"].weight[0])
     assert torch.equal(t.script_weight[0], wrapped.tables["input"].script_weight[0])
     assert torch.equal(more(**batch).logits, ref)
+
+
+def test_causal_lm_perplexity_uses_the_vectors_and_equals_plain_at_zero(tok, tmp_path):
+    from tasks.perplexity import Perplexity, PerplexityConfig
+    from tests.tasks.test_tasks import _ctx
+
+    text = tmp_path / "near.txt"
+    text.write_text("\n".join(["Anna lives in Berlin and works for Siemens .", "The cat sat on the mat ."] * 3),
+                    encoding="utf-8")  # fmt: skip
+    task = Perplexity(PerplexityConfig(eval_file=str(text), max_length=16))
+    plain = task.run(_ctx(make_gpt2(tok).eval(), tok, ("near",))).metrics["near"]["token_perplexity"]
+    e = enc("langsamp")
+    model = e.wrap(make_gpt2(tok).eval(), ["near"], seed=1)
+    assert task.run(_ctx(model, tok, ("near",), encoding=e)).metrics["near"]["token_perplexity"] == plain
+    _randomize(model)
+    assert task.run(_ctx(model, tok, ("near",), encoding=e)).metrics["near"]["token_perplexity"] != plain
