@@ -1,4 +1,4 @@
-"""Shared machinery of the language encodings ``additive``, ``attached`` and ``xlp``.
+"""Shared machinery of the language encodings ``additive``, ``attached``, ``xlp`` and ``langsamp``.
 
 No model code is forked. :class:`EncodedModel` holds a transformers model and, per *side* of
 it (``input`` for encoders and causal LMs; ``encoder`` and ``decoder`` for encoder–decoders),
@@ -23,6 +23,9 @@ The transforms (``x`` a word embedding of a sequence in language ``l``):
 
 - ``additive``: ``x + v_l`` at every position (XLM);
 - ``xlp``: ``W_l x`` (XLP; ``W_l`` a ``d x d`` matrix);
+- ``langsamp``: not on the word embeddings: a hook on the LM body (``base_model``) adds ``L[l] + S[s]``
+  (``s`` the script of ``l``, one row per script) to its last hidden state, the LM head's input; a
+  task model (no LM head) is wrapped without it (:func:`lm_body`);
 - ``attached``: the embedding at the inserted language-token position is replaced by ``v_l``.
   :meth:`EncodedModel.prepare_batch` inserts that position (column ``insert_at``) and records it in
   ``added_positions``; on the decoder side of an encoder–decoder the decoder-start token's
@@ -49,7 +52,7 @@ from torch import nn
 from harness.errors import TokxferError
 from harness.protocols import ADDED_POSITIONS_KEY, DECODER_LANGUAGE_IDS_KEY, LANGUAGE_IDS_KEY
 
-KINDS = ("additive", "attached", "xlp")
+KINDS = ("additive", "attached", "xlp", "langsamp")
 ENCODING_FILE = "language_encoding.json"
 WEIGHTS_FILE = "language_encoding.safetensors"
 FORMAT_VERSION = 1
@@ -109,7 +112,8 @@ class LanguageTable(nn.Module):
     """
 
     def __init__(self, kind: str, languages: Sequence[str], weight: torch.Tensor, *,
-                 start_token_id: int | None = None) -> None:  # fmt: skip
+                 start_token_id: int | None = None, scripts: Sequence[str] | None = None,
+                 script_weight: torch.Tensor | None = None) -> None:  # fmt: skip
         super().__init__()
         if kind not in KINDS:
             raise EncodingError(f"unknown encoding kind {kind!r}; expected one of {KINDS}")
@@ -122,9 +126,30 @@ class LanguageTable(nn.Module):
         self.languages = list(languages)
         self.weight = nn.Parameter(weight)
         self.start_token_id = start_token_id
+        self.scripts: list[str] | None = None
+        if kind == "langsamp":
+            self._set_scripts(scripts, script_weight)
         self._ids: torch.Tensor | None = None
         self._added: torch.Tensor | None = None
         self._fixed: int | None = None
+
+    def _set_scripts(self, scripts: Sequence[str] | None, script_weight: torch.Tensor | None) -> None:
+        """``langsamp``: the script of each language and one shared row per script (in first-seen order)."""
+        if scripts is None or script_weight is None or len(scripts) != len(self.languages):
+            raise EncodingError(f"langsamp: needs one script per language {self.languages} and a script table, got {scripts}")
+        names = list(dict.fromkeys(scripts))
+        if tuple(script_weight.shape) != (len(names), self.dim):
+            raise EncodingError(f"langsamp: expected a {len(names)} x {self.dim} script table for {names}, "
+                                f"got {tuple(script_weight.shape)}")  # fmt: skip
+        self.scripts = list(scripts)
+        self.script_weight = nn.Parameter(script_weight)
+        self.register_buffer("script_of", torch.tensor([names.index(s) for s in scripts], dtype=torch.long),
+                             persistent=False)  # fmt: skip
+
+    @property
+    def script_names(self) -> list[str]:
+        """``langsamp``: the scripts, row ``i`` of ``script_weight`` belongs to ``script_names[i]``."""
+        return list(dict.fromkeys(self.scripts or []))
 
     def extra_repr(self) -> str:
         return f"kind={self.kind}, languages={self.languages}, shape={tuple(self.weight.shape)}"
@@ -141,8 +166,8 @@ class LanguageTable(nn.Module):
             raise EncodingError(f"no language-encoding parameters for {missing}; the model knows {self.languages}")
         return torch.tensor([pos[lang] for lang in languages], dtype=torch.long)
 
-    def hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
-        """Forward hook of the word-embedding module: apply this side's language transform."""
+    def _ids_for(self, output: torch.Tensor) -> torch.Tensor:
+        """Language ids of the call for ``output`` ``[rows, length, d]``: ``[rows]`` or per token ``[rows, length]``."""
         rows = output.shape[0]
         if self._ids is not None:
             ids = self._ids.to(output.device)
@@ -153,10 +178,34 @@ class LanguageTable(nn.Module):
                 f"{self.kind}: the model was called without language ids; pass the batch through "
                 "prepare_batch (or the task's collate), or use fixed_language(...)"
             )
-        w = self.weight.to(output.dtype)
         if ids.ndim == 2:  # a language per token: a sentence and its translation in one sequence (TLM)
             if ids.shape != output.shape[:2]:
                 raise EncodingError(f"{self.kind}: per-token language ids {tuple(ids.shape)} do not match the input {tuple(output.shape[:2])}")
+            return ids
+        if ids.shape[0] != rows:
+            if ids.shape[0] == 0 or rows % ids.shape[0]:
+                raise EncodingError(f"{self.kind}: {ids.shape[0]} language ids for {rows} sequences")
+            ids = ids.repeat_interleave(rows // ids.shape[0])  # beam search expands each sequence
+        return ids
+
+    def output_hook(self, module: nn.Module, args: tuple, output: Any) -> Any:
+        """``langsamp``: forward hook of the LM body: ``h + L[l] + S[script(l)]`` on its last hidden state
+        (only that output: ``hidden_states`` keep the language-neutral states)."""
+        tuple_out = isinstance(output, tuple) and not hasattr(output, "last_hidden_state")
+        h = output[0] if tuple_out else output.last_hidden_state
+        ids = self._ids_for(h)
+        shift = self.weight[ids] + self.script_weight[self.script_of.to(ids.device)[ids]]
+        h = h + (shift if ids.ndim == 2 else shift.unsqueeze(1)).to(h.dtype)
+        if tuple_out:
+            return (h, *output[1:])
+        output.last_hidden_state = h
+        return output
+
+    def hook(self, module: nn.Module, args: tuple, output: torch.Tensor) -> torch.Tensor:
+        """Forward hook of the word-embedding module: apply this side's language transform."""
+        ids = self._ids_for(output)
+        w = self.weight.to(output.dtype)
+        if ids.ndim == 2:
             if self.kind == "additive":
                 return output + w[ids]
             if self.kind == "xlp":
@@ -165,10 +214,6 @@ class LanguageTable(nn.Module):
                     out = torch.where((ids == k).unsqueeze(-1), torch.matmul(output, w[k].transpose(0, 1)), out)
                 return out
             return torch.where(self._added_mask(args, output).unsqueeze(-1), w[ids], output)
-        if ids.shape[0] != rows:
-            if ids.shape[0] == 0 or rows % ids.shape[0]:
-                raise EncodingError(f"{self.kind}: {ids.shape[0]} language ids for {rows} sequences")
-            ids = ids.repeat_interleave(rows // ids.shape[0])  # beam search expands each sequence
         if self.kind == "additive":
             return output + w[ids].unsqueeze(1)
         if self.kind == "xlp":
@@ -290,6 +335,25 @@ def side_modules(model: nn.Module) -> dict[str, nn.Module]:
     return {"input": _word_embedding(model)}
 
 
+def lm_body(model: nn.Module) -> nn.Module | None:
+    """The body whose last hidden state a model's LM head reads (``base_model``); None without an LM head.
+
+    A module that wraps a transformers model in ``.model`` (pretraining's ``MaskedLMLoss``) is searched through.
+
+    Raises:
+        EncodingError: a model with an LM head but no separate body module.
+    """
+    hf = model
+    while not hasattr(hf, "get_output_embeddings") and isinstance(getattr(hf, "model", None), nn.Module):
+        hf = hf.model
+    if not hasattr(hf, "get_output_embeddings") or hf.get_output_embeddings() is None:
+        return None
+    body = getattr(hf, "base_model", None)
+    if not isinstance(body, nn.Module) or body is hf:
+        raise EncodingError(f"langsamp: {type(hf).__name__} has an LM head but no separate body (base_model) to hook")
+    return body
+
+
 def _drop_encoding_hooks(module: nn.Module) -> None:
     """Remove the forward hooks a :class:`LanguageTable` registered on ``module``."""
     for key, hook in list(module._forward_hooks.items()):
@@ -334,7 +398,13 @@ class EncodedModel(nn.Module):
         for side, module in modules.items():
             _drop_encoding_hooks(module)  # a model taken over from another wrapper
             # a bound method: copy.deepcopy of the wrapper re-binds it to the copied table
-            module.register_forward_hook(self.tables[side].hook)
+            if self.tables[side].kind != "langsamp":
+                module.register_forward_hook(self.tables[side].hook)
+        body = lm_body(model) if "input" in self.tables and self.tables["input"].kind == "langsamp" else None
+        self.output_hooked = body is not None  # langsamp acts with an LM head only: never in a task model
+        if body is not None:
+            _drop_encoding_hooks(body)
+            body.register_forward_hook(self.tables["input"].output_hook)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -489,6 +559,9 @@ class EncodedModel(nn.Module):
         Both sides stay trainable (the translation model is trained, not fine-tuned), except with
         ``decoder: false`` in the encoding's config: the decoder side is then a frozen identity.
         """
+        if self.encoding == "langsamp":
+            raise EncodingError("langsamp: encoder–decoder (translation) models are not supported; "
+                                "it is defined for masked and causal LM pretraining")  # fmt: skip
         sides = side_modules(model)
         if set(sides) != {"encoder", "decoder"}:
             raise EncodingError(f"{type(model).__name__} is not an encoder–decoder")
@@ -525,7 +598,8 @@ class EncodedModel(nn.Module):
         """JSON facts for the record: the encoding, its config, and the parameters it adds per side."""
         sides = {
             s: {"languages": list(t.languages), "parameters": sum(p.numel() for p in t.parameters()),
-                "trainable": t.weight.requires_grad}
+                "trainable": t.weight.requires_grad,
+                **({"scripts": dict(zip(t.languages, t.scripts)), "active": self.output_hooked} if t.scripts else {})}
             for s, t in self.tables.items()
         }
         return {
@@ -543,6 +617,12 @@ class EncodedModel(nn.Module):
         return {s: {lang: t.weight[i].detach().cpu().clone() for i, lang in enumerate(t.languages)}
                 for s, t in self.tables.items()}  # fmt: skip
 
+    def script_state(self) -> dict[str, dict]:
+        """``langsamp``: ``{side: {"languages": {language: script}, "rows": {script: row}}}`` (CPU copies)."""
+        return {s: {"languages": dict(zip(t.languages, t.scripts)),
+                    "rows": {n: t.script_weight[i].detach().cpu().clone() for i, n in enumerate(t.script_names)}}
+                for s, t in self.tables.items() if t.scripts}  # fmt: skip
+
     def save_pretrained(self, path: str | Path, **kwargs: Any) -> None:
         """``model.save_pretrained(path)`` plus the encoding's config and parameters beside it."""
         from safetensors.torch import save_file
@@ -556,10 +636,13 @@ class EncodedModel(nn.Module):
             "model_class": type(self.model).__name__,
             "insert_at": self.insert_at,
             "train_in_finetuning": self.train_in_finetuning,
-            "sides": {s: {"languages": t.languages, "start_token_id": t.start_token_id} for s, t in self.tables.items()},
+            "sides": {s: {"languages": t.languages, "start_token_id": t.start_token_id,
+                          **({"scripts": t.scripts} if t.scripts else {})} for s, t in self.tables.items()},
         }
         (path / ENCODING_FILE).write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
-        save_file({s: t.weight.detach().cpu().contiguous() for s, t in self.tables.items()}, str(path / WEIGHTS_FILE))
+        weights = {s: t.weight.detach().cpu().contiguous() for s, t in self.tables.items()}
+        weights.update({f"{s}.scripts": t.script_weight.detach().cpu().contiguous() for s, t in self.tables.items() if t.scripts})
+        save_file(weights, str(path / WEIGHTS_FILE))
 
     def fold(self, language: str) -> nn.Module:
         """A plain transformers model equal to this one on ``language`` (``xlp`` and ``additive``).
@@ -572,7 +655,7 @@ class EncodedModel(nn.Module):
             EncodingError: for ``attached`` (it changes the sequence), encoder–decoders, or an additive
                 encoding on a word-embedding module that is not a plain ``nn.Embedding`` (it may scale).
         """
-        if self.encoding == "attached" or "input" not in self.tables:
+        if self.encoding in ("attached", "langsamp") or "input" not in self.tables:
             raise EncodingError(f"{self.encoding}: only xlp/additive encodings of single-stack models can be folded")
         model = copy.deepcopy(self.model)
         for m in model.modules():
@@ -612,12 +695,16 @@ def read_pretrained(path: str | Path) -> dict | None:
         raise EncodingError(f"{path / ENCODING_FILE} has no {WEIGHTS_FILE} beside it")
     weights = load_file(str(path / WEIGHTS_FILE))
     state = {s: {lang: weights[s][i] for i, lang in enumerate(info["languages"])} for s, info in meta["sides"].items()}
-    return {"meta": meta, "state": state}
+    scripts = {s: {"languages": dict(zip(info["languages"], info["scripts"])),
+                   "rows": {n: weights[f"{s}.scripts"][i] for i, n in enumerate(dict.fromkeys(info["scripts"]))}}
+               for s, info in meta["sides"].items() if info.get("scripts")}  # fmt: skip
+    return {"meta": meta, "state": state, "scripts": scripts}
 
 
 def wrap_model(
     model: nn.Module, languages: Sequence[str], *, encoding: str, config: Any, seed: int | None = None,
     pretrained: dict | None = None, insert_at: int | None = None, train_in_finetuning: bool = True,
+    scripts: dict[str, str] | None = None, script_rows: dict[str, torch.Tensor] | None = None,
 ) -> EncodedModel:
     """Wrap a transformers model with an encoding for ``languages`` (see the module docstring).
 
@@ -626,12 +713,13 @@ def wrap_model(
             parameters are then the ``pretrained`` ones).
         languages: languages the wrapped model must accept (encoder/input side). Languages of
             ``pretrained`` come first (in their order), new ones after.
-        encoding: ``additive``, ``attached`` or ``xlp``.
+        encoding: ``additive``, ``attached``, ``xlp`` or ``langsamp``.
         config: the encoding's config dataclass (fields ``init`` and ``random_std`` are used).
         seed: trial seed; random initialization draws from ``torch_generator(seed, "encoding", encoding, side)``.
         pretrained: what :func:`read_pretrained` returns for the source model, or None.
         insert_at: ``attached`` only: the column of the language token.
         train_in_finetuning: recorded on the wrapper (see :meth:`EncodedModel.rewrap`).
+        scripts, script_rows: ``langsamp`` only: the script of every language, and every script's row.
 
     Raises:
         EncodingError: a pretrained encoding of another kind, or an init that cannot be satisfied.
@@ -642,7 +730,7 @@ def wrap_model(
     if isinstance(model, EncodedModel):
         if model.encoding != encoding:
             raise EncodingError(f"the model already carries a {model.encoding!r} encoding, not {encoding!r}")
-        pretrained = {"meta": {"encoding": encoding}, "state": model.state()}
+        pretrained = {"meta": {"encoding": encoding}, "state": model.state(), "scripts": model.script_state()}
         model = model.model
     if pretrained is not None and pretrained["meta"]["encoding"] != encoding:
         raise EncodingError(
@@ -662,7 +750,9 @@ def wrap_model(
         random_std=cfg.get("random_std"), embedding_std=float(emb.weight.detach().float().std()), where=encoding,
     )
     param = emb.weight
-    t = LanguageTable(encoding, ordered, table.to(device=param.device))
+    per = [scripts[lang] for lang in ordered] if scripts is not None else None
+    rows = torch.stack([script_rows[n] for n in dict.fromkeys(per)]).to(param.device) if per and script_rows else None
+    t = LanguageTable(encoding, ordered, table.to(device=param.device), scripts=per, script_weight=rows)
     return EncodedModel(model, {"input": t}, encoding=encoding, encoding_config=cfg, insert_at=insert_at,
                         train_in_finetuning=train_in_finetuning, info=info)  # fmt: skip
 
@@ -687,9 +777,19 @@ def load_encoded(path: str | Path, model_cls: Any = None, device: str | torch.de
     tables = {}
     for side, info in meta["sides"].items():
         weight = torch.stack([state[side][lang] for lang in info["languages"]]).to(device)
-        tables[side] = LanguageTable(meta["encoding"], info["languages"], weight, start_token_id=info["start_token_id"])
+        rows = saved["scripts"].get(side, {}).get("rows")
+        tables[side] = LanguageTable(meta["encoding"], info["languages"], weight, start_token_id=info["start_token_id"],
+                                     scripts=info.get("scripts"),
+                                     script_weight=torch.stack(list(rows.values())).to(device) if rows else None)  # fmt: skip
     return EncodedModel(model, tables, encoding=meta["encoding"], encoding_config=meta["encoding_config"],
                         insert_at=meta["insert_at"], train_in_finetuning=meta["train_in_finetuning"])  # fmt: skip
+
+
+def world_scripts() -> dict[str, str]:
+    """ISO 15924 script of each language of the built-in worlds (``harness.world.config``), e.g. ``script: Cyrl``."""
+    from harness.world.config import language_scripts
+
+    return language_scripts()
 
 
 def prepare_for(encoding: Any, batch: dict, languages: Sequence[str]) -> dict:

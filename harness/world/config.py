@@ -26,6 +26,8 @@ GENERATOR_VERSION = "2.1"
 different files, so cached worlds built by an older generator are never reused."""
 
 SCRIPTS = ("latin", "cyrillic", "greek")
+SCRIPT_CODES = {"latin": "Latn", "cyrillic": "Cyrl", "greek": "Grek"}
+"""ISO 15924 code of each world script (the codes of the language table, ``tasks.languages``)."""
 WORD_ORDERS = ("SVO", "SOV", "VSO")
 AFFIXING = ("suffix", "prefix")
 PHONOLOGIES = ("src", "near", "far")
@@ -367,3 +369,22 @@ def world_config(size: str) -> WorldConfig:
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise ValueError(f"unknown world size {size!r}; known sizes: {', '.join(SIZES)}{hint}")
     return SIZES[size]
+
+
+def language_scripts() -> dict[str, str]:
+    """ISO 15924 script of every language of the built-in worlds (:data:`SIZES`), by language name.
+
+    Raises:
+        ValueError: two built-in worlds write one language name in different scripts.
+
+    Example:
+        >>> language_scripts()["script"], language_scripts()["src"]
+        ('Cyrl', 'Latn')
+    """
+    out: dict[str, str] = {}
+    for size, cfg in SIZES.items():
+        for spec in (cfg.source, *cfg.targets):
+            code = SCRIPT_CODES[spec.script]
+            if out.setdefault(spec.name, code) != code:
+                raise ValueError(f"world {size!r}: language {spec.name!r} is written in {code}, another world in {out[spec.name]}")
+    return out

@@ -1,3 +1,3 @@
 """Language encodings. Every module is imported here so that built-ins register eagerly."""
 
-from methods.encodings import additive, attached, none, xlp, xlp_shared  # noqa: F401
+from methods.encodings import additive, attached, langsamp, none, xlp, xlp_shared  # noqa: F401

@@ -1,5 +1,5 @@
-"""Language encodings (none, additive, attached, xlp): equivalence, gradients, alignment, saving,
-initialization of new languages, and world runs through the runner.
+"""Language encodings (none, additive, attached, xlp; langsamp also in test_langsamp.py): equivalence,
+gradients, alignment, saving, initialization of new languages, and world runs through the runner.
 
 Models are tiny random RoBERTa / GPT-2 / Marian (hidden size 16) built here; no network, no GPU.
 """
@@ -24,7 +24,7 @@ from tests.tasks.test_tasks import (
     task_files,  # noqa: F401  (fixture)
 )
 
-ENCODINGS = ("none", "additive", "attached", "xlp", "xlp-shared")
+ENCODINGS = ("none", "additive", "attached", "xlp", "xlp-shared", "langsamp")
 
 
 def enc(name: str, **config):
@@ -167,7 +167,7 @@ def test_missing_language_ids_and_unknown_language_are_errors(tok):
 # -------------------------------------------------------------------------------- gradients
 
 
-@pytest.mark.parametrize("name", ["additive", "attached", "xlp"])
+@pytest.mark.parametrize("name", ["additive", "attached", "xlp", "langsamp"])
 def test_gradients_reach_language_parameters(tok, name):
     e = enc(name)
     wrapped = e.wrap(make_mlm(tok), ["near", "src"], seed=1)
@@ -362,7 +362,7 @@ def test_new_language_initialization_options(tok):
 # -------------------------------------------------------------------- tasks with encodings
 
 
-@pytest.mark.parametrize("name", ["additive", "attached", "xlp"])
+@pytest.mark.parametrize("name", ["additive", "attached", "xlp", "langsamp"])
 def test_xnli_qa_ner_mlm_run_with_each_encoding(tok, task_files, name):  # noqa: F811
     from harness.registry import build_config
     from tasks.mlm_at_init import MlmAtInit, MlmAtInitConfig
