@@ -519,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--kind", nargs="+", default=["mlm"], choices=["mlm", "clm"])
     sp.add_argument("--encoding", default=None, metavar="ENCODING",
                     help="pretrain a multilingual source (src + the world's targets) with this language encoding "
-                         "(none|additive|attached|xlp; cached per encoding); default: the plain src-only source")
+                         "(a registered encoding: none|additive|attached|xlp|xlp-shared|langsamp; cached per encoding); default: the plain src-only source")
     sp.add_argument("--languages", nargs="+", default=None, metavar="LANG",
                     help="with --encoding: the target languages pretrained beside src (default: all of the world's)")
     sp.set_defaults(fn=cmd_world)

@@ -93,7 +93,7 @@ class PretrainConfig:
     """Dev blocks of ``max_len`` tokens used for each held-out loss (fixed masks)."""
     encoding: str | None = None
     """None: plain pretraining (all text as one token stream, no language information). A registered
-    language encoding (``none``, ``additive``, ``attached``, ``xlp``; its default config):
+    language encoding (``none``, ``additive``, ``attached``, ``xlp``, ``xlp-shared``, ``langsamp``; its default config):
     language-aware pretraining, as the XLP paper pretrains XLM/XLP — every block of
     ``max_len - 1`` tokens holds one language's text (one position is left for ``attached``'s
     language token, so every encoding sees the same blocks), its language id travels with the
