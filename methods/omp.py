@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from harness import progress
 from harness import vocab as _canon
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
@@ -171,6 +172,7 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
     coef = np.zeros((n, kk), dtype=np.float64)
     used = np.zeros(n, dtype=np.int64)
     X_all = torch.as_tensor(np.asarray(targets, dtype=np.float64))
+    bar = progress.counter(f"orthogonal matching pursuit, k={kk} over {m:,} anchors (new tokens)", n)
     with torch.no_grad():
         for a in range(0, n, chunk_rows):
             X = X_all[a : a + chunk_rows]
@@ -206,6 +208,8 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
                 active &= ~stopped
             counts = (S >= 0).sum(1)
             idx[a : a + B], coef[a : a + B], used[a : a + B] = S.numpy(), C.numpy(), counts.numpy()
+            bar.update(B)
+    bar.close()
     return idx, coef, used
 
 
