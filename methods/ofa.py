@@ -67,8 +67,14 @@ from methods import _align, _fasttext
 from methods._anchors import anchor_mapping
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 
-__all__ = ["OfaConfig", "Ofa", "subword_vectors", "softmax_weights", "pseudo_bilingual_lines"]
+__all__ = ["OfaConfig", "Ofa", "subword_vectors", "softmax_weights", "pseudo_bilingual_lines", "train_epochs"]
 
+MAX_TRAIN_WORDS = 10_000_000
+"""``max_train_words: null``: the most words fastText reads over all its epochs (``parallel``). The small
+world's 18k pairs (318k words) run the full 30 epochs (9.5M); a 40k-pair corpus of 965k words gets 10
+epochs (one core: ~7 min of training at 30 epochs, past the 5-minute target of issue 31)."""
+MIN_EPOCHS = 5
+"""The fewest epochs :data:`MAX_TRAIN_WORDS` lowers ``epochs`` to: fastText's default."""
 SOURCE_TAG = "src:"
 TARGET_TAG = "tgt:"
 """Language tags of the words in the multilingual space (ColexNet+ writes ``eng:word`` the same way)."""
@@ -113,7 +119,14 @@ class OfaConfig:
 
     epochs: int = 30
     """``parallel``: fastText epochs. Parallel corpora are small: on the tiny world's 360 pairs, gold translations
-    are each other's nearest word for 89% of dictionary pairs at 30 epochs, 21% at fastText's default 5-10."""
+    are each other's nearest word for 89% of dictionary pairs at 30 epochs, 21% at fastText's default 5-10.
+    Lowered on a large corpus: ``max_train_words``."""
+
+    max_train_words: int | None = None
+    """``parallel``: the most words fastText reads over all epochs (corpus words x epochs). A corpus of more than
+    ``max_train_words / epochs`` words trains ``max(5, max_train_words // words)`` epochs instead (never more than
+    ``epochs``; recorded as ``vectors.fasttext_epochs``): on large corpora every word is seen often enough in fewer
+    passes. ``null``: :data:`MAX_TRAIN_WORDS` (10M: the world's corpora train the full ``epochs``); ``0``: no limit."""
 
     min_count: int = 2
     """``parallel``: words seen fewer times (per language) get no vector."""
@@ -138,6 +151,10 @@ class OfaConfig:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     """Target rows scored at once (memory ~ chunk_rows x |Vs| x 4 bytes)."""
 
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("max_train_words",)
+    """Left out of trial ids while ``null`` (harness.run.config.resolved_fields): records made before it existed
+    trained on corpora under the limit, so they keep their ids."""
+
     def __post_init__(self) -> None:
         choices = {"vectors": ("parallel", "given"), "candidates": ("with-vector", "all"),
                    "word_counts": ("unique", "per-variant")}
@@ -151,9 +168,10 @@ class OfaConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"OfaConfig.{name} must be an integer >= 1, got {v!r}")
-        for name in ("rank", "max_words", "fasttext_seed"):
+        for name in ("rank", "max_words", "fasttext_seed", "max_train_words"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "fasttext_seed" else 1)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                  or v < (0 if name in ("fasttext_seed", "max_train_words") else 1)):
                 raise ValueError(f"OfaConfig.{name} must be null or a positive integer, got {v!r}")
         if isinstance(self.temperature, bool) or not (float(self.temperature) > 0 and np.isfinite(self.temperature)):
             raise ValueError(f"OfaConfig.temperature must be a positive number, got {self.temperature!r}")
@@ -220,6 +238,23 @@ def subword_vectors(tokenizer: Any, words: list[str], vectors: np.ndarray, n_row
     has = counts > 0
     out[has] /= counts[has, None]
     return out.astype(np.float32), has
+
+
+def train_epochs(epochs: int, corpus_words: int, max_train_words: int | None) -> int:
+    """The epochs fastText trains: ``epochs``, lowered on a corpus of more than ``limit / epochs`` words to
+    ``max(5, limit // corpus_words)`` (never above ``epochs``); ``limit`` is ``max_train_words``, ``None``
+    :data:`MAX_TRAIN_WORDS`, ``0`` none.
+
+    Example:
+        >>> train_epochs(30, 318_266, None), train_epochs(30, 965_000, None), train_epochs(30, 965_000, 0)
+        (30, 10, 30)
+        >>> train_epochs(30, 50_000_000, None), train_epochs(3, 50_000_000, None)
+        (5, 3)
+    """
+    limit = MAX_TRAIN_WORDS if max_train_words is None else int(max_train_words)
+    if limit == 0 or corpus_words * epochs <= limit:
+        return int(epochs)
+    return int(min(epochs, max(MIN_EPOCHS, limit // max(corpus_words, 1))))
 
 
 def softmax_weights(cosines: np.ndarray, temperature: float) -> np.ndarray:
@@ -357,6 +392,7 @@ class Ofa:
         # matrix (methods._fasttext): with no n-grams, buckets are what keeps every word row inside it
         counts = Counter(w for line in lines for w in line.split())
         n_words = sum(1 for c in counts.values() if c >= cfg.min_count)
+        epochs = train_epochs(cfg.epochs, sum(counts.values()), cfg.max_train_words)
         spare = -(-(n_words + 1) * (10 - cfg.threads) // cfg.threads) + 10 if cfg.threads < 10 else 0  # +1: "</s>"
         bucket = max(_fasttext.min_bucket(cfg.dim), spare)
         report: dict = {}
@@ -364,7 +400,7 @@ class Ofa:
             text = Path(tmp) / "pseudo-bilingual.txt"
             text.write_text("\n".join(lines) + "\n", encoding="utf-8")
             ft = _fasttext.train_fasttext(
-                text, dim=cfg.dim, epoch=cfg.epochs, min_count=cfg.min_count, model="skipgram", minn=0, maxn=0,
+                text, dim=cfg.dim, epoch=epochs, min_count=cfg.min_count, model="skipgram", minn=0, maxn=0,
                 ws=cfg.window, bucket=bucket, seed=seed, threads=cfg.threads,
                 cache_dir=Path(inputs.cache_dir) if inputs.cache_dir is not None else None, report=report, compact=True,
             )
@@ -375,6 +411,7 @@ class Ofa:
         sides = [([words[i][len(tag):] for i in ids], matrix[ids]) for tag, ids in zip((SOURCE_TAG, TARGET_TAG), tagged)]
         info = {"kind": "parallel (merge and shuffle)", "sentence_pairs": len(pairs), "source_words": len(sides[0][0]),
                 "target_words": len(sides[1][0]), "dim": cfg.dim, "centered": cfg.center, "fasttext_seed": seed,
+                "corpus_words": sum(counts.values()), "fasttext_epochs": epochs,
                 "fasttext": {**{k: report.get(k) for k in ("cache", "seconds", "deterministic", "zero_init_words")},
                              "bucket": bucket}}
         return sides[0], sides[1], info
