@@ -51,6 +51,7 @@ the harness draws them with the trial's generator, N(mean, std) of the source ro
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import time
 from collections import Counter
@@ -60,6 +61,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness import progress
 from harness import vocab as _canon
 from harness.protocols import InitResult, LowRank, TransferInputs
 from harness.registry import register_method
@@ -67,7 +69,7 @@ from methods import _align, _fasttext
 from methods._anchors import anchor_mapping
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 
-__all__ = ["OfaConfig", "Ofa", "subword_vectors", "softmax_weights", "pseudo_bilingual_lines", "train_epochs"]
+__all__ = ["OfaConfig", "Ofa", "subword_vectors", "softmax_weights", "pseudo_bilingual_lines", "train_epochs", "token_ids"]
 
 MAX_TRAIN_WORDS = 10_000_000
 """``max_train_words: null``: the most words fastText reads over all its epochs (``parallel``). The small
@@ -221,11 +223,14 @@ def subword_vectors(tokenizer: Any, words: list[str], vectors: np.ndarray, n_row
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
     for variant in (words, [" " + w for w in words], [" " + w[:1].upper() + w[1:] for w in words]):
-        ids = tokenizer(variant, add_special_tokens=False)["input_ids"] if variant else []
-        r = np.concatenate([np.unique(np.asarray(x, dtype=np.int64)) for x in ids]) if ids else np.zeros(0, np.int64)
-        c = np.repeat(np.arange(len(ids), dtype=np.int64), [len(np.unique(x)) for x in ids]) if ids else r
-        rows.append(r)
-        cols.append(c)
+        ids = token_ids(tokenizer, variant) if variant else []
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        # each word's distinct tokens, words in order and tokens sorted within a word (one sort for all words)
+        base = int(flat.max()) + 1 if len(flat) else 1
+        key = np.unique(np.repeat(np.arange(len(ids), dtype=np.int64), lengths) * base + flat)
+        rows.append(key % base)
+        cols.append(key // base)
     r, c = np.concatenate(rows), np.concatenate(cols)
     keep = (r >= 0) & (r < n_rows)
     r, c = r[keep], c[keep]
@@ -238,6 +243,28 @@ def subword_vectors(tokenizer: Any, words: list[str], vectors: np.ndarray, n_row
     has = counts > 0
     out[has] /= counts[has, None]
     return out.astype(np.float32), has
+
+
+def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """``tokenizer(texts, add_special_tokens=False)["input_ids"]``, for a fast tokenizer straight from its backend.
+
+    transformers converts each encoding to a dict in Python (a few seconds per 100k words); with no
+    truncation or padding set on the backend and its special-token splitting as the tokenizer's, the
+    backend's own ``encode_batch`` gives the same ids. Any other tokenizer is called as usual.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> t = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+        >>> t.pre_tokenizer = pre_tokenizers.Whitespace()
+        >>> token_ids(PreTrainedTokenizerFast(tokenizer_object=t), ["a b", "b c"])
+        [[0, 1], [1, 2]]
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if (backend is not None and backend.truncation is None and backend.padding is None
+            and bool(getattr(backend, "encode_special_tokens", False)) == bool(getattr(tokenizer, "split_special_tokens", False))):
+        return [e.ids for e in backend.encode_batch(list(texts), add_special_tokens=False)]
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
 
 
 def train_epochs(epochs: int, corpus_words: int, max_train_words: int | None) -> int:
@@ -302,8 +329,10 @@ class Ofa:
         (src_words, src_vecs), (tgt_words, tgt_vecs), vec_info = self._word_vectors(inputs, rng)
         t_vectors = time.perf_counter() - t0
         t0 = time.perf_counter()
-        u_src, has_src = subword_vectors(src_tok, src_words, src_vecs, n_source, word_counts=cfg.word_counts)
-        u_tgt, has_tgt = subword_vectors(tgt_tok, tgt_words, tgt_vecs, n_target, word_counts=cfg.word_counts)
+        with progress.step(f"subword vectors of the source tokens ({len(src_words):,} words)"):
+            u_src, has_src = subword_vectors(src_tok, src_words, src_vecs, n_source, word_counts=cfg.word_counts)
+        with progress.step(f"subword vectors of the target tokens ({len(tgt_words):,} words)"):
+            u_tgt, has_tgt = subword_vectors(tgt_tok, tgt_words, tgt_vecs, n_target, word_counts=cfg.word_counts)
         t_subwords = time.perf_counter() - t0
 
         ov = _canon.compute_overlap(src_tok, tgt_tok, fuzzy=cfg.fuzzy, n_source=n_source)

@@ -97,3 +97,46 @@ def test_multivariate_names_its_covariance_step(near_transfer):
     assert f"covariance of the source rows ({n:,} x {d})" in seen
     assert _same(silent, shown)
     assert dataclasses.asdict(silent.random_rows) == dataclasses.asdict(shown.random_rows)
+
+
+def _subword_vectors_before(tokenizer, words, vectors, n_rows, *, word_counts="unique"):
+    """``methods.ofa.subword_vectors`` before issue 31 (per-word ``np.unique`` over transformers' encodings), verbatim."""
+    vectors = np.asarray(vectors, dtype=np.float64)
+    rows, cols = [], []
+    for variant in (words, [" " + w for w in words], [" " + w[:1].upper() + w[1:] for w in words]):
+        ids = tokenizer(variant, add_special_tokens=False)["input_ids"] if variant else []
+        r = np.concatenate([np.unique(np.asarray(x, dtype=np.int64)) for x in ids]) if ids else np.zeros(0, np.int64)
+        c = np.repeat(np.arange(len(ids), dtype=np.int64), [len(np.unique(x)) for x in ids]) if ids else r
+        rows.append(r)
+        cols.append(c)
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    keep = (r >= 0) & (r < n_rows)
+    r, c = r[keep], c[keep]
+    if word_counts == "unique":
+        key = np.unique(r * max(len(words), 1) + c)
+        r, c = key // max(len(words), 1), key % max(len(words), 1)
+    counts = np.bincount(r, minlength=n_rows).astype(np.float64)
+    out = np.zeros((n_rows, vectors.shape[1]), dtype=np.float64)
+    np.add.at(out, r, vectors[c])
+    has = counts > 0
+    out[has] /= counts[has, None]
+    return out.astype(np.float32), has
+
+
+def test_subword_vectors_are_bit_identical_to_the_per_word_version(transfer):  # noqa: F811
+    from harness import vocab as _canon
+    from methods.ofa import subword_vectors, token_ids
+
+    inputs = transfer["inputs"]
+    g = np.random.default_rng(3)
+    for tok, (words, _) in ((inputs.source_tokenizer, transfer["vectors"]["source"]),
+                            (inputs.target_tokenizer, transfer["vectors"]["target"])):
+        words = [*words, "", "<mask>", "Ünïcode-ß", "a  b"]  # an empty word, a special token's text, odd characters
+        texts = words + [" " + w for w in words]
+        assert token_ids(tok, texts) == tok(texts, add_special_tokens=False)["input_ids"]
+        n = _canon.vocab_size(tok)
+        vecs = g.normal(size=(len(words), 5))
+        for mode in ("unique", "per-variant"):
+            new, old = subword_vectors(tok, words, vecs, n, word_counts=mode), _subword_vectors_before(tok, words, vecs, n, word_counts=mode)
+            assert np.array_equal(new[0], old[0]) and np.array_equal(new[1], old[1]) and new[1].sum() > 10
+        assert np.array_equal(subword_vectors(tok, [], np.zeros((0, 5)), n)[0], np.zeros((n, 5), np.float32))
