@@ -183,7 +183,10 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
             C = torch.zeros(B, kk, dtype=torch.float64)
             active = torch.linalg.vector_norm(X, dim=1) > 0
             tol = RESIDUAL_TOL * torch.linalg.vector_norm(X, dim=1)
+            shown = 0  # the chunk's tokens shown done: a share per pursuit step (a chunk can take seconds)
             for t in range(kk):
+                bar.update(B * t // kk - shown)
+                shown = B * t // kk
                 rows = torch.nonzero(active).flatten()
                 if rows.numel() == 0:
                     break
@@ -208,7 +211,7 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
                 active &= ~stopped
             counts = (S >= 0).sum(1)
             idx[a : a + B], coef[a : a + B], used[a : a + B] = S.numpy(), C.numpy(), counts.numpy()
-            bar.update(B)
+            bar.update(B - shown)
     bar.close()
     return idx, coef, used
 

@@ -72,7 +72,9 @@ def test_omp_reports_its_pursuit_and_computes_the_same():
         shown = omp_select(X, D, 3, chunk_rows=16)
     assert all(np.array_equal(a, b) for a, b in zip(silent, shown))
     assert seen[0] == ("orthogonal matching pursuit, k=3 over 20 anchors (new tokens)", 50)
-    assert seen[1:] == [16, 16, 16, 2, "closed"]  # one update per chunk, up to every target
+    steps = seen[1:-1]
+    assert seen[-1] == "closed" and sum(steps) == 50 and all(n >= 0 for n in steps)
+    assert len([n for n in steps if n > 0]) > 4  # within a chunk too (a share per pursuit step), not once per chunk
 
 
 def test_multivariate_names_its_covariance_step(near_transfer):
