@@ -117,12 +117,16 @@ def test_run_child_measures_the_longest_silence(tmp_path):
     assert slow["timed_out"] and slow["exit"] != 0 and slow["wall_s"] < 20
 
 
+def _tiny_argv(work: Path, methods: str, out: Path) -> list[str]:
+    """``bench_scale.main``'s arguments for :data:`TINY` in ``work``."""
+    return ["--source-vocab", "2000", "--target-vocab", "400", "--dim", "16", "--lines", "600", "--pairs", "300",
+            "--dictionary", "200", "--methods", methods, "--work-dir", str(work), "--json", str(out)]  # fmt: skip
+
+
 def test_smoke_one_method_end_to_end(built, tmp_path):
     work, _ = built
     out = tmp_path / "scale.json"
-    argv = ["--source-vocab", "2000", "--target-vocab", "400", "--dim", "16", "--lines", "600", "--pairs", "300",
-            "--dictionary", "200", "--methods", "random", "--work-dir", str(work), "--json", str(out)]  # fmt: skip
-    assert bs.main(argv) == 0
+    assert bs.main(_tiny_argv(work, "random", out)) == 0
     rec = json.loads(out.read_text())
     assert rec["bench"] == "scale" and rec["sizes"]["n_source"] == 2000 and list(rec["methods"]) == ["random"]
     r = rec["methods"]["random"]
@@ -135,9 +139,7 @@ def test_smoke_one_method_end_to_end(built, tmp_path):
 def test_clp_end_to_end_reads_the_helper_model(built, tmp_path):
     work, _ = built
     out = tmp_path / "scale.json"
-    argv = ["--source-vocab", "2000", "--target-vocab", "400", "--dim", "16", "--lines", "600", "--pairs", "300",
-            "--dictionary", "200", "--methods", "clp", "--work-dir", str(work), "--json", str(out)]  # fmt: skip
-    assert bs.main(argv) == 0
+    assert bs.main(_tiny_argv(work, "clp", out)) == 0
     r = json.loads(out.read_text())["methods"]["clp"]
     assert r["exit"] == 0 and r["config"] == {"top_k": 100} and "--helper-model" in r["command"]
     assert r["timings"]["method"]["weights_s"] >= 0  # the method ran its CLP weights, not a fallback
