@@ -14,10 +14,17 @@ same sizes were built before):
   target text;
 * source and target text (a few MB each: FOCUS's auxiliary fastText, WECHSEL's word vectors), a
   parallel corpus of ``--pairs`` sentence pairs (Tik-to-Tok) and a bilingual dictionary (WECHSEL);
-  :func:`benchmarks._synthetic.make_scale_texts`.
+  :func:`benchmarks._synthetic.make_scale_texts`;
+* a helper model in the target vocabulary (CLP's helper, OMP's ``donor: helper``): a 2-layer XLM-R
+  encoder of width ``HELPER_MODEL["hidden"]`` (256) with the target tokenizer, random weights (timing
+  only), built once next to the other files and added to a folder built before it existed.
 
-A method gets exactly the file inputs it reads (:func:`harness.cli.init_cmd.method_reads`), so a plugin
-method registered with ``--plugin`` is benchmarked the same way. Per method the JSON records wall and
+A method gets the file inputs its configuration needs (:data:`harness.cli.init_flags.METHOD_NEEDS`
+at the defaults plus :data:`SCALE_CONFIG`: the first input of each need that the work folder has),
+or, for a method without declared needs, those it reads (:func:`harness.cli.init_flags.method_reads`),
+so a plugin method registered with ``--plugin`` is benchmarked the same way. ``--methods`` takes
+``NAME`` or ``NAME:KEY=VALUE:...`` (extra ``--config`` values, e.g. ``omp:donor=helper``); the
+JSON records each run's ``config``. Per method the JSON records wall and
 CPU seconds and peak RSS of the process (``wait4``), its exit status, the longest silence (the longest
 gap between two pieces of output on its stderr/stdout — progress bars, fastText's progress line,
 notes — counting the start and the exit) with the line before and after it, the method's own
@@ -64,6 +71,14 @@ SILENCE_TARGET_S = 10.0
 """The longest a method may print nothing, at most."""
 INPUTS_VERSION = 2
 """Bumped when the built files change for the same arguments (the work folder is rebuilt)."""
+BASE_INPUTS = ("source_model", "target_tokenizer", "target_corpus", "source_corpus", "parallel_corpus", "dictionary")
+"""The files of :func:`build_inputs` proper (a change to them rebuilds the folder); extras are added apart."""
+HELPER_MODEL = {"hidden": 256, "layers": 2, "heads": 4, "version": 1}
+"""The helper model's shape (:func:`add_helper_model`); a change rebuilds only the helper."""
+SCALE_CONFIG: dict[str, dict[str, Any]] = {"clp": {"top_k": 100}}
+"""``--config`` values a method runs with here. CLP's default dense average over every overlap token would
+hold ~33k new x ~17k overlap tokens = 5.6e8 weights at 250k x 50k, past its ``max_dense_weights`` (it
+refuses and names ``top_k``); the benchmark runs the reference code's nearest-neighbour reading with 100."""
 FASTTEXT_START = re.compile(r"^(Number of (words|labels)|Read \d+M words)")
 """fastText's own lines before it trains (its progress line comes when training ends; issue 32 adds a heartbeat)."""
 
@@ -101,8 +116,8 @@ def build_inputs(work: Path, sizes: Sizes) -> dict:
     manifest = work / "manifest.json"
     if manifest.is_file():
         old = json.loads(manifest.read_text())
-        if old.get("inputs") == want and all(Path(p).exists() for p in old["paths"].values()):
-            return old
+        if old.get("inputs") == want and all(Path(old["paths"][k]).exists() for k in BASE_INPUTS):
+            return add_helper_model(work, old, sizes)
     import numpy as np
     import torch
     from tokenizers import AddedToken, Tokenizer
@@ -173,6 +188,48 @@ def build_inputs(work: Path, sizes: Sizes) -> dict:
                   "dictionary_pairs": sum(1 for _ in open(texts.dictionary, encoding="utf-8"))},
     }  # fmt: skip
     manifest.write_text(json.dumps(info, indent=1))
+    return add_helper_model(work, info, sizes)
+
+
+def add_helper_model(work: Path, info: dict, sizes: Sizes) -> dict:
+    """Add (or reuse) the helper model under ``work/helper-model`` to the manifest ``info``; return it.
+
+    A 2-layer XLM-R encoder in the target vocabulary (:data:`HELPER_MODEL`) with the target tokenizer
+    saved beside it, random weights from ``sizes.seed``: shaped like a small target-language model
+    (what CLP and OMP's helper donor read is its embedding matrix), not trained.
+    """
+    spec = {**HELPER_MODEL, "vocab": sizes.target_vocab, "seed": sizes.seed}
+    path = work / "helper-model"
+    have = (info.get("extras") or {}).get("helper_model") or {}
+    if have.get("spec") == spec and (path / "config.json").is_file():
+        info["paths"]["helper_model"] = str(path)
+        return info
+    import torch
+    from transformers import AutoTokenizer, XLMRobertaConfig, XLMRobertaModel
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    t0 = time.perf_counter()
+    tok = AutoTokenizer.from_pretrained(info["paths"]["target_tokenizer"])
+    config = XLMRobertaConfig(
+        vocab_size=len(tok), hidden_size=spec["hidden"], num_hidden_layers=spec["layers"],
+        num_attention_heads=spec["heads"], intermediate_size=4 * spec["hidden"], max_position_embeddings=514,
+        type_vocab_size=1, pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )  # fmt: skip
+    torch.manual_seed(sizes.seed)
+    model = XLMRobertaModel(config, add_pooling_layer=False)
+    tmp = work / "helper-model.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    info["paths"]["helper_model"] = str(path)
+    info.setdefault("extras", {})["helper_model"] = {"spec": spec, "build_s": round(time.perf_counter() - t0, 1)}
+    info["sizes"]["helper_model"] = {"vocab": len(tok), "hidden": spec["hidden"], "layers": spec["layers"]}
+    from harness.files import write_atomic
+
+    write_atomic(work / "manifest.json", json.dumps(info, indent=1))
     return info
 
 
@@ -265,19 +322,60 @@ def child_env(threads: int, cache: Path) -> dict:
     return env
 
 
-def init_command(method: str, paths: dict, out: Path, seed: int, plugins: list[str]) -> list[str]:
-    """``python -m harness.cli init`` for ``method`` with exactly the file inputs it reads."""
+def parse_method(spec: str) -> tuple[str, dict[str, Any]]:
+    """``NAME`` or ``NAME:KEY=VALUE:...`` -> ``(name, config values)``; values are JSON where they parse, else strings.
+
+    Example:
+        >>> parse_method("omp:donor=helper:k=4")
+        ('omp', {'donor': 'helper', 'k': 4})
+    """
+    name, *items = spec.split(":")
+    values: dict[str, Any] = {}
+    for item in items:
+        key, eq, text = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError(f"--methods {spec!r}: expected NAME:KEY=VALUE, got {item!r}")
+        try:
+            values[key.strip()] = json.loads(text)
+        except json.JSONDecodeError:
+            values[key.strip()] = text
+    return name.strip(), values
+
+
+def method_config(spec: str) -> tuple[str, dict[str, Any]]:
+    """The method of ``spec`` and the config values it runs with: :data:`SCALE_CONFIG`, then the spec's own."""
+    name, values = parse_method(spec)
+    return name, {**SCALE_CONFIG.get(name, {}), **values}
+
+
+def method_inputs(method: str, values: dict[str, Any], paths: dict) -> list[str]:
+    """The input fields ``method`` gets: for each of its needs that holds at ``values`` (over the config's
+    defaults) the first input ``paths`` has; a method without declared needs, every input it reads."""
     from harness import registry
-    from harness.cli.init_cmd import INPUT_BY_FIELD, method_reads
+    from harness.cli.init_flags import METHOD_NEEDS, method_reads
 
     entry = registry.get("method", method)
+    if method not in METHOD_NEEDS:
+        return [f for f in method_reads(method, entry.cls) if f in paths]
+    cfg = registry.build_config(entry.config_cls, values, where=f"--methods {method}")
+    picked = [next((i for i in n.inputs if i in paths), None) for n in METHOD_NEEDS[method] if n.applies(cfg)]
+    return list(dict.fromkeys(i for i in picked if i is not None))
+
+
+def init_command(spec: str, paths: dict, out: Path, seed: int, plugins: list[str]) -> list[str]:
+    """``python -m harness.cli init`` for the method of ``spec`` (:func:`parse_method`) with the file inputs
+    its configuration needs (:func:`method_inputs`) and its config values (:func:`method_config`)."""
+    from harness.cli.init_flags import INPUT_BY_FIELD
+
+    method, values = method_config(spec)
     cmd = [sys.executable, "-m", "harness.cli", "init", "--method", method, "--source", paths["source_model"],
            "--target-tokenizer", paths["target_tokenizer"], "--seed", str(seed), "--out", str(out), "--overwrite"]  # fmt: skip
     for p in plugins:
         cmd += ["--plugin", p]
-    for name in method_reads(method, entry.cls):
-        if name in paths:
-            cmd += [INPUT_BY_FIELD[name].flag, paths[name]]
+    for name in method_inputs(method, values, paths):
+        cmd += [INPUT_BY_FIELD[name].flag, paths[name]]
+    if values:
+        cmd += ["--config", *(f"{k}={json.dumps(v) if not isinstance(v, str) else v}" for k, v in values.items())]
     return cmd
 
 
@@ -298,7 +396,7 @@ def benchmark(args: argparse.Namespace) -> dict:
     for p in args.plugin:
         registry.load_plugin(p)
     methods = args.methods or registry.names("method")
-    unknown = [m for m in methods if m not in registry.names("method")]
+    unknown = [m for m in methods if method_config(m)[0] not in registry.names("method")]
     if unknown:
         raise SystemExit(f"--methods: unknown {unknown}; registered: {', '.join(registry.names('method'))}")
     sizes = Sizes(args.source_vocab, args.target_vocab, args.dim, args.lines, args.pairs, args.dictionary, args.seed)
@@ -315,15 +413,16 @@ def benchmark(args: argparse.Namespace) -> dict:
         results: dict[str, Any] = {}
         load_start, git = load_average(), _git()  # the code the methods run is the code at the start
         for m in methods:
-            out = work / "out" / m
-            cache = Path(tempfile.mkdtemp(prefix=f"cache-{m}-", dir=work))
+            slug = re.sub(r"[^A-Za-z0-9_.=-]+", "_", m)
+            out = work / "out" / slug
+            cache = Path(tempfile.mkdtemp(prefix=f"cache-{slug}-", dir=work))
             cmd = init_command(m, files["paths"], out, args.seed, args.plugin)
             print(f"running {m} ...", flush=True)
             with LoadMonitor() as mon:
-                res = run_child(cmd, child_env(args.threads, cache), work / "logs" / f"{m}.log", args.timeout)
+                res = run_child(cmd, child_env(args.threads, cache), work / "logs" / f"{slug}.log", args.timeout)
             load = mon.record()
             res.update(load_avg_before=load["before"], load_avg_after=load["after"], load=load, timings=method_timings(out),
-                       command=["tokxfer", *cmd[3:]])  # fmt: skip
+                       command=["tokxfer", *cmd[3:]], config=method_config(m)[1])  # fmt: skip
             res["time_target_met"] = None if load["busy"] else res["exit"] == 0 and res["wall_s"] <= TIME_TARGET_S
             res["silence_target_met"] = res["exit"] == 0 and res["longest_silence"]["seconds"] <= SILENCE_TARGET_S
             other = res["longest_silence_outside_fasttext_training"]
@@ -376,7 +475,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pairs", type=int, default=None, help="parallel sentence pairs (default from --target-vocab, 40,000 at most)")
     p.add_argument("--dictionary", type=int, default=5000, help="bilingual dictionary pairs (default 5,000)")
     p.add_argument("--methods", type=lambda s: [m.strip() for m in s.split(",") if m.strip()], default=None,
-                   help="comma-separated methods (default: every registered method)")  # fmt: skip
+                   help="comma-separated methods, each NAME or NAME:KEY=VALUE:... (extra --config values; "
+                        "default: every registered method)")  # fmt: skip
     p.add_argument("--plugin", action="append", default=[], help="a Python file registering extra methods (repeatable)")
     p.add_argument("--threads", type=int, default=2, help="BLAS/OpenMP threads of each method's process (default 2)")
     p.add_argument("--timeout", type=float, default=1800.0, help="seconds after which a method is killed (default 1800)")

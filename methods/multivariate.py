@@ -41,6 +41,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from harness import progress
 from harness.protocols import InitResult, RandomRows, TransferInputs
 from harness.random_rows import covariance_factor
 from harness.registry import register_method
@@ -132,7 +133,8 @@ class MultivariateInit:
         mapping = assemble_mapping(vocab_size(inputs.target_tokenizer), n_source, special=ov.specials, copied=copied)
         spec = cfg.random_rows()
         t1 = time.perf_counter()
-        factor = covariance_factor(src, spec)  # what the harness will do with the input matrix, for the record
+        with progress.step(f"covariance of the source rows ({n_source:,} x {int(src.shape[1])})"):
+            factor = covariance_factor(src, spec)  # what the harness will do with the input matrix, for the record
         t2 = time.perf_counter()
         dist = (f"N(mean, {spec.covariance_scale:g} * covariance) of the source rows"
                 + (" (transformers' mean_resizing)" if cfg.variant == "transformers" else " (Hewitt 2021)"))

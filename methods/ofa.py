@@ -51,6 +51,7 @@ the harness draws them with the trial's generator, N(mean, std) of the source ro
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import time
 from collections import Counter
@@ -60,6 +61,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness import progress
 from harness import vocab as _canon
 from harness.protocols import InitResult, LowRank, TransferInputs
 from harness.registry import register_method
@@ -67,8 +69,16 @@ from methods import _align, _fasttext
 from methods._anchors import anchor_mapping
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
 
-__all__ = ["OfaConfig", "Ofa", "subword_vectors", "softmax_weights", "pseudo_bilingual_lines"]
+__all__ = ["OfaConfig", "Ofa", "subword_vectors", "softmax_weights", "pseudo_bilingual_lines", "train_epochs", "token_ids"]
 
+MAX_TRAIN_WORDS = 10_000_000
+"""``max_train_words: null``: the most words fastText reads over all its epochs (``parallel``). The small
+world's 18k pairs (318k words) run the full 30 epochs (9.5M); a 40k-pair corpus of 965k words gets 10
+epochs (one core: ~9 CPU minutes of training at 30 epochs, past the 5-minute target of issue 31). There, a
+target word's nearest source word is its dictionary translation for 99.5% of 4,993 dictionary pairs at 10
+epochs, 99.8% at 30 (the benchmark's synthetic languages)."""
+MIN_EPOCHS = 5
+"""The fewest epochs :data:`MAX_TRAIN_WORDS` lowers ``epochs`` to: fastText's default."""
 SOURCE_TAG = "src:"
 TARGET_TAG = "tgt:"
 """Language tags of the words in the multilingual space (ColexNet+ writes ``eng:word`` the same way)."""
@@ -113,7 +123,14 @@ class OfaConfig:
 
     epochs: int = 30
     """``parallel``: fastText epochs. Parallel corpora are small: on the tiny world's 360 pairs, gold translations
-    are each other's nearest word for 89% of dictionary pairs at 30 epochs, 21% at fastText's default 5-10."""
+    are each other's nearest word for 89% of dictionary pairs at 30 epochs, 21% at fastText's default 5-10.
+    Lowered on a large corpus: ``max_train_words``."""
+
+    max_train_words: int | None = None
+    """``parallel``: the most words fastText reads over all epochs (corpus words x epochs). A corpus of more than
+    ``max_train_words / epochs`` words trains ``max(5, max_train_words // words)`` epochs instead (never more than
+    ``epochs``; recorded as ``vectors.fasttext_epochs``): on large corpora every word is seen often enough in fewer
+    passes. ``null``: :data:`MAX_TRAIN_WORDS` (10M: the world's corpora train the full ``epochs``); ``0``: no limit."""
 
     min_count: int = 2
     """``parallel``: words seen fewer times (per language) get no vector."""
@@ -138,6 +155,10 @@ class OfaConfig:
     chunk_rows: int = DEFAULT_CHUNK_ROWS
     """Target rows scored at once (memory ~ chunk_rows x |Vs| x 4 bytes)."""
 
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("max_train_words",)
+    """Left out of trial ids while ``null`` (harness.run.config.resolved_fields): records made before it existed
+    trained on corpora under the limit, so they keep their ids."""
+
     def __post_init__(self) -> None:
         choices = {"vectors": ("parallel", "given"), "candidates": ("with-vector", "all"),
                    "word_counts": ("unique", "per-variant")}
@@ -151,9 +172,10 @@ class OfaConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"OfaConfig.{name} must be an integer >= 1, got {v!r}")
-        for name in ("rank", "max_words", "fasttext_seed"):
+        for name in ("rank", "max_words", "fasttext_seed", "max_train_words"):
             v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < (0 if name == "fasttext_seed" else 1)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                  or v < (0 if name in ("fasttext_seed", "max_train_words") else 1)):
                 raise ValueError(f"OfaConfig.{name} must be null or a positive integer, got {v!r}")
         if isinstance(self.temperature, bool) or not (float(self.temperature) > 0 and np.isfinite(self.temperature)):
             raise ValueError(f"OfaConfig.temperature must be a positive number, got {self.temperature!r}")
@@ -203,11 +225,14 @@ def subword_vectors(tokenizer: Any, words: list[str], vectors: np.ndarray, n_row
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
     for variant in (words, [" " + w for w in words], [" " + w[:1].upper() + w[1:] for w in words]):
-        ids = tokenizer(variant, add_special_tokens=False)["input_ids"] if variant else []
-        r = np.concatenate([np.unique(np.asarray(x, dtype=np.int64)) for x in ids]) if ids else np.zeros(0, np.int64)
-        c = np.repeat(np.arange(len(ids), dtype=np.int64), [len(np.unique(x)) for x in ids]) if ids else r
-        rows.append(r)
-        cols.append(c)
+        ids = token_ids(tokenizer, variant) if variant else []
+        lengths = np.fromiter((len(x) for x in ids), dtype=np.int64, count=len(ids))
+        flat = np.fromiter(itertools.chain.from_iterable(ids), dtype=np.int64, count=int(lengths.sum()))
+        # each word's distinct tokens, words in order and tokens sorted within a word (one sort for all words)
+        base = int(flat.max()) + 1 if len(flat) else 1
+        key = np.unique(np.repeat(np.arange(len(ids), dtype=np.int64), lengths) * base + flat)
+        rows.append(key % base)
+        cols.append(key // base)
     r, c = np.concatenate(rows), np.concatenate(cols)
     keep = (r >= 0) & (r < n_rows)
     r, c = r[keep], c[keep]
@@ -220,6 +245,45 @@ def subword_vectors(tokenizer: Any, words: list[str], vectors: np.ndarray, n_row
     has = counts > 0
     out[has] /= counts[has, None]
     return out.astype(np.float32), has
+
+
+def token_ids(tokenizer: Any, texts: list[str]) -> list[list[int]]:
+    """``tokenizer(texts, add_special_tokens=False)["input_ids"]``, for a fast tokenizer straight from its backend.
+
+    transformers converts each encoding to a dict in Python (a few seconds per 100k words); with no
+    truncation or padding set on the backend and its special-token splitting as the tokenizer's, the
+    backend's own ``encode_batch`` gives the same ids. Any other tokenizer is called as usual.
+
+    Example:
+        >>> from tokenizers import Tokenizer, models, pre_tokenizers
+        >>> from transformers import PreTrainedTokenizerFast
+        >>> t = Tokenizer(models.WordLevel({"a": 0, "b": 1, "[UNK]": 2}, unk_token="[UNK]"))
+        >>> t.pre_tokenizer = pre_tokenizers.Whitespace()
+        >>> token_ids(PreTrainedTokenizerFast(tokenizer_object=t), ["a b", "b c"])
+        [[0, 1], [1, 2]]
+    """
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if (backend is not None and backend.truncation is None and backend.padding is None
+            and bool(getattr(backend, "encode_special_tokens", False)) == bool(getattr(tokenizer, "split_special_tokens", False))):
+        return [e.ids for e in backend.encode_batch(list(texts), add_special_tokens=False)]
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+
+
+def train_epochs(epochs: int, corpus_words: int, max_train_words: int | None) -> int:
+    """The epochs fastText trains: ``epochs``, lowered on a corpus of more than ``limit / epochs`` words to
+    ``max(5, limit // corpus_words)`` (never above ``epochs``); ``limit`` is ``max_train_words``, ``None``
+    :data:`MAX_TRAIN_WORDS`, ``0`` none.
+
+    Example:
+        >>> train_epochs(30, 318_266, None), train_epochs(30, 965_000, None), train_epochs(30, 965_000, 0)
+        (30, 10, 30)
+        >>> train_epochs(30, 50_000_000, None), train_epochs(3, 50_000_000, None)
+        (5, 3)
+    """
+    limit = MAX_TRAIN_WORDS if max_train_words is None else int(max_train_words)
+    if limit == 0 or corpus_words * epochs <= limit:
+        return int(epochs)
+    return int(min(epochs, max(MIN_EPOCHS, limit // max(corpus_words, 1))))
 
 
 def softmax_weights(cosines: np.ndarray, temperature: float) -> np.ndarray:
@@ -267,8 +331,10 @@ class Ofa:
         (src_words, src_vecs), (tgt_words, tgt_vecs), vec_info = self._word_vectors(inputs, rng)
         t_vectors = time.perf_counter() - t0
         t0 = time.perf_counter()
-        u_src, has_src = subword_vectors(src_tok, src_words, src_vecs, n_source, word_counts=cfg.word_counts)
-        u_tgt, has_tgt = subword_vectors(tgt_tok, tgt_words, tgt_vecs, n_target, word_counts=cfg.word_counts)
+        with progress.step(f"subword vectors of the source tokens ({len(src_words):,} words)"):
+            u_src, has_src = subword_vectors(src_tok, src_words, src_vecs, n_source, word_counts=cfg.word_counts)
+        with progress.step(f"subword vectors of the target tokens ({len(tgt_words):,} words)"):
+            u_tgt, has_tgt = subword_vectors(tgt_tok, tgt_words, tgt_vecs, n_target, word_counts=cfg.word_counts)
         t_subwords = time.perf_counter() - t0
 
         ov = _canon.compute_overlap(src_tok, tgt_tok, fuzzy=cfg.fuzzy, n_source=n_source)
@@ -357,6 +423,7 @@ class Ofa:
         # matrix (methods._fasttext): with no n-grams, buckets are what keeps every word row inside it
         counts = Counter(w for line in lines for w in line.split())
         n_words = sum(1 for c in counts.values() if c >= cfg.min_count)
+        epochs = train_epochs(cfg.epochs, sum(counts.values()), cfg.max_train_words)
         spare = -(-(n_words + 1) * (10 - cfg.threads) // cfg.threads) + 10 if cfg.threads < 10 else 0  # +1: "</s>"
         bucket = max(_fasttext.min_bucket(cfg.dim), spare)
         report: dict = {}
@@ -364,7 +431,7 @@ class Ofa:
             text = Path(tmp) / "pseudo-bilingual.txt"
             text.write_text("\n".join(lines) + "\n", encoding="utf-8")
             ft = _fasttext.train_fasttext(
-                text, dim=cfg.dim, epoch=cfg.epochs, min_count=cfg.min_count, model="skipgram", minn=0, maxn=0,
+                text, dim=cfg.dim, epoch=epochs, min_count=cfg.min_count, model="skipgram", minn=0, maxn=0,
                 ws=cfg.window, bucket=bucket, seed=seed, threads=cfg.threads,
                 cache_dir=Path(inputs.cache_dir) if inputs.cache_dir is not None else None, report=report, compact=True,
             )
@@ -375,6 +442,7 @@ class Ofa:
         sides = [([words[i][len(tag):] for i in ids], matrix[ids]) for tag, ids in zip((SOURCE_TAG, TARGET_TAG), tagged)]
         info = {"kind": "parallel (merge and shuffle)", "sentence_pairs": len(pairs), "source_words": len(sides[0][0]),
                 "target_words": len(sides[1][0]), "dim": cfg.dim, "centered": cfg.center, "fasttext_seed": seed,
+                "corpus_words": sum(counts.values()), "fasttext_epochs": epochs,
                 "fasttext": {**{k: report.get(k) for k in ("cache", "seconds", "deterministic", "zero_init_words")},
                              "bucket": bucket}}
         return sides[0], sides[1], info

@@ -44,6 +44,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from harness import progress
 from harness import vocab as _canon
 from harness.protocols import InitResult, TransferInputs
 from harness.registry import register_method
@@ -171,6 +172,7 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
     coef = np.zeros((n, kk), dtype=np.float64)
     used = np.zeros(n, dtype=np.int64)
     X_all = torch.as_tensor(np.asarray(targets, dtype=np.float64))
+    bar = progress.counter(f"orthogonal matching pursuit, k={kk} over {m:,} anchors (new tokens)", n)
     with torch.no_grad():
         for a in range(0, n, chunk_rows):
             X = X_all[a : a + chunk_rows]
@@ -181,7 +183,10 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
             C = torch.zeros(B, kk, dtype=torch.float64)
             active = torch.linalg.vector_norm(X, dim=1) > 0
             tol = RESIDUAL_TOL * torch.linalg.vector_norm(X, dim=1)
+            shown = 0  # the chunk's tokens shown done: a share per pursuit step (a chunk can take seconds)
             for t in range(kk):
+                bar.update(B * t // kk - shown)
+                shown = B * t // kk
                 rows = torch.nonzero(active).flatten()
                 if rows.numel() == 0:
                     break
@@ -206,6 +211,8 @@ def omp_select(targets: np.ndarray, atoms: np.ndarray, k: int, *, selection: str
                 active &= ~stopped
             counts = (S >= 0).sum(1)
             idx[a : a + B], coef[a : a + B], used[a : a + B] = S.numpy(), C.numpy(), counts.numpy()
+            bar.update(B - shown)
+    bar.close()
     return idx, coef, used
 
 

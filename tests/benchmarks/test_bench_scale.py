@@ -48,12 +48,52 @@ def test_inputs_are_shaped_like_xlmr(built):
 def test_each_method_gets_exactly_the_inputs_it_reads(built):
     _, files = built
     flags = {m: [a for a in bs.init_command(m, files["paths"], Path("out"), 1, []) if a.startswith("--")]
-             for m in ("random", "tiktotok", "focus", "wechsel")}  # fmt: skip
+             for m in ("random", "tiktotok", "focus", "wechsel", "multivariate", "omp", "omp:donor=helper", "clp", "ofa")}  # fmt: skip
     base = ["--method", "--source", "--target-tokenizer", "--seed", "--out", "--overwrite"]
-    assert flags["random"] == base
-    assert flags["tiktotok"] == base + ["--parallel-corpus"]
-    assert flags["focus"] == base + ["--target-corpus"]
+    assert flags["random"] == flags["multivariate"] == base
+    assert flags["tiktotok"] == flags["ofa"] == base + ["--parallel-corpus"]  # ofa: vectors from the parallel corpus
+    assert flags["focus"] == flags["omp"] == base + ["--target-corpus"]  # omp's default donor: FOCUS's fastText
     assert set(flags["wechsel"]) - set(base) == {"--source-corpus", "--target-corpus", "--dictionary"}
+    assert flags["omp:donor=helper"] == base + ["--helper-model", "--config"]  # the helper donor, not the corpus
+    assert flags["clp"] == base + ["--helper-model", "--config"]
+    clp = bs.init_command("clp", files["paths"], Path("out"), 1, [])
+    assert clp[clp.index("--config") + 1 :] == ["top_k=100"]  # SCALE_CONFIG: the dense default refuses at 250k x 50k
+    omp = bs.init_command("omp:donor=helper:k=4", files["paths"], Path("out"), 1, [])
+    assert omp[omp.index("--config") + 1 :] == ["donor=helper", "k=4"]
+
+
+def test_method_specs_parse_and_bad_ones_are_named():
+    assert bs.parse_method("clp") == ("clp", {})
+    assert bs.parse_method("ofa:rank=100:vectors=given") == ("ofa", {"rank": 100, "vectors": "given"})
+    assert bs.method_config("clp:top_k=5") == ("clp", {"top_k": 5})  # the spec's own value over SCALE_CONFIG
+    with pytest.raises(ValueError, match="expected NAME:KEY=VALUE, got 'k'"):
+        bs.parse_method("omp:k")
+
+
+def test_helper_model_is_in_the_target_vocabulary_and_added_to_an_older_folder(built):
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+
+    from methods._anchors import helper_vectors
+
+    work, files = built
+    path = Path(files["paths"]["helper_model"])
+    cfg = AutoConfig.from_pretrained(path)
+    tgt = AutoTokenizer.from_pretrained(files["paths"]["target_tokenizer"])
+    assert (cfg.vocab_size, cfg.hidden_size, cfg.num_hidden_layers) == (len(tgt), 256, 2)
+    assert AutoTokenizer.from_pretrained(path).get_vocab() == tgt.get_vocab()
+    vecs, has, info = helper_vectors(path, tgt, len(tgt))  # what clp and omp read from it
+    assert info["same_vocabulary"] and has.sum() == len(tgt) - 5 and vecs.shape == (len(tgt), 256)  # all but specials
+    # a folder built before the helper existed (no extras in its manifest) gets it added, nothing else rebuilt
+    manifest = json.loads((work / "manifest.json").read_text())
+    manifest.pop("extras")
+    manifest["paths"].pop("helper_model")
+    (work / "manifest.json").write_text(json.dumps(manifest))
+    weights = next(Path(files["paths"]["source_model"]).glob("*.safetensors"))
+    stamp, old = weights.stat().st_mtime_ns, AutoModel.from_pretrained(path).embeddings.word_embeddings.weight
+    again = bs.build_inputs(work, TINY)
+    assert again["paths"]["helper_model"] == str(path) and weights.stat().st_mtime_ns == stamp
+    assert (AutoModel.from_pretrained(path).embeddings.word_embeddings.weight == old).all()  # seeded: the same helper
+    assert bs.build_inputs(work, TINY) == again
 
 
 def test_output_joins_lines_written_in_pieces_and_tells_fasttext_training_apart():
@@ -77,12 +117,16 @@ def test_run_child_measures_the_longest_silence(tmp_path):
     assert slow["timed_out"] and slow["exit"] != 0 and slow["wall_s"] < 20
 
 
+def _tiny_argv(work: Path, methods: str, out: Path) -> list[str]:
+    """``bench_scale.main``'s arguments for :data:`TINY` in ``work``."""
+    return ["--source-vocab", "2000", "--target-vocab", "400", "--dim", "16", "--lines", "600", "--pairs", "300",
+            "--dictionary", "200", "--methods", methods, "--work-dir", str(work), "--json", str(out)]  # fmt: skip
+
+
 def test_smoke_one_method_end_to_end(built, tmp_path):
     work, _ = built
     out = tmp_path / "scale.json"
-    argv = ["--source-vocab", "2000", "--target-vocab", "400", "--dim", "16", "--lines", "600", "--pairs", "300",
-            "--dictionary", "200", "--methods", "random", "--work-dir", str(work), "--json", str(out)]  # fmt: skip
-    assert bs.main(argv) == 0
+    assert bs.main(_tiny_argv(work, "random", out)) == 0
     rec = json.loads(out.read_text())
     assert rec["bench"] == "scale" and rec["sizes"]["n_source"] == 2000 and list(rec["methods"]) == ["random"]
     r = rec["methods"]["random"]
@@ -90,6 +134,15 @@ def test_smoke_one_method_end_to_end(built, tmp_path):
     assert r["wall_s"] >= r["longest_silence"]["seconds"] > 0 and r["peak_rss_gb"] > 0.05
     assert len(r["load_avg_before"]) == 3 and r["timings"]["init"]["total_s"] > 0
     assert "| random |" in rec["table"] and len(rec["load_avg_start"]) == 3
+
+
+def test_clp_end_to_end_reads_the_helper_model(built, tmp_path):
+    work, _ = built
+    out = tmp_path / "scale.json"
+    assert bs.main(_tiny_argv(work, "clp", out)) == 0
+    r = json.loads(out.read_text())["methods"]["clp"]
+    assert r["exit"] == 0 and r["config"] == {"top_k": 100} and "--helper-model" in r["command"]
+    assert r["timings"]["method"]["weights_s"] >= 0  # the method ran its CLP weights, not a fallback
 
 
 def test_bad_sizes_are_refused(capsys):
