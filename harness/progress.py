@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 __all__ = ["HEARTBEAT_S", "TerminalBar", "counter", "elapsed", "heartbeat", "iterate", "line", "line_bars", "reporting",
-           "step", "terminal_bar", "terminal_iterate", "tool_output", "tool_output_enabled"]
+           "step", "terminal_bar", "terminal_iterate", "tool_output", "Watchdog", "tool_output_enabled"]
 
 T = TypeVar("T")
 
@@ -332,3 +332,55 @@ def terminal_iterate(items: Iterable[T], title: str, *, total: int | None = None
         for x in items:
             yield x
             bar.advance(1)
+
+
+class Watchdog:
+    """A line whenever ``every`` seconds pass without one: the guard of a command's log against silence.
+
+    A command that writes its progress as lines (``tokxfer init`` in a log) calls :meth:`touch` with
+    each line it writes; when nothing was written for ``every`` seconds (library imports, a check
+    that reads a large file, a step without a bar) the watchdog writes ``"still <what> (<t> since the
+    last line)"``, naming the last thing the command said it was doing. Output only; what is
+    computed never depends on it.
+
+    Example:
+        >>> out = []
+        >>> with Watchdog(out.append, every=0.05) as dog:
+        ...     dog.touch("loading libraries")
+        ...     time.sleep(0.2)
+        >>> out[0].startswith("still loading libraries (")
+        True
+    """
+
+    def __init__(self, write: Callable[[str], None], every: float | None = None) -> None:
+        self.write, self.every = write, float(HEARTBEAT_S if every is None else every)
+        self.what, self.last = "working", time.monotonic()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def touch(self, what: str | None = None) -> None:
+        """A line was just written (``what``: what the command is doing now, if it says)."""
+        with self._lock:
+            self.last = time.monotonic()
+            if what:
+                self.what = what
+
+    def _run(self) -> None:
+        while not self._stop.wait(min(1.0, self.every / 4)):
+            with self._lock:
+                quiet = time.monotonic() - self.last
+                if quiet < self.every:
+                    continue
+                what, self.last = self.what, time.monotonic()
+            self.write(f"still {what} ({elapsed(quiet)} since the last line)")
+
+    def __enter__(self) -> Watchdog:
+        self._thread = threading.Thread(target=self._run, name="tokxfer-watchdog", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()

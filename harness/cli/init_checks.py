@@ -45,20 +45,25 @@ class InitInputError(TokxferError, ValueError):
 class Notes:
     """Notes and warnings of one ``tokxfer init`` run: printed to stderr and kept for init_info.json."""
 
-    def __init__(self, quiet: bool = False) -> None:
+    def __init__(self, quiet: bool = False, *, t0: float | None = None, watchdog: Any = None) -> None:
         self.quiet = quiet
         self.warnings: list[str] = []
         self.notes: list[str] = []
-        self.t0 = time.perf_counter()
+        self.t0 = time.perf_counter() if t0 is None else t0
+        self.watchdog = watchdog  # a harness.progress.Watchdog told of every line (a log never goes silent)
 
     def note(self, msg: str) -> None:
         self.notes.append(msg)
         if not self.quiet:
             print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+            if self.watchdog is not None:
+                self.watchdog.touch(msg)
 
     def warn(self, msg: str) -> None:
         self.warnings.append(msg)
         print(f"tokxfer: warning: {msg}", file=sys.stderr, flush=True)
+        if self.watchdog is not None:
+            self.watchdog.touch()
 
 
 _WORD = re.compile(r"\w+(?:['’-]\w+)*")

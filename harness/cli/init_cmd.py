@@ -273,8 +273,13 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise InitInputError(f"--extend-top-n {args.extend_top_n}: expected an integer >= 1")
 
 
-def run(args: argparse.Namespace) -> int:
-    """``tokxfer init``: checks, initialization, save, ``init_info.json``, summary. Returns the exit status."""
+def run(args: argparse.Namespace, *, t0: float | None = None, watchdog: Any = None) -> int:
+    """``tokxfer init``: checks, initialization, save, ``init_info.json``, summary. Returns the exit status.
+
+    ``t0`` (when the command started) and ``watchdog`` (a :class:`harness.progress.Watchdog` guarding a
+    log against silence) come from the command line's entry point, which starts both before the
+    libraries load.
+    """
     from harness import about, progress, registry
 
     if args.explain:
@@ -289,7 +294,7 @@ def run(args: argparse.Namespace) -> int:
     _check_numbers(args)
     started = about.now_iso()
     t_start = time.perf_counter()
-    notes = Notes(quiet=args.quiet)
+    notes = Notes(quiet=args.quiet, t0=t0, watchdog=watchdog)
     out = Path(args.out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not args.overwrite:
         raise FileExistsError(

@@ -278,9 +278,29 @@ def cmd_sync(args) -> int:
 
 
 def cmd_init(args) -> int:
-    from harness.cli.init_cmd import run
+    """``tokxfer init``: a first line before the libraries load (seconds on a busy machine), and in a log
+    (stderr not a terminal) a watchdog line whenever HEARTBEAT_S pass without one."""
+    if args.quiet or args.explain:
+        from harness.cli.init_cmd import run
 
-    return run(args)
+        return run(args)
+    from harness import progress
+
+    t0 = time.perf_counter()
+
+    def write(msg: str) -> None:
+        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+    write("starting: importing torch, transformers and the registered methods")
+    if sys.stderr.isatty():  # a terminal shows live bars; watchdog lines would break them
+        from harness.cli.init_cmd import run
+
+        return run(args, t0=t0)
+    with progress.Watchdog(write) as dog:
+        dog.touch("importing libraries")
+        from harness.cli.init_cmd import run
+
+        return run(args, t0=t0, watchdog=dog)
 
 
 def cmd_tokenizer(args) -> int:

@@ -581,3 +581,27 @@ def test_a_bug_inside_a_method_is_an_internal_error_not_the_users(standin, tmp_p
     assert got == code, err
     assert any(ln.startswith(line) for ln in err.splitlines()), err
     assert "Traceback" not in err
+
+
+def test_s08_a_log_of_init_is_never_silent(standin, tmp_path, capfd, monkeypatch):
+    """In a log (stderr not a terminal) init's first line comes before the libraries load, and a step that
+    writes nothing for HEARTBEAT_S gets a watchdog line naming what init last said it was doing."""
+    import time as _time
+
+    from harness import progress
+    from harness.cli import init_cmd
+
+    monkeypatch.setattr(progress, "HEARTBEAT_S", 0.05)
+    real = init_cmd._check_files
+
+    def slow_checks(*a, **k):
+        _time.sleep(0.4)  # a silent check (a large corpus being read)
+        return real(*a, **k)
+
+    monkeypatch.setattr(init_cmd, "_check_files", slow_checks)
+    code, _, err = cli(capfd, *init_argv(standin, "overlap", tmp_path / "o"))
+    lines = err.splitlines()
+    assert code == 0 and "starting: importing" in lines[0], err
+    assert any(ln.split("] ", 1)[-1].startswith("still ") and "since the last line" in ln for ln in lines), err
+    code, _, err = cli(capfd, *init_argv(standin, "overlap", tmp_path / "q", "--quiet"))
+    assert code == 0 and "starting:" not in err and "still " not in err
