@@ -221,16 +221,18 @@ def _expand_groups(pos: torch.Tensor, values: torch.Tensor, groups: _KeyGroups, 
     """
     if groups.members is None:
         return pos, values
-    r = pos.shape[0]
-    mem = groups.members[pos].reshape(r, -1)
-    vals = values.unsqueeze(2).expand(-1, -1, groups.members.shape[1]).reshape(r, -1).clone()
-    pad = mem < 0
-    vals[pad] = float("-inf")
-    mem = mem.masked_fill(pad, torch.iinfo(torch.int64).max)
-    mem, perm = torch.sort(mem, dim=1)  # position order first, so that the stable sort breaks ties by position
-    vals = torch.gather(vals, 1, perm)
-    order = torch.sort(-vals, dim=1, stable=True).indices[:, :ks]
-    return torch.gather(mem, 1, order), torch.gather(vals, 1, order)
+    r, w = pos.shape
+    g = groups.members.shape[1]
+    mem = torch.index_select(groups.members, 0, pos.reshape(-1)).view(r, w * g)
+    # the groups come by decreasing value (ties by position): a group's rank is the first group of its value,
+    # so ordering the keys by (rank, position) is ordering them by (decreasing value, position), in one sort
+    fresh = torch.ones((r, w), dtype=torch.bool)
+    fresh[:, 1:] = values[:, 1:] != values[:, :-1]
+    rank = torch.cummax(torch.where(fresh, torch.arange(w), 0), dim=1).values
+    key = (rank.repeat_interleave(g, dim=1) << 40) + mem  # positions < 2**40
+    key.masked_fill_(mem < 0, torch.iinfo(torch.int64).max)
+    order = torch.sort(key, dim=1).indices[:, :ks]
+    return torch.gather(mem, 1, order), torch.gather(values, 1, torch.div(order, g, rounding_mode="floor"))
 
 
 def _exact_cosines(qn: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
