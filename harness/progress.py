@@ -194,12 +194,19 @@ def reporting(factory: Callable[[str, int | None], Any] | None, *, lines: Callab
 
 
 class _LineBar:
-    """A bar for logs: a plain line at most every ``every`` seconds while it advances, and one at the end."""
+    """A bar for logs: a line when it starts, a plain line about every ``every`` seconds while it advances, and
+    one at the end.
+
+    A bar only sees its updates, so a line is written at the update *before* the one that would come
+    ``every`` seconds after the last line (the time between two updates is taken to be the last one's):
+    steps of a few seconds each never leave the log silent for much more than ``every``.
+    """
 
     def __init__(self, desc: str, total: float | None, write: Callable[[str], None], every: float) -> None:
         self.desc, self.total, self.write, self.every = desc, total, write, every
         self.n: float = 0
-        self.t0 = self.last = time.monotonic()
+        self.t0 = self.last = self.prev = time.monotonic()
+        self.write(self._text())
 
     def _text(self) -> str:
         done = f"{_num(self.n)}/{_num(self.total)} ({self.n / self.total:.0%})" if self.total else _num(self.n)
@@ -208,7 +215,8 @@ class _LineBar:
     def update(self, n: float = 1) -> None:
         self.n += n
         now = time.monotonic()
-        if now - self.last >= self.every:
+        step, self.prev = now - self.prev, now
+        if now - self.last + step >= self.every:
             self.last = now
             self.write(self._text())
 
@@ -228,7 +236,7 @@ def line_bars(write: Callable[[str], None], every: float | None = None) -> Calla
         >>> with reporting(line_bars(out.append, every=3600)):
         ...     _ = list(iterate(range(3), "step"))
         >>> out
-        ['step: 3/3 (100%), 0s elapsed, done']
+        ['step: 0/3 (0%), 0s elapsed', 'step: 3/3 (100%), 0s elapsed, done']
     """
     return lambda desc, total: _LineBar(desc, total, write, HEARTBEAT_S if every is None else every)
 

@@ -53,10 +53,13 @@ _SCREEN_COST = {"bf16": 0.5, "fp32": 1.0, "fp64": 2.0}
 bfloat16 runs at about twice the float32 rate on CPUs with native bf16 (measured 2.2x on AVX512-BF16),
 float64 at half of it (half the SIMD lanes)."""
 
-_RESCORE_COST = 256.0
-"""Cost of rescoring one candidate exactly (gather its ``d`` floats, ``d`` float64 products and a sequential
-sum, selection), in the units of :data:`_SCREEN_COST`: measured ~5 ns per product against ~0.02 ns per
-multiply-add of a float32 GEMM on one AVX-512 core. It only steers ``screen="auto"``, never the result."""
+_RESCORE_COST = 1024.0
+"""Cost of rescoring one candidate exactly (gather the blocks of screen scores it lies in, gather its ``d``
+floats, ``d`` float64 products and a sequential sum, selection), in the units of :data:`_SCREEN_COST`.
+Measured on WECHSEL's 50k x 213k search (d = 100, 2 cores): ~4 us of CPU per rescored candidate of a
+bf16 chunk against ~4-7 ns per key of a float32 screen row; with 256 (the cost of the products alone)
+``auto`` kept bf16 screens whose candidates (mean 159 per row, a tail of ~1600) cost 3x an fp32 screen's
+(~10 per row). It only steers ``screen="auto"``, never the result."""
 
 
 def resolve_screen(screen: str) -> str:
@@ -143,33 +146,6 @@ class TopK:
     kth_gap: np.ndarray | None = None
 
 
-def _topk_desc(a: torch.Tensor, w: int, block: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ``w`` largest entries of every row, in decreasing order (values, column indices).
-
-    For wide rows, two-stage: the row is cut into blocks of ``block`` columns, the ``w`` blocks
-    with the largest maxima are kept (the ``w`` largest entries lie in them: each of those
-    entries is at least the ``w``-th largest block maximum), and the top-``w`` is taken among
-    their ``w * block`` entries. The values equal ``torch.topk``'s; among equal values the
-    indices may differ, which the callers do not depend on (they re-rank by exact scores).
-    """
-    c, m = a.shape
-    nb = m // block
-    if nb < 8 * w:
-        return torch.topk(a, w, dim=1, sorted=True)
-    main = nb * block
-    bmax = a[:, :main].reshape(c, nb, block).amax(2)
-    if main < m:
-        bmax = torch.cat([bmax, a[:, main:].amax(1, keepdim=True)], 1)
-    blocks = torch.topk(bmax, w, dim=1, sorted=False).indices
-    idx = (blocks[:, :, None] * block + torch.arange(block)).reshape(c, -1)
-    outside = idx >= m  # the short last block
-    idx.clamp_(max=m - 1)
-    vals = torch.gather(a, 1, idx)
-    vals.masked_fill_(outside, float("-inf"))
-    v, p = torch.topk(vals, w, dim=1, sorted=True)
-    return v, torch.gather(idx, 1, p)
-
-
 def _duplicate_representatives(keys: torch.Tensor, cand: torch.Tensor) -> torch.Tensor | None:
     """For each usable key (position in ``cand``), the first position with a bitwise-identical vector.
 
@@ -245,38 +221,49 @@ def _expand_groups(pos: torch.Tensor, values: torch.Tensor, groups: _KeyGroups, 
     """
     if groups.members is None:
         return pos, values
-    r = pos.shape[0]
-    mem = groups.members[pos].reshape(r, -1)
-    vals = values.unsqueeze(2).expand(-1, -1, groups.members.shape[1]).reshape(r, -1).clone()
-    pad = mem < 0
-    vals[pad] = float("-inf")
-    mem = mem.masked_fill(pad, torch.iinfo(torch.int64).max)
-    mem, perm = torch.sort(mem, dim=1)  # position order first, so that the stable sort breaks ties by position
-    vals = torch.gather(vals, 1, perm)
-    order = torch.sort(-vals, dim=1, stable=True).indices[:, :ks]
-    return torch.gather(mem, 1, order), torch.gather(vals, 1, order)
+    r, w = pos.shape
+    g = groups.members.shape[1]
+    mem = torch.index_select(groups.members, 0, pos.reshape(-1)).view(r, w * g)
+    # the groups come by decreasing value (ties by position): a group's rank is the first group of its value,
+    # so ordering the keys by (rank, position) is ordering them by (decreasing value, position), in one sort
+    fresh = torch.ones((r, w), dtype=torch.bool)
+    fresh[:, 1:] = values[:, 1:] != values[:, :-1]
+    rank = torch.cummax(torch.where(fresh, torch.arange(w), 0), dim=1).values
+    key = (rank.repeat_interleave(g, dim=1) << 40) + mem  # positions < 2**40
+    key.masked_fill_(mem < 0, torch.iinfo(torch.int64).max)
+    order = torch.sort(key, dim=1).indices[:, :ks]
+    return torch.gather(mem, 1, order), torch.gather(values, 1, torch.div(order, g, rounding_mode="floor"))
 
 
 def _exact_cosines(qn: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Exact cosines ``r x w`` of unit queries ``qn`` (``r x d``) with the keys at ``cand[pos]``.
 
     ``(sum_i qn_i k_i) * inv`` in float64 from the float32 inputs, summed in the fixed order
-    ``i = 0 .. d-1`` (``torch.cumsum`` is a sequential scan; every product of two float32 numbers
-    is exact in float64): a pair's value is one fixed sequence of IEEE operations, the same
-    whatever the batch, the pair's position, the candidate set, the thread count or the CPU. A
-    BLAS product promises none of that (``torch.bmm``'s float64 sums change with the batch size
-    and the width). Rows are processed in batches of at most :data:`_GATHER_ELEMS` products.
+    ``i = 0 .. d-1`` (one running float64 sum per pair, one elementwise multiply-add per ``i``;
+    every product of two float32 numbers is exact in float64, so a fused multiply-add rounds as the
+    separate add does): a pair's value is one fixed sequence of IEEE operations, the same whatever
+    the batch, the pair's position, the candidate set, the thread count or the CPU, and the same as
+    a sequential ``cumsum`` of the products. A BLAS product promises none of that (``torch.bmm``'s
+    float64 sums change with the batch size and the width). The gathered keys are laid out ``d x
+    pairs`` so that each of the ``d`` steps runs over contiguous memory. Rows are processed in
+    batches of at most :data:`_GATHER_ELEMS` products.
     """
     r, w = pos.shape
     d = qn.shape[1]
     out = torch.empty((r, w), dtype=torch.float64)
-    q64 = qn.to(torch.float64)
+    q64t = qn.to(torch.float64).T.contiguous()  # d x r
     step = max(1, _GATHER_ELEMS // max(1, w * d))
     for a in range(0, r, step):
         b = min(a + step, r)
-        g = keys[cand[pos[a:b]].reshape(-1)].view(b - a, w, d)
-        products = torch.mul(g, q64[a:b, None, :])  # float64, exact
-        out[a:b] = torch.cumsum(products, dim=2)[:, :, -1] * inv[pos[a:b]].to(torch.float64)
+        n = (b - a) * w
+        p = pos[a:b].reshape(-1)
+        g = torch.empty((d, n), dtype=torch.float64)
+        g.copy_(torch.index_select(keys, 0, torch.index_select(cand, 0, p)).T)  # d x n, contiguous float64 (exact)
+        qe = q64t[:, a:b, None].expand(d, b - a, w).reshape(d, n)  # the query of every pair, d x n
+        acc = g[0] * qe[0]
+        for i in range(1, d):
+            acc.addcmul_(g[i], qe[i])
+        out[a:b] = (acc * torch.index_select(inv, 0, p).to(torch.float64)).view(b - a, w)
     return out
 
 
@@ -359,15 +346,75 @@ class _Escalate(Exception):
         self.per_row = per_row
 
 
-def _row_widths(a: torch.Tensor, vals: torch.Tensor, thr: torch.Tensor, width: int) -> torch.Tensor:
-    """Candidates every row needs: screen scores ``>= thr`` (counted on the row where ``width`` is short)."""
-    m = a.shape[1]
-    need = (vals >= thr[:, None]).sum(1)
-    if width < m:
-        short = torch.nonzero(vals[:, -1] >= thr).squeeze(1)
-        if len(short):
-            need[short] = (a[short] >= thr[short, None]).sum(1)
-    return need
+_SELECT_BLOCK = 64
+"""Columns per block of a screened row: one pass takes every block's maximum, and only the blocks whose maximum
+can reach the row's threshold are looked at again (:func:`_gather_rows`)."""
+
+
+@dataclass
+class _Gathered:
+    """Rows of a screened chunk with every entry that can be a candidate (see :func:`_gather_rows`)."""
+
+    rows: torch.Tensor
+    """Chunk rows of this group."""
+    values: torch.Tensor
+    """``r x g`` screen scores: a superset of every row's candidates (scores ``>= thr``), no padding."""
+    pos: torch.Tensor | None
+    """``r x g`` their positions (into the screened keys); ``None``: ``values`` are the whole rows."""
+    eps: torch.Tensor
+    """Per row, the screen's error bound (:func:`_screen_eps`)."""
+    need: torch.Tensor
+    """Per row, its candidates: screen scores ``>= v_k - 2 eps``."""
+
+
+def _gather_rows(a: torch.Tensor, kk: int, mode: str, d: int, block: int = _SELECT_BLOCK) -> list[_Gathered]:
+    """The entries of every row of the screen block ``a`` that can be candidates, with each row's bound and count.
+
+    One pass over ``a`` takes the maximum of every block of ``block`` columns. The ``kk``-th largest
+    block maximum ``L`` is at most the row's ``kk``-th best score ``v_k`` (``kk`` blocks hold a score
+    of at least ``L``), and ``eps_up`` (the bound for magnitudes up to ``max(|L|, |v_top|)``) is at least
+    the row's ``eps``, so every candidate (score ``>= v_k - 2 eps``) lies in a block whose maximum is
+    ``>= L - 2 eps_up`` (less a margin for rounding the threshold): only those blocks (and the short last
+    block) are gathered, rows grouped by how many blocks they need (powers of two). ``v_top``, ``v_k``,
+    ``eps`` and the candidate count are then computed on the gathered scores exactly as on the whole row
+    (the ``kk`` best scores are among them). Narrow rows, and rows that need half of their blocks, are
+    taken whole.
+    """
+    c, m = a.shape
+    sdt = torch.float64 if mode == "fp64" else torch.float32
+    nb, main = m // block, (m // block) * block
+    if nb < 4 * kk + 16:
+        parts = [(torch.arange(c), a, None)]
+    else:
+        a = a if a.stride(1) == 1 else a.contiguous()
+        bmax = a.as_strided((c, nb, block), (a.stride(0), block, 1)).amax(2).to(sdt)  # a view: no copy
+        top = torch.topk(bmax, kk, dim=1, sorted=True).values
+        v_top, low = top[:, 0], top[:, -1]
+        if main < m:
+            v_top = torch.maximum(v_top, a[:, main:].amax(1).to(sdt))
+        eps_up = _screen_eps(mode, d, v_top, torch.maximum(low.abs(), v_top.abs())).to(sdt)
+        lo = low - 2 * eps_up - 1e-6  # the margin covers rounding the threshold v_k - 2 eps in float32
+        nsel = (bmax >= lo[:, None]).sum(1)
+        size = torch.clamp(2 ** torch.ceil(torch.log2(nsel.to(torch.float64))), max=nb).to(torch.int64)
+        tail = torch.arange(main, m)
+        parts = []
+        for sz in torch.unique(size).tolist():
+            rows = torch.nonzero(size == sz).squeeze(1)
+            if sz * block >= m // 2:
+                parts.append((rows, a[rows], None))
+                continue
+            blocks = torch.topk(bmax[rows], sz, dim=1, sorted=False).indices  # every block >= lo (nsel <= sz)
+            idx = (blocks[:, :, None] * block + torch.arange(block)).reshape(len(rows), sz * block)
+            if main < m:
+                idx = torch.cat([idx, tail.expand(len(rows), -1)], 1)
+            parts.append((rows, torch.take(a, rows[:, None] * m + idx), idx))
+    out = []
+    for rows, values, pos in parts:
+        vals = torch.topk(values, kk, dim=1, sorted=True).values.to(sdt)
+        eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
+        thr = vals[:, kk - 1] - 2 * eps
+        out.append(_Gathered(rows, values, pos, eps, (values >= thr[:, None]).sum(1)))
+    return out
 
 
 def _select_chunk(
@@ -381,7 +428,7 @@ def _select_chunk(
     whose exact cosine can reach the exact ``kk``-th best (a key scoring below the threshold has
     an exact cosine below ``v_k - eps``, and at least ``kk`` keys have exact cosines of at least
     ``v_k - eps``), so the exact top-``kk`` among them is the exact top-``kk`` overall. A row is
-    first taken ``width`` wide; rows with more candidates are counted and taken as wide as they
+    rescored at least ``width`` wide; rows with more candidates are taken as wide as they
     need (rounded up to a power of two). With a ``budget`` (``screen="auto"``), a chunk whose
     candidates exceed it raises :class:`_Escalate` before anything is rescored. With a ``row_cap``
     (``auto``), rows needing more candidates than that are not rescored but returned as
@@ -394,11 +441,11 @@ def _select_chunk(
     c, m = a.shape
     d = qn.shape[1]
     width = min(m, max(width, kk))
-    vals, pos = _topk_desc(a, width)
-    vals = vals.to(torch.float64 if mode == "fp64" else torch.float32)
-    eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
-    thr = vals[:, kk - 1] - 2 * eps
-    need = _row_widths(a, vals, thr, width)
+    groups = _gather_rows(a, kk, mode, d)
+    need = torch.empty(c, dtype=torch.int64)
+    eps = torch.empty(c, dtype=groups[0].eps.dtype)
+    for g in groups:
+        need[g.rows], eps[g.rows] = g.need, g.eps
     bucket = torch.where(need > width, torch.clamp(2 ** torch.ceil(torch.log2(need.to(torch.float64))), max=m), width)
     bucket = bucket.to(torch.int64)
     hard = need > row_cap if row_cap is not None else torch.zeros(c, dtype=torch.bool)
@@ -408,18 +455,19 @@ def _select_chunk(
         raise _Escalate(int(bucket.sum()) / c)
     out_pos = torch.empty((c, kk), dtype=torch.int64)
     out_val = torch.empty((c, kk), dtype=torch.float64)
-    for w in torch.unique(bucket[~hard]).tolist():
-        rows = torch.nonzero((bucket == w) & ~hard).squeeze(1)
-        if w == width:
-            v_g, p_g = vals[rows], pos[rows]
-        else:
-            v_g, p_g = _topk_desc(a[rows], w)
-            v_g = v_g.to(vals.dtype)
-        exact = _exact_cosines(qn[rows], keys, cand, inv, p_g)
-        tol = torch.maximum(eps[rows, None], _screen_err(mode, d, v_g.abs()))  # candidates below thr may be larger
-        if bool(((v_g.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
-            return None
-        out_pos[rows], out_val[rows] = _top_by_value_then_position(exact, p_g, kk)
+    for g in groups:
+        b_g, easy = bucket[g.rows], ~hard[g.rows]
+        for w in torch.unique(b_g[easy]).tolist():
+            sel = torch.nonzero((b_g == w) & easy).squeeze(1)
+            rows = g.rows[sel]
+            v_g, j = torch.topk(g.values[sel], min(w, g.values.shape[1]), dim=1, sorted=False)  # every candidate
+            v_g = v_g.to(eps.dtype)
+            p_g = j if g.pos is None else torch.gather(g.pos[sel], 1, j)
+            exact = _exact_cosines(qn[rows], keys, cand, inv, p_g)
+            tol = torch.maximum(eps[rows, None], _screen_err(mode, d, v_g.abs()))  # candidates below thr may be larger
+            if bool(((v_g.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
+                return None
+            out_pos[rows], out_val[rows] = _top_by_value_then_position(exact, p_g, kk)
     kept = need[~hard] if n_hard < c else need
     q95 = float(torch.quantile(kept.to(torch.float32), 0.95))
     next_width = min(m, max(_base_width(kk), int(np.ceil(1.25 * q95 / 8.0)) * 8))
@@ -428,48 +476,66 @@ def _select_chunk(
 
 
 class _Screens:
-    """The ``d x m`` copies of the unit keys the screens multiply with, made when first needed.
+    """The ``m x d`` copies of the unit keys the screens multiply with, made when first needed.
 
     bf16/fp32: the float32 key times its float32 inverse norm, rounded to the screen's type;
-    fp64: the same product, exact in float64. Moving to a finer screen frees the coarser copy.
+    fp64: the same product, exact in float64. Moving to a finer screen frees the coarser copy. The
+    copies of finer screens that only a few rows use (:meth:`blocked`) are kept too once made (at
+    most one per screen: ``m x d`` floats, e.g. 250k keys x 300 dims = 600 MB in float64). The score
+    blocks of :meth:`scores` are written into one reused buffer: a fresh 500 MB block per chunk costs
+    the kernel's page zeroing on every chunk (about half of a float32 product's time, measured).
     """
 
     def __init__(self, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor) -> None:
         self.keys, self.cand, self.inv = keys, cand, inv
         self.mode: str | None = None
         self.matrix: torch.Tensor | None = None
+        self.side: dict[str, torch.Tensor] = {}
+        self.buffer: torch.Tensor | None = None
+
+    def _make(self, mode: str) -> torch.Tensor:
+        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
+        m, d = int(self.cand.numel()), self.keys.shape[1]
+        kt = torch.empty((m, d), dtype=dtype)
+        for a in range(0, m, 65536):
+            b = min(a + 65536, m)
+            rows = self.keys[self.cand[a:b]]
+            kt[a:b] = (rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64"
+                       else (rows * self.inv[a:b, None]).to(dtype))  # fmt: skip
+        return kt
 
     def scores(self, qn: torch.Tensor, mode: str) -> torch.Tensor:
-        """Screen scores ``c x m`` of the unit queries ``qn`` in ``mode``."""
+        """Screen scores ``c x m`` of the unit queries ``qn`` in ``mode`` (valid until the next call)."""
         if mode != self.mode:
-            self.matrix = None
-            dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
-            m, d = int(self.cand.numel()), self.keys.shape[1]
-            kt = torch.empty((d, m), dtype=dtype)
-            for a in range(0, m, 65536):
-                b = min(a + 65536, m)
-                rows = self.keys[self.cand[a:b]]
-                kt[:, a:b] = (rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64"
-                              else (rows * self.inv[a:b, None]).to(dtype)).T
-            self.mode, self.matrix = mode, kt
-        return qn.to(self.matrix.dtype) @ self.matrix
-
-    def blocked(self, qn: torch.Tensor, mode: str, block: int = 65536) -> torch.Tensor:
-        """Scores in ``mode`` without keeping a full copy of the keys in it (the bf16 fallback, and rows
-        screened again on their own in a finer screen); each key block is made as :meth:`scores` makes it."""
-        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
-        out = torch.empty((qn.shape[0], len(self.cand)), dtype=dtype)
-        q = qn.to(dtype)
-        for a in range(0, len(self.cand), block):
-            b = min(a + block, len(self.cand))
-            rows = self.keys[self.cand[a:b]]
-            kb = rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64" else (rows * self.inv[a:b, None]).to(dtype)
-            out[:, a:b] = q @ kb.T
+            self.matrix = self.buffer = None
+            self.matrix = self.side.pop(mode, None)
+            if self.matrix is None:
+                self.matrix = self._make(mode)
+            self.mode = mode
+            for coarser in SCREENS[: SCREENS.index(mode)]:
+                self.side.pop(coarser, None)
+        c, m = qn.shape[0], self.matrix.shape[0]
+        if self.buffer is None or self.buffer.shape[0] < c:
+            self.buffer = None
+            self.buffer = torch.empty((c, m), dtype=self.matrix.dtype)
+        out = self.buffer[:c]
+        torch.matmul(qn.to(self.matrix.dtype), self.matrix.T, out=out)
         return out
 
-    def fp32_blocked(self, qn: torch.Tensor, block: int = 65536) -> torch.Tensor:
-        """float32 scores without a full float32 copy (the rare fallback of a bf16 chunk)."""
-        return self.blocked(qn, "fp32", block)
+    def blocked(self, qn: torch.Tensor, mode: str) -> torch.Tensor:
+        """Scores in ``mode`` for a few rows (the bf16 fallback, and rows screened again on their own in a
+        finer screen), from the copy of the keys in ``mode``, made as :meth:`scores` makes it and kept."""
+        if mode == self.mode:
+            kt = self.matrix
+        else:
+            kt = self.side.get(mode)
+            if kt is None:
+                kt = self.side[mode] = self._make(mode)
+        return qn.to(kt.dtype) @ kt.T
+
+    def fp32_blocked(self, qn: torch.Tensor) -> torch.Tensor:
+        """float32 scores (the rare fallback of a bf16 chunk)."""
+        return self.blocked(qn, "fp32")
 
 
 def _chunk_step(chunk_rows: int, m: int, mode: str) -> int:

@@ -92,8 +92,12 @@ vectors); the top-k is then taken on the exact scores (source tokens with identi
 exact float64 top-k, whatever the screen, chunk size or thread count. ``screen="auto"`` moves to
 a finer screen as soon as a chunk keeps more candidates than the finer product would cost:
 with concentrated cosines (word fastText vectors trained on a few MB) the bf16 and even the fp32
-margin keep most of a row, the fp64 one about k. Peak memory beyond the inputs is one
-``d x |Vs|`` copy of the source vectors in the screen's type plus one ``chunk_rows x |Vs|`` score
+margin can keep most of a row, the fp64 one about k (on the 250k x 50k scale benchmark's vectors
+the bf16 margin keeps ~160 candidates per row, so auto leaves it after one chunk, and the fp32
+margin ~10). Each chunk's candidates are found through the maxima of blocks of 64 scores (one pass
+over the score block; only blocks that can hold a candidate are looked at again). Peak memory beyond
+the inputs is one ``|Vs| x d`` copy of the source vectors in the screen's type (plus one per finer
+screen when single hard rows are screened again in it) and one reused ``chunk_rows x |Vs|`` score
 block (at most 512 MB).
 
 The numeric core is pure: :func:`wechsel_weights` (neighbours and softmax weights from subword

@@ -161,3 +161,63 @@ def test_a_finer_screen_with_a_smaller_block_cuts_the_chunk_again(monkeypatch):
     assert got.stats["screen_chunks"] == {"bf16": 0, "fp32": 0, "fp64": 9}  # 49 rows with a vector, 6 at a time
     assert np.array_equal(got.indices, expected.indices) and np.array_equal(got.similarities, expected.similarities)
     assert np.array_equal(got.kth_gap, expected.kth_gap)
+
+
+def test_block_maxima_gather_equals_the_dense_exact_topk(monkeypatch):
+    """Rows wide enough for the block search (m = 6001 keys: 93 blocks of 64 and a short last block):
+    random keys, a tight cluster and duplicates; queries random, near the cluster and equal to keys.
+    Every screen gives the dense exact top-k bit for bit, gathering only some blocks of most rows."""
+    rng = np.random.default_rng(11)
+    center = rng.normal(size=16)
+    keys = np.concatenate([rng.normal(size=(4001, 16)), center + 0.003 * rng.normal(size=(2000, 16))]).astype(np.float32)
+    keys[rng.integers(0, 6001, 1500)] = keys[rng.integers(0, 6001, 1500)]
+    q = np.concatenate([rng.normal(size=(40, 16)), center + 0.003 * rng.normal(size=(20, 16))]).astype(np.float32)
+    q[:3] = keys[[5, 4500, 6000]]  # the last key lies in the short last block
+    mask = np.ones(len(keys), dtype=bool)
+    mask[100:140] = False
+    widths = []
+    real = sim._gather_rows
+
+    def spy(*args, **kwargs):
+        parts = real(*args, **kwargs)
+        widths.extend((p.values.shape[1], p.pos is None) for p in parts)
+        return parts
+
+    monkeypatch.setattr(sim, "_gather_rows", spy)
+    for k in (1, 10):
+        idx, sims, gap = _dense_exact(q, keys, k, mask)
+        for screen in ("bf16", "fp32", "fp64", "auto"):
+            r = topk_cosine(q, keys, k, key_mask=mask, screen=screen, chunk_rows=16)
+            assert np.array_equal(r.indices, idx) and np.array_equal(r.similarities, sims), (k, screen)
+            assert np.array_equal(r.kth_gap, gap), (k, screen)
+    assert any(not whole and w < 6001 // 4 for w, whole in widths)  # some rows looked at a few blocks only
+    assert all(w <= 6001 for w, _ in widths)
+
+
+@pytest.mark.parametrize("mode", ["bf16", "fp32", "fp64"])
+def test_gathered_rows_hold_every_candidate_and_count_them_as_the_whole_row(mode):
+    """_gather_rows on a screen block: per row, every score >= v_k - 2 eps is among the gathered entries (at
+    its own position), and eps and the candidate count equal those computed on the whole row."""
+    rng = np.random.default_rng(12)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
+    spread = {"bf16": 0.01, "fp32": 1e-4, "fp64": 1e-12}[mode]  # windows of a few blocks in each screen
+    a = 0.3 + 0.05 * rng.normal(size=(24, 5000))  # the background, and 20 high scores per row in a few blocks
+    np.put_along_axis(a, rng.integers(0, 5000, size=(24, 20)), 0.7 + spread * rng.normal(size=(24, 20)), axis=1)
+    a = torch.from_numpy(a).to(dtype)
+    a[3] = 0.5
+    a[3, 4990] = 0.9  # the best score of a row in the short last block
+    kk, d = 10, 100
+    parts = sim._gather_rows(a, kk, mode, d)
+    assert sorted(torch.cat([p.rows for p in parts]).tolist()) == list(range(24))
+    sdt = torch.float64 if mode == "fp64" else torch.float32
+    for p in parts:
+        for j, row in enumerate(p.rows.tolist()):
+            vals = torch.topk(a[row], kk).values.to(sdt)
+            eps = sim._screen_eps(mode, d, vals[:1], vals[kk - 1 : kk])
+            thr = vals[kk - 1] - 2 * eps
+            want = set(torch.nonzero(a[row] >= thr).squeeze(1).tolist())
+            pos = torch.arange(5000) if p.pos is None else p.pos[j]
+            got = set(pos[p.values[j] >= thr].tolist())
+            assert got == want and int(p.need[j]) == len(want) and torch.equal(p.eps[j : j + 1], eps), (mode, row)
+            assert torch.equal(a[row, pos], p.values[j])
+    assert any(p.pos is not None for p in parts)
