@@ -1,0 +1,159 @@
+"""``hypernet``: a ZeTT-style hypernetwork over source pieces, trained on the source (methods/hypernet.py).
+
+Checked on the tiny world: the decomposition never uses the token itself and spells its string; the
+training loss falls; before any step the rows are mean-of-pieces'; a seed gives bit-identical rows
+whatever the global RNGs hold (and from the cache); the provenance counts add up; bad settings are
+one error naming the field.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from harness import registry, seeding
+from harness import vocab as _canon
+from harness.model import surgery
+from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
+from methods._hypernet_model import best_split
+from methods.hypernet import HypernetConfig, build_network, training_data
+
+FAST = {"steps": 60, "batch_size": 64, "hidden": 32, "heads": 2}
+
+
+@pytest.fixture(scope="module")
+def world(tiny_world, tiny_source, tmp_path_factory):
+    from transformers import AutoModelForMaskedLM
+
+    from harness.tokenizers import load_tokenizer, train_tokenizer
+    from harness.world import World
+
+    w = World(tiny_world)
+    model = AutoModelForMaskedLM.from_pretrained(tiny_source)
+    return {
+        "world": w,
+        "src_tok": load_tokenizer(str(tiny_source)),
+        "tgt_tok": train_tokenizer([w.text("near", "train")], "unigram", 300, cache_dir=tmp_path_factory.mktemp("tok")),
+        "emb": model.get_input_embeddings().weight.detach().float().clone(),
+        "tmp": tmp_path_factory,
+    }
+
+
+def _run(name: str, t: dict, seed: int, options: dict | None = None, cache_dir=None):
+    inputs = TransferInputs(source_tokenizer=t["src_tok"], target_tokenizer=t["tgt_tok"], source_embeddings=t["emb"],
+                            source_language="src", target_language="near", cache_dir=cache_dir)
+    method = registry.get("method", name).make(options or {})
+    return method.initialize(inputs, seeding.numpy_rng(seed, "init", name))
+
+
+def _rows(res, E, seed=1):
+    return surgery.materialize(res.mapping, E, seeding.torch_generator(seed, "test"))
+
+
+def test_training_pieces_spell_the_token_without_it(world):
+    tok, n = world["src_tok"], world["emb"].shape[0]
+    canon, spec, drop = _canon.canonical_vocab(tok), _canon.family_spec(tok), _canon.special_ids(tok)
+    checked = 0
+    for t in range(n):
+        c = canon[t]
+        if c is None or t in drop or len(c.text) < 2:
+            continue
+        pieces = best_split(tok, c, spec=spec, token_id=t, drop=drop, n_source=n)
+        if pieces is None:
+            continue
+        assert t not in pieces and len(pieces) >= 2
+        assert b"".join(canon[p].text for p in pieces) == c.text  # the pieces spell the token
+        assert canon[pieces[0]].word_start == c.word_start and not any(canon[p].word_start for p in pieces[1:])
+        checked += 1
+    assert checked > 50
+
+
+def test_training_loss_falls(world):
+    cfg = HypernetConfig(**{**FAST, "steps": 150})
+    data, counts = training_data(world["src_tok"], world["emb"].shape[0], cfg, np.random.default_rng(0))
+    assert counts["train"] + counts["holdout"] == counts["decomposed"] > 100
+    from methods._hypernet_model import train
+
+    net = build_network(world["emb"], cfg, 3)
+    report = train(net, world["emb"], data, cfg.train_settings(), torch.Generator().manual_seed(0))
+    assert report.curve[0][1] == report.train_loss_first
+    assert report.train_loss_last < 0.8 * report.train_loss_first, report.curve
+    before, after = report.holdout["before"], report.holdout["after"]
+    assert after["loss"] < before["loss"] and after["cosine_mean"] > before["cosine_mean"], report.holdout
+
+
+@pytest.mark.parametrize("weights", ["free", "softmax"])
+def test_before_training_rows_are_mean_of_pieces(world, weights):
+    hn = _run("hypernet", world, 2, {**FAST, "steps": 0, "weights": weights})
+    mp = _run("mean-of-pieces", world, 2, {"fuzzy": False})
+    a, b = hn.mapping, mp.mapping
+    same = np.where(b.provenance == COPIED, np.isin(a.provenance, (COPIED, COMBINED)), a.provenance == b.provenance)
+    assert same.all()  # a single piece is COPIED by mean-of-pieces, COMBINED (weight 1 here) by hypernet
+    torch.testing.assert_close(_rows(hn, world["emb"]), _rows(mp, world["emb"]), rtol=0, atol=1e-6)
+    assert hn.info["rows"]["predicted"] > 50
+
+
+def test_trained_rows_differ_from_the_mean_and_softmax_is_convex(world):
+    E = world["emb"]
+    free = _run("hypernet", world, 2, FAST)
+    mean = _run("hypernet", world, 2, {**FAST, "steps": 0})
+    comb = free.mapping.provenance == COMBINED
+    assert not torch.allclose(_rows(free, E)[comb], _rows(mean, E)[comb], atol=1e-4)
+    soft = _run("hypernet", world, 2, {**FAST, "weights": "softmax"}).mapping
+    lengths = np.diff(soft.indptr)
+    rows = np.repeat(np.arange(soft.n_target), lengths)
+    entry_comb = soft.provenance[rows] == COMBINED
+    assert np.all(soft.weights[entry_comb] >= 0)
+    sums = np.bincount(rows[entry_comb], weights=soft.weights[entry_comb].astype(np.float64), minlength=soft.n_target)
+    np.testing.assert_allclose(sums[soft.provenance == COMBINED], 1.0, atol=1e-5)
+
+
+def test_same_seed_same_rows_whatever_the_global_rng_and_the_cache(world, tmp_path):
+    random.seed(1)
+    np.random.seed(1)
+    torch.manual_seed(1)
+    a = _run("hypernet", world, 7, FAST, cache_dir=tmp_path / "a")
+    random.seed(99)
+    np.random.seed(98)
+    torch.manual_seed(97)
+    _ = [random.random(), np.random.rand(3), torch.rand(3)]
+    b = _run("hypernet", world, 7, FAST, cache_dir=None)
+    c = _run("hypernet", world, 7, FAST, cache_dir=tmp_path / "a")  # from the cache
+    assert c.info["hypernet"]["cache_dir"] == a.info["hypernet"]["cache_dir"] is not None
+    for other in (b, c):
+        for field in ("indptr", "indices", "weights", "provenance"):
+            assert np.array_equal(getattr(a.mapping, field), getattr(other.mapping, field)), field
+    assert torch.equal(_rows(a, world["emb"]), _rows(b, world["emb"]))
+    d = _run("hypernet", world, 8, FAST)  # another trial seed: another network
+    assert not np.array_equal(a.mapping.weights, d.mapping.weights)
+    e = _run("hypernet", world, 8, {**FAST, "seed": a.info["hypernet"]["seed"]})  # a pinned seed wins
+    assert np.array_equal(a.mapping.weights, e.mapping.weights)
+
+
+@pytest.mark.parametrize("copy_overlap", [True, False])
+def test_provenance_counts_add_up(world, copy_overlap):
+    res = _run("hypernet", world, 4, {**FAST, "copy_overlap": copy_overlap})
+    m, rows = res.mapping, res.info["rows"]
+    counts = m.counts()
+    assert sum(counts.values()) == m.n_target == len(world["tgt_tok"])
+    assert counts["special"] == rows["special"] and counts["copied"] == rows["copied_overlap"]
+    assert counts["combined"] == rows["predicted"]
+    assert counts["fallback"] == rows["fallback_no_pieces"] + rows["fallback_only_unk"] + rows["no_canonical_form"]
+    assert sum(len(ids) for ids in res.random_reasons.values()) == rows["fallback_no_pieces"] + rows["fallback_only_unk"]
+    assert (rows["copied_overlap"] > 0) == copy_overlap
+    lengths = np.diff(m.indptr)
+    assert np.all(lengths[np.isin(m.provenance, (SPECIAL, COPIED))] == 1) and np.all(lengths[m.provenance == FALLBACK] == 0)
+    train = res.info["hypernet"]
+    assert train["data"]["train"] > 0 and train["train_loss_last"] < train["train_loss_first"]
+
+
+@pytest.mark.parametrize("field, value", [
+    ("steps", -1), ("hidden", 0), ("heads", 3), ("lr", 0.0), ("holdout", 1.0), ("objective", "lm"),
+    ("weights", "sparsemax"), ("copy_overlap", "yes"), ("max_pieces", 1), ("seed", -2), ("mse_weight", float("nan")),
+])
+def test_bad_settings_name_the_field(field, value):
+    with pytest.raises(ValueError, match=rf"(HypernetConfig|method 'hypernet')\.{field}\b"):
+        registry.get("method", "hypernet").make({field: value})
