@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -60,7 +60,15 @@ from harness.families import tokenizer_key
 from harness.files import write_atomic
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
 from harness.registry import register_method
-from harness.vocab import canonical_vocab, compute_overlap, encode_canon, family_spec, show_canon, special_ids, vocab_size
+from harness.vocab import (
+    canonical_vocab,
+    compute_overlap,
+    encode_canon,
+    family_spec,
+    show_canon,
+    special_ids,
+    vocab_size,
+)
 from methods._hypernet_model import PieceHypernet, TrainSettings, best_split, pad_pieces, predict_weights, train
 from methods.mean_of_pieces import RANDOM_REASONS
 
