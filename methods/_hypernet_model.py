@@ -10,6 +10,7 @@ token's embedding is the weighted sum of its pieces' source rows. The weights ar
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from dataclasses import dataclass, field
@@ -134,6 +135,7 @@ class TrainSettings:
     lr: float
     weight_decay: float
     mse_weight: float
+    select: str = "best-holdout"
     log_every: int = 0
 
 
@@ -145,6 +147,8 @@ class TrainReport:
     train_loss_first: float | None = None
     train_loss_last: float | None = None
     holdout: dict = field(default_factory=dict)
+    holdout_curve: list[tuple[int, float]] = field(default_factory=list)
+    selected_step: int | None = None
     seconds: float = 0.0
 
 
@@ -170,25 +174,28 @@ def train(net: PieceHypernet, E: torch.Tensor, data: dict, settings: TrainSettin
     """Fit ``net`` so that its output for each training token's pieces approaches the token's own row.
 
     Args:
-        net: the hypernetwork (trained in place).
+        net: the hypernetwork (trained in place; with ``settings.select == "best-holdout"`` it ends with
+            the parameters of the logged step, step 0 = mean-of-pieces included, of lowest held-out loss).
         E: the frozen source embeddings ``[V, d]`` float32.
         data: ``{"ids", "mask", "targets"}`` for training and ``{"hold_ids", "hold_mask", "hold_targets"}``
             held out (tensors from :func:`pad_pieces`; targets are token ids).
-        settings: steps, batch size, optimizer and loss weights.
+        settings: steps, batch size, optimizer, loss weights and the selection rule.
         generator: draws every batch (``torch.randint``).
 
     Returns:
-        The loss curve (every ``log_every`` steps), first/last training loss and the held-out loss and
-        mean cosine before (= mean of pieces) and after training.
+        The loss curves (training and held-out, every ``log_every`` steps), first/last training loss and
+        the held-out loss and mean cosine before training (= mean of pieces) and of the returned network.
     """
     t0 = time.perf_counter()
     report = TrainReport()
     hold = (data["hold_ids"], data["hold_mask"], data["hold_targets"])
     report.holdout["before"] = _evaluate(net, E, *hold, settings.mse_weight)
+    select = settings.select == "best-holdout" and bool(report.holdout["before"])
+    best = (report.holdout["before"]["loss"], 0, copy.deepcopy(net.state_dict())) if select else None
     opt = torch.optim.AdamW(net.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
     n = len(data["ids"])
     every = settings.log_every or max(1, settings.steps // 10)
-    for step in range(settings.steps):
+    for step in range(1, settings.steps + 1):
         batch = torch.randint(n, (min(settings.batch_size, n),), generator=generator)
         ids, mask = data["ids"][batch], data["mask"][batch]
         width = int(mask.sum(1).max())
@@ -196,12 +203,18 @@ def train(net: PieceHypernet, E: torch.Tensor, data: dict, settings: TrainSettin
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        value = float(loss.detach())
-        if step == 0:
-            report.train_loss_first = round(value, 6)
-        if step % every == 0 or step == settings.steps - 1:
-            report.curve.append((step, round(value, 6)))
-        report.train_loss_last = round(value, 6)
+        report.train_loss_last = round(float(loss.detach()), 6)
+        report.train_loss_first = report.train_loss_first if step > 1 else report.train_loss_last
+        if step == 1 or step % every == 0 or step == settings.steps:
+            report.curve.append((step, report.train_loss_last))
+            if select:
+                held = _evaluate(net, E, *hold, settings.mse_weight)["loss"]
+                report.holdout_curve.append((step, held))
+                if held < best[0]:
+                    best = (held, step, copy.deepcopy(net.state_dict()))
+    if select:
+        net.load_state_dict(best[2])
+        report.selected_step = best[1]
     report.holdout["after"] = _evaluate(net, E, *hold, settings.mse_weight)
     report.seconds = round(time.perf_counter() - t0, 3)
     return report

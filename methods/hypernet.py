@@ -74,11 +74,11 @@ from methods.mean_of_pieces import RANDOM_REASONS
 
 __all__ = ["HypernetConfig", "Hypernet"]
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bumped whenever the training code changes what a cached network holds."""
 _MAX_LOGGED = 50
 TRAIN_FIELDS = ("objective", "weights", "hidden", "layers", "heads", "max_pieces", "steps", "batch_size", "lr",
-                "weight_decay", "mse_weight", "max_train_tokens", "holdout")
+                "weight_decay", "mse_weight", "max_train_tokens", "holdout", "select")
 """The config fields that decide the trained network (its cache key, with the seed and the source)."""
 
 
@@ -117,7 +117,10 @@ class HypernetConfig:
     """Most source tokens decomposed for training (a seeded sample of a larger vocabulary): bounds the cost at 250k."""
     holdout: float = 0.05
     """Share of the training tokens held out (their loss before and after training is recorded)."""
-    chunk_rows: int = 4096
+    select: Literal["best-holdout", "last"] = "best-holdout"
+    """Which network to keep: the logged step (every ``steps // 10``; step 0, i.e. mean-of-pieces, included)
+    of lowest held-out loss, or the last step. ``best-holdout`` needs ``holdout > 0`` (else: the last)."""
+    chunk_rows: int = 1024
     """Target tokens predicted at once (memory ~ chunk_rows x pieces x d floats)."""
     seed: int | None = None
     """Seed of the network's initialization, sample and batches; ``null`` draws it from the trial's generator."""
@@ -136,7 +139,8 @@ class HypernetConfig:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or not ok(v):
                 raise ValueError(f"{name}.{f} must be a finite number {want}, got {v!r}")
-        for f, allowed in (("objective", ("reconstruct",)), ("weights", ("free", "softmax"))):
+        for f, allowed in (("objective", ("reconstruct",)), ("weights", ("free", "softmax")),
+                           ("select", ("best-holdout", "last"))):
             if getattr(self, f) not in allowed:
                 raise ValueError(f"{name}.{f} must be one of {allowed}, got {getattr(self, f)!r}")
         for f in ("copy_overlap", "fuzzy"):
@@ -148,7 +152,8 @@ class HypernetConfig:
     def train_settings(self) -> TrainSettings:
         """The training loop's settings."""
         return TrainSettings(steps=self.steps, batch_size=self.batch_size, lr=float(self.lr),
-                             weight_decay=float(self.weight_decay), mse_weight=float(self.mse_weight))
+                             weight_decay=float(self.weight_decay), mse_weight=float(self.mse_weight),
+                             select=self.select)
 
 
 def _source_key(E: torch.Tensor, src_tok: Any) -> dict:
@@ -220,6 +225,7 @@ def trained_network(inputs: TransferInputs, E: torch.Tensor, cfg: HypernetConfig
         report = train(net, E, data, cfg.train_settings(), seeding.torch_generator(seed, "hypernet", "batches"))
         facts = {"seed": seed, "data": counts, "train_loss_first": report.train_loss_first,
                  "train_loss_last": report.train_loss_last, "curve": report.curve, "holdout": report.holdout,
+                 "holdout_curve": report.holdout_curve, "selected_step": report.selected_step,
                  "timings": {"decompose_s": round(t_data, 3), "train_s": report.seconds}}
         torch.save(net.state_dict(), directory / "network.pt")
         write_atomic(directory / "training.json", json.dumps(facts, indent=1))

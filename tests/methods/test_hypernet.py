@@ -8,6 +8,7 @@ one error naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import numpy as np
@@ -18,7 +19,7 @@ from harness import registry, seeding
 from harness import vocab as _canon
 from harness.model import surgery
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
-from methods._hypernet_model import best_split
+from methods._hypernet_model import best_split, train
 from methods.hypernet import HypernetConfig, build_network, training_data
 
 FAST = {"steps": 60, "batch_size": 64, "hidden": 32, "heads": 2}
@@ -71,18 +72,23 @@ def test_training_pieces_spell_the_token_without_it(world):
     assert checked > 50
 
 
-def test_training_loss_falls(world):
-    cfg = HypernetConfig(**{**FAST, "steps": 150})
+def test_training_loss_falls_and_the_best_held_out_network_is_kept(world):
+    cfg = HypernetConfig(**{**FAST, "steps": 150, "select": "last"})
     data, counts = training_data(world["src_tok"], world["emb"].shape[0], cfg, np.random.default_rng(0))
-    assert counts["train"] + counts["holdout"] == counts["decomposed"] > 100
-    from methods._hypernet_model import train
-
+    assert counts["train"] + counts["holdout"] == counts["decomposed"] > 100 and counts["holdout"] > 0
     net = build_network(world["emb"], cfg, 3)
     report = train(net, world["emb"], data, cfg.train_settings(), torch.Generator().manual_seed(0))
-    assert report.curve[0][1] == report.train_loss_first
+    assert report.curve[0][0] == 1 and report.curve[-1][0] == 150 and report.selected_step is None
     assert report.train_loss_last < 0.8 * report.train_loss_first, report.curve
-    before, after = report.holdout["before"], report.holdout["after"]
-    assert after["loss"] < before["loss"] and after["cosine_mean"] > before["cosine_mean"], report.holdout
+    assert report.holdout["after"]["cosine_mean"] > report.holdout["before"]["cosine_mean"], report.holdout
+    # best-holdout: the same run, ending with the logged network (step 0 included) of lowest held-out loss
+    best_cfg = dataclasses.replace(cfg, select="best-holdout")
+    net = build_network(world["emb"], best_cfg, 3)
+    best = train(net, world["emb"], data, best_cfg.train_settings(), torch.Generator().manual_seed(0))
+    assert best.curve == report.curve and len(best.holdout_curve) == len(best.curve)
+    losses = dict([(0, best.holdout["before"]["loss"]), *best.holdout_curve])
+    assert best.selected_step == min(losses, key=lambda k: (losses[k], k))
+    assert best.holdout["after"]["loss"] == pytest.approx(losses[best.selected_step], abs=1e-6)
 
 
 @pytest.mark.parametrize("weights", ["free", "softmax"])
@@ -152,7 +158,7 @@ def test_provenance_counts_add_up(world, copy_overlap):
 
 @pytest.mark.parametrize("field, value", [
     ("steps", -1), ("hidden", 0), ("heads", 3), ("lr", 0.0), ("holdout", 1.0), ("objective", "lm"),
-    ("weights", "sparsemax"), ("copy_overlap", "yes"), ("max_pieces", 1), ("seed", -2), ("mse_weight", float("nan")),
+    ("weights", "sparsemax"), ("select", "best"), ("copy_overlap", "yes"), ("max_pieces", 1), ("seed", -2), ("mse_weight", float("nan")),
 ])
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"(HypernetConfig|method 'hypernet')\.{field}\b"):
