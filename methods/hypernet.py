@@ -6,8 +6,9 @@ on the source model itself — a method that trains, brought as one file like a 
    and a right part that the source tokenizer segments *without the token itself* (the cut with the
    fewest pieces, :func:`methods._hypernet_model.best_split`); at most ``max_train_tokens`` of them
    (a seeded sample), at most ``max_pieces`` pieces each; ``holdout`` of them held out to report how
-   far training moved the held-out loss from mean-of-pieces'. The target is the token's own source
-   input-embedding row.
+   far training moved the held-out loss from mean-of-pieces' and, with ``select: best-holdout``
+   (default), to keep the logged network of lowest held-out loss (step 0 = mean-of-pieces included: a
+   tiny source overfits in a few dozen steps). The target is the token's own source input-embedding row.
 2. **Network**: the pieces' frozen source rows plus learned position embeddings, a ``layers``-layer
    pre-norm transformer encoder of width ``hidden``, and a head giving one weight per piece; the
    token's embedding is the weighted sum of its pieces' rows, with weights ``1/n + delta`` (``weights:
@@ -45,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -207,7 +209,9 @@ def training_data(src_tok: Any, n_source: int, cfg: HypernetConfig, rng: np.rand
 
 def build_network(E: torch.Tensor, cfg: HypernetConfig, seed: int) -> PieceHypernet:
     """A fresh network whose parameters are drawn from ``seed`` (the global RNGs are restored after)."""
-    scale = float(E.detach().to(torch.float64).pow(2).mean().sqrt()) or 1.0
+    step = max(1, (1 << 22) // max(int(E.shape[1]), 1))  # row chunks: a 250k x 768 matrix is never copied whole
+    total = sum(float(E[a : a + step].detach().to(torch.float64).pow(2).sum()) for a in range(0, int(E.shape[0]), step))
+    scale = (total / max(E.numel(), 1)) ** 0.5 or 1.0
     with seeding.seeded_globals(seed, "hypernet", "init"):
         return PieceHypernet(int(E.shape[1]), hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
                              max_pieces=cfg.max_pieces, scale=scale, weights=cfg.weights)
@@ -216,8 +220,10 @@ def build_network(E: torch.Tensor, cfg: HypernetConfig, seed: int) -> PieceHyper
 def trained_network(inputs: TransferInputs, E: torch.Tensor, cfg: HypernetConfig, seed: int) -> tuple[PieceHypernet, dict]:
     """The network trained on the source (from the cache when ``inputs.cache_dir`` holds it) and its training facts."""
     src_tok = inputs.source_tokenizer
+    trained = []
 
     def build(directory: Path) -> None:
+        trained.append(True)
         net = build_network(E, cfg, seed)
         t0 = time.perf_counter()
         data, counts = training_data(src_tok, int(E.shape[0]), cfg, seeding.numpy_rng(seed, "hypernet", "data"))
@@ -230,22 +236,23 @@ def trained_network(inputs: TransferInputs, E: torch.Tensor, cfg: HypernetConfig
         torch.save(net.state_dict(), directory / "network.pt")
         write_atomic(directory / "training.json", json.dumps(facts, indent=1))
 
-    key = {"version": CACHE_VERSION, "source": _source_key(E, src_tok), "seed": seed,
-           "train": {f: getattr(cfg, f) for f in TRAIN_FIELDS}}
     if inputs.cache_dir is None:
-        import tempfile
-
         with tempfile.TemporaryDirectory() as tmp:
             build(Path(tmp))
-            return _load(Path(tmp), E, cfg, seed, cached=False)
-    return _load(cached_dir("hypernet", key, build, root=Path(inputs.cache_dir)), E, cfg, seed, cached=True)
+            return _load(Path(tmp), E, cfg, seed, cache_dir=None, trained=True)
+    key = {"version": CACHE_VERSION, "source": _source_key(E, src_tok), "seed": seed,
+           "train": {f: getattr(cfg, f) for f in TRAIN_FIELDS}}
+    directory = cached_dir("hypernet", key, build, root=Path(inputs.cache_dir))
+    return _load(directory, E, cfg, seed, cache_dir=directory, trained=bool(trained))
 
 
-def _load(directory: Path, E: torch.Tensor, cfg: HypernetConfig, seed: int, *, cached: bool) -> tuple[PieceHypernet, dict]:
+def _load(directory: Path, E: torch.Tensor, cfg: HypernetConfig, seed: int, *, cache_dir: Path | None,
+          trained: bool) -> tuple[PieceHypernet, dict]:
+    """The network saved in ``directory`` and its training facts (plus where it is cached and whether this call trained it)."""
     net = build_network(E, cfg, seed)
     net.load_state_dict(torch.load(directory / "network.pt", weights_only=True))
     facts = json.loads((directory / "training.json").read_text())
-    return net, {**facts, "cache_dir": str(directory) if cached else None}
+    return net, {**facts, "cache_dir": None if cache_dir is None else str(cache_dir), "trained_in_this_call": trained}
 
 
 @register_method(

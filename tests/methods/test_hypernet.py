@@ -129,6 +129,8 @@ def test_same_seed_same_rows_whatever_the_global_rng_and_the_cache(world, tmp_pa
     b = _run("hypernet", world, 7, FAST, cache_dir=None)
     c = _run("hypernet", world, 7, FAST, cache_dir=tmp_path / "a")  # from the cache
     assert c.info["hypernet"]["cache_dir"] == a.info["hypernet"]["cache_dir"] is not None
+    assert a.info["hypernet"]["trained_in_this_call"] and not c.info["hypernet"]["trained_in_this_call"]
+    assert b.info["hypernet"]["cache_dir"] is None and b.info["hypernet"]["trained_in_this_call"]
     for other in (b, c):
         for field in ("indptr", "indices", "weights", "provenance"):
             assert np.array_equal(getattr(a.mapping, field), getattr(other.mapping, field)), field
