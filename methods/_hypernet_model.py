@@ -73,7 +73,13 @@ def best_split(tok: Any, canon: Canon, *, spec: Any, token_id: int, drop: set[in
 
 
 def pad_pieces(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids [n, L] int64 padded with 0, mask [n, L] bool)`` with ``L`` the longest sequence."""
+    """``(ids [n, L] int64 padded with 0, mask [n, L] bool)`` with ``L`` the longest sequence.
+
+    Example:
+        >>> ids, mask = pad_pieces([[5, 6, 7], [8]])
+        >>> ids.tolist(), mask.sum(1).tolist()
+        ([[5, 6, 7], [8, 0, 0]], [3, 1])
+    """
     width = max((len(s) for s in seqs), default=1)
     ids = torch.zeros(len(seqs), width, dtype=torch.long)
     mask = torch.zeros(len(seqs), width, dtype=torch.bool)
@@ -153,7 +159,13 @@ class TrainReport:
 
 
 def reconstruct_loss(pred: torch.Tensor, target: torch.Tensor, mse_weight: float) -> torch.Tensor:
-    """``mean(1 - cos) + mse_weight * sum ||pred - target||² / sum ||target||²`` (the ``reconstruct`` objective)."""
+    """``mean(1 - cos) + mse_weight * sum ||pred - target||² / sum ||target||²`` (the ``reconstruct`` objective).
+
+    Example:
+        >>> t = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
+        >>> float(reconstruct_loss(t, t, 1.0)), float(reconstruct_loss(-t, t, 0.0))
+        (0.0, 2.0)
+    """
     cos = F.cosine_similarity(pred, target, dim=1, eps=1e-12)
     rel = ((pred - target) ** 2).sum() / (target**2).sum().clamp(min=1e-30)
     return (1.0 - cos).mean() + mse_weight * rel

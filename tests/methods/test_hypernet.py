@@ -21,26 +21,12 @@ from harness.model import surgery
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
 from methods._hypernet_model import best_split, train
 from methods.hypernet import HypernetConfig, build_network, training_data
+from tests.methods import test_properties as _properties
+
+world = _properties.world
+"""The tiny world's source tokenizer and rows and the unigram-300 ``near`` target (a fixture, shared)."""
 
 FAST = {"steps": 60, "batch_size": 64, "hidden": 32, "heads": 2}
-
-
-@pytest.fixture(scope="module")
-def world(tiny_world, tiny_source, tmp_path_factory):
-    from transformers import AutoModelForMaskedLM
-
-    from harness.tokenizers import load_tokenizer, train_tokenizer
-    from harness.world import World
-
-    w = World(tiny_world)
-    model = AutoModelForMaskedLM.from_pretrained(tiny_source)
-    return {
-        "world": w,
-        "src_tok": load_tokenizer(str(tiny_source)),
-        "tgt_tok": train_tokenizer([w.text("near", "train")], "unigram", 300, cache_dir=tmp_path_factory.mktemp("tok")),
-        "emb": model.get_input_embeddings().weight.detach().float().clone(),
-        "tmp": tmp_path_factory,
-    }
 
 
 def _run(name: str, t: dict, seed: int, options: dict | None = None, cache_dir=None):
