@@ -194,7 +194,7 @@ def training_data(src_tok: Any, n_source: int, cfg: HypernetConfig, rng: np.rand
         raise ValueError(f"hypernet: only {len(seqs)} source tokens can be cut into known source pieces; "
                          "nothing to train on (a source vocabulary of single characters?)")
     order = rng.permutation(len(seqs))
-    n_hold = int(round(cfg.holdout * len(seqs))) if len(seqs) > 2 else 0
+    n_hold = min(int(round(cfg.holdout * len(seqs))), len(seqs) - 1)  # at least one token to train on
     hold, fit = order[:n_hold], order[n_hold:]
     ids, mask = pad_pieces(seqs)
     tgt = torch.as_tensor(targets, dtype=torch.long)
