@@ -10,6 +10,7 @@ token's embedding is the weighted sum of its pieces' source rows. The weights ar
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import time
@@ -24,7 +25,22 @@ from torch.nn import functional as F
 from harness.families import Canon
 from harness.vocab import encode_canon
 
-__all__ = ["PieceHypernet", "TrainSettings", "best_split", "pad_pieces", "train", "predict_weights"]
+__all__ = ["PieceHypernet", "TrainSettings", "best_split", "pad_pieces", "train", "predict_weights", "one_thread"]
+
+
+@contextlib.contextmanager
+def one_thread():
+    """Run torch on one intra-op thread for the duration (the previous count is restored after).
+
+    Training and inference run inside it, so a seed gives the same rows whatever the machine's core
+    count: with two threads the rows differed from one thread's by one float32 ulp (a 6k x 256 source).
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _boundaries(canon: Canon, bytelevel: bool) -> list[int]:
@@ -194,10 +210,17 @@ def train(net: PieceHypernet, E: torch.Tensor, data: dict, settings: TrainSettin
         settings: steps, batch size, optimizer, loss weights and the selection rule.
         generator: draws every batch (``torch.randint``).
 
+    Runs on one torch thread (:func:`one_thread`): the result does not depend on the core count.
+
     Returns:
         The loss curves (training and held-out, every ``log_every`` steps), first/last training loss and
         the held-out loss and mean cosine before training (= mean of pieces) and of the returned network.
     """
+    with one_thread():
+        return _train(net, E, data, settings, generator)
+
+
+def _train(net: PieceHypernet, E: torch.Tensor, data: dict, settings: TrainSettings, generator: torch.Generator) -> TrainReport:
     t0 = time.perf_counter()
     report = TrainReport()
     hold = (data["hold_ids"], data["hold_mask"], data["hold_targets"])
@@ -234,10 +257,10 @@ def train(net: PieceHypernet, E: torch.Tensor, data: dict, settings: TrainSettin
 
 def predict_weights(net: PieceHypernet, E: torch.Tensor, seqs: list[list[int]], chunk_rows: int) -> list[np.ndarray]:
     """Per sequence of piece ids, the network's weight per piece (float32), in chunks of ``chunk_rows``
-    sequences of similar length (memory ~ ``chunk_rows x longest x d``)."""
+    sequences of similar length (memory ~ ``chunk_rows x longest x d``), on one torch thread."""
     out: list[np.ndarray] = [np.zeros(0, np.float32)] * len(seqs)
     order = sorted(range(len(seqs)), key=lambda i: (len(seqs[i]), i))
-    with torch.no_grad():
+    with torch.no_grad(), one_thread():
         for a in range(0, len(order), chunk_rows):
             chunk = order[a : a + chunk_rows]
             ids, mask = pad_pieces([seqs[i] for i in chunk])

@@ -37,7 +37,8 @@ Simplifications against ZeTT, named:
   over the source rows, not ZeTT's multi-layer hypernetwork initialized from the source model.
 
 Randomness: the network's initialization, the training sample, the holdout and every batch come from
-``seed`` (``null``: drawn from the trial's generator) through :mod:`harness.seeding`; the trained
+``seed`` (``null``: drawn from the trial's generator) through :mod:`harness.seeding`, and training and
+inference run on one torch thread, so a seed gives bit-identical rows on any core count; the trained
 network is cached under ``inputs.cache_dir`` by everything it depends on (source rows, source
 tokenizer, training settings, seed), and its training facts are recorded in ``info["hypernet"]``.
 """
@@ -76,7 +77,7 @@ from methods.mean_of_pieces import RANDOM_REASONS
 
 __all__ = ["HypernetConfig", "Hypernet"]
 
-CACHE_VERSION = 2
+CACHE_VERSION = 3
 """Bumped whenever the training code changes what a cached network holds."""
 _MAX_LOGGED = 50
 TRAIN_FIELDS = ("objective", "weights", "hidden", "layers", "heads", "max_pieces", "steps", "batch_size", "lr",

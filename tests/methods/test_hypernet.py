@@ -19,7 +19,7 @@ from harness import registry, seeding
 from harness import vocab as _canon
 from harness.model import surgery
 from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, TransferInputs
-from methods._hypernet_model import best_split, train
+from methods._hypernet_model import best_split, pad_pieces, predict_weights, train
 from methods.hypernet import HypernetConfig, build_network, training_data
 from tests.methods import test_properties as _properties
 
@@ -151,3 +151,31 @@ def test_provenance_counts_add_up(world, copy_overlap):
 def test_bad_settings_name_the_field(field, value):
     with pytest.raises(ValueError, match=rf"(HypernetConfig|method 'hypernet')\.{field}\b"):
         registry.get("method", "hypernet").make({field: value})
+
+
+@pytest.fixture()
+def restore_threads():
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_rows_do_not_depend_on_the_thread_count(restore_threads):
+    """Big enough for torch's kernels to split work across threads (without one_thread(), 1 and 2 threads
+    gave weights ~1e-5 apart here)."""
+    g = np.random.default_rng(0)
+    E = torch.randn(3000, 256, generator=torch.Generator().manual_seed(0))
+    cfg = HypernetConfig(steps=5, batch_size=512, holdout=0.0)
+    seqs = [g.integers(0, 3000, size=g.integers(2, 9)).tolist() for _ in range(1000)]
+    ids, mask = pad_pieces(seqs)
+    targets = torch.as_tensor(g.integers(0, 3000, size=len(seqs)))
+    data = {"ids": ids, "mask": mask, "targets": targets, "hold_ids": ids[:0], "hold_mask": mask[:0],
+            "hold_targets": targets[:0]}
+    out = {}
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        net = build_network(E, cfg, 0)
+        train(net, E, data, cfg.train_settings(), torch.Generator().manual_seed(0))
+        out[threads] = np.concatenate(predict_weights(net, E, seqs, 1024))
+        assert torch.get_num_threads() == threads  # restored
+    assert np.array_equal(out[1], out[2])
