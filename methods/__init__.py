@@ -5,6 +5,7 @@ from methods import (  # noqa: F401
     clp,
     focus,
     from_scratch,
+    hypernet,
     mean_of_pieces,
     multivariate,
     ofa,
