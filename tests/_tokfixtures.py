@@ -351,6 +351,7 @@ FAST_METHOD_CONFIG: dict[str, dict] = {
     "tiktotok": {"min_count": 1, "aligner": "ibm1"},
     "omp": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_threads": 1, "aux_bucket": 540_672},
     "ofa": {"dim": 16, "epochs": 5, "min_count": 1},
+    "hypernet": {"steps": 30, "hidden": 32, "heads": 2},
 }
 """Tiny fastText / aligner settings for methods that train auxiliary models; others use defaults."""
 

@@ -20,6 +20,7 @@ FAST = {
     "tiktotok": {"min_count": 1, "aligner": "ibm1"},
     "omp": {"aux_dim": 16, "aux_epochs": 1, "aux_min_count": 1, "aux_bucket": 540_672},
     "ofa": {"dim": 16, "epochs": 5, "min_count": 1},
+    "hypernet": {"steps": 30, "hidden": 32, "heads": 2},
 }
 METHODS = registry.names("method")
 
