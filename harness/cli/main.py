@@ -278,9 +278,10 @@ def cmd_sync(args) -> int:
 
 
 def cmd_init(args) -> int:
-    """``tokxfer init``: a first line before the libraries load (seconds on a busy machine), and in a log
-    (stderr not a terminal) a watchdog line whenever HEARTBEAT_S pass without one."""
-    if args.quiet or args.explain:
+    """``tokxfer init``; in a log (stderr not a terminal) a watchdog writes a line whenever HEARTBEAT_S pass
+    without one, from before the libraries load (seconds on a busy machine) to the end. Nothing extra is
+    written unless a silence happens, so a bad input found early is still reported as one line."""
+    if args.quiet or args.explain or sys.stderr.isatty():  # a terminal shows live bars; watchdog lines would break them
         from harness.cli.init_cmd import run
 
         return run(args)
@@ -291,13 +292,8 @@ def cmd_init(args) -> int:
     def write(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    write("starting: importing torch, transformers and the registered methods")
-    if sys.stderr.isatty():  # a terminal shows live bars; watchdog lines would break them
-        from harness.cli.init_cmd import run
-
-        return run(args, t0=t0)
     with progress.Watchdog(write) as dog:
-        dog.touch("importing libraries")
+        dog.touch("importing torch, transformers and the registered methods")
         from harness.cli.init_cmd import run
 
         return run(args, t0=t0, watchdog=dog)

@@ -584,8 +584,8 @@ def test_a_bug_inside_a_method_is_an_internal_error_not_the_users(standin, tmp_p
 
 
 def test_s08_a_log_of_init_is_never_silent(standin, tmp_path, capfd, monkeypatch):
-    """In a log (stderr not a terminal) init's first line comes before the libraries load, and a step that
-    writes nothing for HEARTBEAT_S gets a watchdog line naming what init last said it was doing."""
+    """In a log (stderr not a terminal) a step that writes nothing for HEARTBEAT_S gets a watchdog line naming
+    what init last said it was doing (the watchdog runs from before the libraries load)."""
     import time as _time
 
     from harness import progress
@@ -601,7 +601,7 @@ def test_s08_a_log_of_init_is_never_silent(standin, tmp_path, capfd, monkeypatch
     monkeypatch.setattr(init_cmd, "_check_files", slow_checks)
     code, _, err = cli(capfd, *init_argv(standin, "overlap", tmp_path / "o"))
     lines = err.splitlines()
-    assert code == 0 and "starting: importing" in lines[0], err
+    assert code == 0, err
     assert any(ln.split("] ", 1)[-1].startswith("still ") and "since the last line" in ln for ln in lines), err
     code, _, err = cli(capfd, *init_argv(standin, "overlap", tmp_path / "q", "--quiet"))
-    assert code == 0 and "starting:" not in err and "still " not in err
+    assert code == 0 and "still " not in err
