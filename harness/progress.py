@@ -360,9 +360,12 @@ class Watchdog:
         True
     """
 
-    def __init__(self, write: Callable[[str], None], every: float | None = None) -> None:
+    def __init__(self, write: Callable[[str], None], every: float | None = None, *, what: str = "working",
+                 first: float | None = None) -> None:
         self.write, self.every = write, float(HEARTBEAT_S if every is None else every)
-        self.what, self.last = "working", time.monotonic()
+        self.what, self.last = what, time.monotonic()
+        # the silence allowed before the first line: shorter when the process ran before the watchdog started
+        self._limit = self.every if first is None else float(first)
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -370,17 +373,17 @@ class Watchdog:
     def touch(self, what: str | None = None) -> None:
         """A line was just written (``what``: what the command is doing now, if it says)."""
         with self._lock:
-            self.last = time.monotonic()
+            self.last, self._limit = time.monotonic(), self.every
             if what:
                 self.what = what
 
     def _run(self) -> None:
-        while not self._stop.wait(min(1.0, self.every / 4)):
+        while not self._stop.wait(min(1.0, self.every / 4, self._limit / 4)):
             with self._lock:
                 quiet = time.monotonic() - self.last
-                if quiet < self.every:
+                if quiet < self._limit:
                     continue
-                what, self.last = self.what, time.monotonic()
+                what, self.last, self._limit = self.what, time.monotonic(), self.every
             self.write(f"still {what} ({elapsed(quiet)} since the last line)")
 
     def __enter__(self) -> Watchdog:

@@ -292,8 +292,9 @@ def cmd_init(args) -> int:
     def write(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    with progress.Watchdog(write) as dog:
-        dog.touch("importing torch, transformers and the registered methods")
+    # the interpreter and this module took seconds before t0: the first silence allowed is half the interval
+    with progress.Watchdog(write, what="importing torch, transformers and the registered methods",
+                           first=progress.HEARTBEAT_S / 2) as dog:
         from harness.cli.init_cmd import run
 
         return run(args, t0=t0, watchdog=dog)

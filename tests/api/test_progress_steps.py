@@ -181,3 +181,23 @@ def test_terminal_bar_is_the_one_bar_of_grids_pretraining_and_tasks():
     root = pathlib.Path(__file__).resolve().parents[2]
     for rel in ("harness/run/executors.py", "harness/world/pretrain.py", "harness/world/pretrain_model.py", "tasks/loop.py"):
         assert "rich.progress" not in (root / rel).read_text(), rel
+
+
+def test_watchdog_speaks_after_first_silence_then_every_interval_and_not_after_a_line():
+    import time
+
+    from harness.progress import Watchdog
+
+    out: list[str] = []
+    with Watchdog(out.append, every=30, what="importing libraries", first=0.05) as dog:
+        time.sleep(0.4)
+        assert len(out) == 1 and out[0].startswith("still importing libraries (")  # once, then the 30 s interval
+        dog.touch("reading the corpus")
+        time.sleep(0.2)
+    assert len(out) == 1  # a line was written: the full interval applies again
+    out.clear()
+    with Watchdog(out.append, every=0.05) as dog:
+        for _ in range(6):
+            dog.touch("busy but talking")
+            time.sleep(0.02)
+    assert out == []
