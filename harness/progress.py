@@ -364,6 +364,7 @@ class Watchdog:
                  first: float | None = None) -> None:
         self.write, self.every = write, float(HEARTBEAT_S if every is None else every)
         self.what, self.last = what, time.monotonic()
+        self.t0 = time.perf_counter()  # when the command's clock started (its lines' timestamps count from it)
         # the silence allowed before the first line: shorter when the process ran before the watchdog started
         self._limit = self.every if first is None else float(first)
         self._lock = threading.Lock()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import logging
@@ -278,13 +279,21 @@ def cmd_sync(args) -> int:
 
 
 def cmd_init(args) -> int:
-    """``tokxfer init``; in a log (stderr not a terminal) a watchdog writes a line whenever HEARTBEAT_S pass
-    without one, from before the libraries load (seconds on a busy machine) to the end. Nothing extra is
-    written unless a silence happens, so a bad input found early is still reported as one line."""
-    if args.quiet or args.explain or sys.stderr.isatty():  # a terminal shows live bars; watchdog lines would break them
-        from harness.cli.init_cmd import run
+    from harness.cli.init_cmd import run
 
-        return run(args)
+    dog = getattr(args, "watchdog", None)
+    return run(args) if dog is None else run(args, t0=dog.t0, watchdog=dog)
+
+
+@contextlib.contextmanager
+def _silence_guard(args):
+    """For ``tokxfer init`` in a log (stderr not a terminal, not ``--quiet``): a watchdog, from before the
+    libraries load to the end, that writes a line whenever HEARTBEAT_S pass without one (``args.watchdog``,
+    told of every note). Nothing extra is written unless a silence happens, so a bad input found early is
+    still reported as one line. A terminal shows live bars instead; other commands get nothing."""
+    if args.command != "init" or args.quiet or getattr(args, "explain", False) or sys.stderr.isatty():
+        yield
+        return
     from harness import progress
 
     t0 = time.perf_counter()
@@ -292,12 +301,12 @@ def cmd_init(args) -> int:
     def write(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    # the interpreter and this module took seconds before t0: the first silence allowed is half the interval
+    # the interpreter ran for a moment before t0: the first silence allowed is half the interval
     with progress.Watchdog(write, what="importing torch, transformers and the registered methods",
                            first=progress.HEARTBEAT_S / 2) as dog:
-        from harness.cli.init_cmd import run
-
-        return run(args, t0=t0, watchdog=dog)
+        dog.t0 = t0
+        args.watchdog = dog
+        yield
 
 
 def cmd_tokenizer(args) -> int:
@@ -596,14 +605,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = argv  # the command as given, for provenance (init_info.json)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format=LOG_FORMAT)
-    _quiet_libraries()
     try:
-        if args.command in CACHE_COMMANDS:
-            from harness.cache import cache_root
+        with _silence_guard(args):
+            _quiet_libraries()  # imports transformers and datasets: seconds on a busy machine
+            if args.command in CACHE_COMMANDS:
+                from harness.cache import cache_root
 
-            cache_root()  # a relative TOKXFER_CACHE / XDG_CACHE_HOME stops the command here, not in a trial
-        _load_plugins(args)
-        return args.fn(args)
+                cache_root()  # a relative TOKXFER_CACHE / XDG_CACHE_HOME stops the command here, not in a trial
+            _load_plugins(args)
+            return args.fn(args)
     except KeyboardInterrupt:
         if debug:
             import traceback
