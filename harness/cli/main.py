@@ -286,13 +286,15 @@ def cmd_init(args) -> int:
 
 
 @contextlib.contextmanager
-def _silence_guard(args):
-    """For ``tokxfer init`` in a log (stderr not a terminal, not ``--quiet``): a watchdog, from before the
-    libraries load to the end, that writes a line whenever HEARTBEAT_S pass without one (``args.watchdog``,
-    told of every note). Nothing extra is written unless a silence happens, so a bad input found early is
-    still reported as one line. A terminal shows live bars instead; other commands get nothing."""
-    if args.command != "init" or args.quiet or getattr(args, "explain", False) or sys.stderr.isatty():
-        yield
+def _silence_guard(argv: list[str]):
+    """For ``tokxfer init`` in a log (stderr not a terminal, no ``--quiet``/``--explain``): a watchdog, from
+    before the parser and the libraries load to the end, that writes a line whenever HEARTBEAT_S pass
+    without one (``args.watchdog``, told of every note). Nothing extra is written unless a silence
+    happens, so a bad input found early is still reported as one line. A terminal shows live bars
+    instead; other commands get ``None``. Read from the raw arguments: the parser is what takes seconds."""
+    command = next((a for a in argv if not a.startswith("-")), None)
+    if command != "init" or {"--quiet", "--explain", "-h", "--help"} & set(argv) or sys.stderr.isatty():
+        yield None
         return
     from harness import progress
 
@@ -301,12 +303,9 @@ def _silence_guard(args):
     def write(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    # the interpreter ran for a moment before t0: the first silence allowed is half the interval
-    with progress.Watchdog(write, what="importing torch, transformers and the registered methods",
-                           first=progress.HEARTBEAT_S / 2) as dog:
+    with progress.Watchdog(write, what="importing torch, transformers and the registered methods") as dog:
         dog.t0 = t0
-        args.watchdog = dog
-        yield
+        yield dog
 
 
 def cmd_tokenizer(args) -> int:
@@ -596,8 +595,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
+    with _silence_guard(argv) as dog:  # building the parser imports every registered method: seconds
+        return _main(argv, debug, dog)
+
+
+def _main(argv: list[str], debug: bool, dog) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
+    args.watchdog = dog
     # key=value overrides may also come after options (`tokxfer run X.yaml --quiet seeds=[1]`)
     if extra and hasattr(args, "overrides") and all("=" in e and not e.startswith("-") for e in extra):
         args.overrides = [*args.overrides, *extra]
@@ -606,14 +611,13 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv  # the command as given, for provenance (init_info.json)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format=LOG_FORMAT)
     try:
-        with _silence_guard(args):
-            _quiet_libraries()  # imports transformers and datasets: seconds on a busy machine
-            if args.command in CACHE_COMMANDS:
-                from harness.cache import cache_root
+        _quiet_libraries()
+        if args.command in CACHE_COMMANDS:
+            from harness.cache import cache_root
 
-                cache_root()  # a relative TOKXFER_CACHE / XDG_CACHE_HOME stops the command here, not in a trial
-            _load_plugins(args)
-            return args.fn(args)
+            cache_root()  # a relative TOKXFER_CACHE / XDG_CACHE_HOME stops the command here, not in a trial
+        _load_plugins(args)
+        return args.fn(args)
     except KeyboardInterrupt:
         if debug:
             import traceback
