@@ -379,7 +379,7 @@ class Watchdog:
                 self.what = what
 
     def _run(self) -> None:
-        while not self._stop.wait(min(1.0, self.every / 4, self._limit / 4)):
+        while not self._stop.wait(min(0.5, self.every / 8, self._limit / 8)):
             with self._lock:
                 quiet = time.monotonic() - self.last
                 if quiet < self._limit:

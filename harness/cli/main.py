@@ -303,7 +303,9 @@ def _silence_guard(argv: list[str]):
     def write(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
 
-    with progress.Watchdog(write, what="importing torch, transformers and the registered methods") as dog:
+    # a first line soon (a log shows the command started), and every HEARTBEAT_S of silence after that
+    with progress.Watchdog(write, what="importing torch, transformers and the registered methods",
+                           first=progress.HEARTBEAT_S / 2) as dog:
         dog.t0 = t0
         yield dog
 
