@@ -42,6 +42,11 @@ class InitInputError(TokxferError, ValueError):
     """An input of ``tokxfer init`` is missing, malformed or inconsistent; the message names the flag."""
 
 
+def stamped(t0: float, msg: str) -> None:
+    """Print ``msg`` on stderr as one of ``tokxfer init``'s lines: ``[  12.3s] msg``, seconds since ``t0``."""
+    print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+
+
 class Notes:
     """Notes and warnings of one ``tokxfer init`` run: printed to stderr and kept for init_info.json."""
 
@@ -55,7 +60,7 @@ class Notes:
     def note(self, msg: str) -> None:
         self.notes.append(msg)
         if not self.quiet:
-            print(f"[{time.perf_counter() - self.t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
+            stamped(self.t0, msg)
             if self.watchdog is not None:
                 self.watchdog.touch(msg)
 

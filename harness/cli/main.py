@@ -297,16 +297,13 @@ def _silence_guard(argv: list[str]):
         yield None
         return
     from harness import progress
+    from harness.cli.init_checks import stamped
 
-    t0 = time.perf_counter()
-
-    def write(msg: str) -> None:
-        print(f"[{time.perf_counter() - t0:6.1f}s] {msg}", file=sys.stderr, flush=True)
-
-    # a first line soon (a log shows the command started), and every HEARTBEAT_S of silence after that
-    with progress.Watchdog(write, what="importing torch, transformers and the registered methods",
-                           first=progress.HEARTBEAT_S / 2) as dog:
-        dog.t0 = t0
+    # a first line soon (a log shows the command started), and every HEARTBEAT_S of silence after that;
+    # lines are stamped from the watchdog's start, as init's own notes are (run(t0=dog.t0))
+    dog = progress.Watchdog(lambda msg: stamped(dog.t0, msg), first=progress.HEARTBEAT_S / 2,
+                            what="importing torch, transformers and the registered methods")
+    with dog:
         yield dog
 
 
