@@ -22,12 +22,22 @@ RECORDS_DIR = Path(__file__).resolve().parent / "records"
 ``tokxfer leaderboard --all`` renders every world table from them, in seconds, on a clean clone."""
 
 
-def _records_for(spec, runs_dir: Path) -> list[dict]:
+def _records_for(spec, runs_dir: Path, every_experiment: bool = False) -> list[dict]:
+    """The records of a spec's experiments under ``runs_dir``.
+
+    ``every_experiment`` (``--all``): a spec that reads an experiment with no records yet is not
+    rendered (e.g. new rows declared beside a finished experiment's): FileNotFoundError names it.
+    """
     dirs = [d for d in spec.records_dirs(runs_dir) if d.is_dir()]
     if not dirs:
         raise FileNotFoundError(
             f"spec {spec.name!r}: no records under {runs_dir} for experiment(s) {', '.join(spec.experiments)}; run them first"
         )
+    if every_experiment:
+        waiting = [e for e, d in zip(spec.experiments, spec.records_dirs(runs_dir)) if not d.is_dir()]
+        if waiting:
+            raise FileNotFoundError(f"spec {spec.name!r}: no records under {runs_dir} for experiment(s) "
+                                    f"{', '.join(waiting)} (of {', '.join(spec.experiments)}); run them first")
     records = load_records(dirs)
     if spec.where and not any(matches_where(r, spec.where) for r in records):
         raise FileNotFoundError(
@@ -37,12 +47,12 @@ def _records_for(spec, runs_dir: Path) -> list[dict]:
     return records
 
 
-def _render(spec, runs_dir: Path, out_dir: str | Path, known: KnownNames | None = None):
+def _render(spec, runs_dir: Path, out_dir: str | Path, known: KnownNames | None = None, every_experiment: bool = False):
     """Aggregate one spec's records and write .md/.csv/.tex/.html into ``out_dir``; return ``(table, records)``.
 
-    ``known``: see :func:`check_spec_names`.
+    ``known``: see :func:`check_spec_names`; ``every_experiment``: see :func:`_records_for`.
     """
-    records = _records_for(spec, Path(runs_dir))
+    records = _records_for(spec, Path(runs_dir), every_experiment)
     check_spec_names(spec, records, known)
     table = aggregate(records, spec)
     check_columns(table, records)
@@ -266,7 +276,7 @@ def leaderboard_command(args) -> int:
     for sp in specs:
         spec = load_spec(sp)
         try:
-            table, records = _render(spec, runs_dir, out, getattr(args, "known_names", None))
+            table, records = _render(spec, runs_dir, out, getattr(args, "known_names", None), every_experiment=args.all)
         except FileNotFoundError as e:
             if not args.all:
                 raise
