@@ -56,6 +56,13 @@ Caching: :func:`lapt_cache_key` hashes the caller's initialization key, this con
 directives, the seed, the languages and the *contents* of the training text;
 ``apply(..., cache_key=...)`` then stores the adapted model (and its loss curve) in
 ``<cache>/lapt/<hash>`` via :func:`harness.cache.cached_dir`, so several tasks reuse one LAPT run.
+The forgetting options (``forgetting_examples``, ``forgetting_file``) are not part of the key.
+
+Forgetting (:mod:`tasks.forgetting`, where the definition is argued): every stage scores held-out
+source-language sentences with (a) the original source model and its tokenizer, (b) the model it
+receives and (c) the model it returns, both under the trial's tokenizer with the same masks; the
+stage's metrics carry the three losses and ``source_forgetting = (c) - (b)``. The scores are a
+deterministic function of the weights, so a cache hit recomputes them (nothing extra is cached).
 
 Language encodings: a language-encoded model prepares its own batches (language ids of each
 block's language; ``attached`` inserts its token, so blocks are ``max_length - 1`` tokens and the
@@ -67,6 +74,7 @@ writes it beside the weights).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -193,6 +201,18 @@ class LaptConfig:
     """bf16 autocast on CUDA only."""
     cache: bool = True
     """Reuse/store the adapted model when the caller passes a ``cache_key`` to ``apply``."""
+    forgetting_examples: int | None = None
+    """Held-out source-language sentences scored before and after the stage (forgetting,
+    :mod:`tasks.forgetting`); None: :data:`tasks.forgetting.DEFAULT_EXAMPLES` (256), 0: off. None is the
+    default so that configs written before the option keep their trial ids."""
+    forgetting_file: str | None = None
+    """Held-out source-language text (one sentence a line) for the forgetting measurement; None: the
+    world's source language, ``test`` split (no world and no file: the record says it was skipped)."""
+
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("forgetting_examples", "forgetting_file")
+    """Left out of the resolved config while unset, so trials written before them keep their ids."""
+    MEASUREMENT_FIELDS = ("forgetting_examples", "forgetting_file")
+    """Fields that change what is measured, not the adapted weights: not part of the LAPT cache key."""
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -223,6 +243,8 @@ class LaptConfig:
             raise ValueError(f"max_length must be >= 4, got {self.max_length}")
         if self.max_train_examples is not None and self.max_train_examples < 1:
             raise ValueError(f"max_train_examples must be >= 1 or None, got {self.max_train_examples}")
+        if self.forgetting_examples is not None and self.forgetting_examples < 0:
+            raise ValueError(f"forgetting_examples must be >= 0 (0: off) or None, got {self.forgetting_examples}")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         for name in ("weight_decay", "max_grad_norm", "adam_epsilon"):
@@ -442,7 +464,7 @@ def lapt_cache_key(
             "what": "lapt",
             "code_version": LAPT_CODE_VERSION,
             "init": init_key,
-            "config": config,
+            "config": weights_config(config),
             "directives": dict(directives or {}),
             "data": [Path(p) for p in data_files],
             "seed": seed,
@@ -450,6 +472,23 @@ def lapt_cache_key(
             "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         }
     )
+
+
+def weights_config(config: LaptConfig) -> dict[str, Any]:
+    """The config as :func:`lapt_cache_key` hashes it: every field but the
+    :attr:`LaptConfig.MEASUREMENT_FIELDS`, in the canonical form of the dataclass itself (so keys made
+    before those fields existed stay valid).
+
+    Example:
+        >>> weights_config(LaptConfig(forgetting_examples=0)) == weights_config(LaptConfig())
+        True
+    """
+    skip = set(LaptConfig.MEASUREMENT_FIELDS)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in skip}
+    for name in LaptConfig.NEW_FIELDS_OMITTED_WHEN_NONE:  # an option added later enters the key once set
+        if fields.get(name, 0) is None:
+            del fields[name]
+    return {"__dataclass__": type(config).__qualname__, **fields}
 
 
 def save_lapt(out_dir: str | Path, model: Any, result: TaskResult) -> Path:
@@ -550,8 +589,25 @@ class Lapt:
         Returns:
             The adapted model (in eval mode) and a :class:`TaskResult` whose ``curves["loss"]`` is
             ``[(step, mean loss)]`` over all phases and whose ``info`` records the resolved
-            hyperparameters, phases, freeze check and cache use.
+            hyperparameters, phases, freeze check and cache use. Its metrics also hold the forgetting
+            measurement (:mod:`tasks.forgetting`: ``source_loss_original`` / ``_before`` / ``_after`` and
+            ``source_forgetting`` = after - before), recomputed on a cache hit; ``info["forgetting"]``
+            has the details, or ``{"skipped": why}``.
         """
+        from tasks.forgetting import Measurement, probe_for
+
+        cfg = self.config
+        probe, why = probe_for(ctx, lm_kind(ctx.model), cfg.forgetting_examples, cfg.forgetting_file)
+        measurement = Measurement(probe, why, resolve_device(ctx.device))
+        measurement.before(ctx, type(hf_model(ctx.model)))  # before training: _train changes ctx.model in place
+        model, result = self._adapt(ctx, directives, cache_key, cache_root)
+        metrics, result.info["forgetting"] = measurement.after(ctx, model)
+        result.metrics.setdefault("+".join(ctx.languages), {}).update(metrics)
+        return model, result
+
+    def _adapt(self, ctx: TaskContext, directives: dict, cache_key: dict | None,
+               cache_root: str | Path | None) -> tuple[Any, TaskResult]:  # fmt: skip
+        """Train, or load the cached adapted model (see :meth:`apply`)."""
         from transformers import PreTrainedModel
 
         paths = self.train_paths(ctx)
