@@ -66,6 +66,7 @@ __all__ = [
     "parse_spec",
     "load_paper_numbers",
     "SOURCES",
+    "LATER_STAGE_METRICS",
     "ROW_BY",
     "ROW_KEY_SEPARATOR",
     "AVERAGE",
@@ -73,9 +74,14 @@ __all__ = [
     "MIN_SEEDS",
 ]
 
-SOURCES = ("metrics", "init.diagnostics", "init.counts")
-"""Where a metric is read from: ``record["metrics"][lang][name]`` or ``record["init"][...][name]``
-(the latter for trials whose target language is the column's language)."""
+SOURCES = ("metrics", "init.diagnostics", "init.counts", "stages")
+"""Where a metric is read from: ``record["metrics"][lang][name]``, ``record["init"][...][name]``
+(for trials whose target language is the column's language), or ``record["stages"][id]["metrics"]
+[lang][name]`` of the first stage (in the trial's order) that has it — e.g. LAPT's forgetting
+measurement ``source_forgetting`` (:mod:`tasks.forgetting`)."""
+LATER_STAGE_METRICS = ("source_forgetting", "source_loss_before", "source_loss_after", "source_loss_original")
+"""Stage metrics added after records existed (LAPT's forgetting, issue 30): a ``stages`` column of one
+of them may be empty for older records (shown –, with a note) instead of being refused as a typo."""
 ROW_BY = ("method", "encoding", "method+encoding")
 """What one table row stands for (spec key ``row_by``)."""
 ROW_KEY_SEPARATOR = " + "
@@ -119,6 +125,10 @@ class MetricSpec:
     chance: float | None = None
     """The metric's chance level in record units (e.g. 1/3 for 3-way accuracy), stated under the
     table's comparisons; ``None``: not stated."""
+    compare: bool = True
+    """Whether the declared comparisons test this metric's columns; ``false`` shows a measurement
+    beside the table's outcomes (e.g. LAPT's forgetting) without entering the Holm family the
+    comparisons were declared on."""
 
     @property
     def record_key(self) -> str:
@@ -339,7 +349,7 @@ def _str_list(value: Any, origin: str, ctx: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key", "chance"}
+_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key", "chance", "compare"}
 
 
 def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> MetricSpec:
@@ -365,7 +375,14 @@ def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> Me
         display=str(raw.get("display", "")),
         key=str(raw.get("key", "")),
         chance=_chance(raw.get("chance"), name, origin),
+        compare=_flag(raw.get("compare", True), f"metrics.{name}.compare", origin),
     )
+
+
+def _flag(value: Any, ctx: str, origin: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{origin}: {ctx} must be true or false, got {value!r}")
+    return value
 
 
 def _chance(value: Any, name: str, origin: str) -> float | None:
