@@ -243,6 +243,8 @@ def _in_column_task(record: TrialRecord, column: Column) -> bool:
     """Whether a record is of the column's task (and, for a column with a ``task_id``, of that task id)."""
     if record.task_name != column.task:
         return False
+    if column.stage_set is not None and record.config_value("stage_set") != column.stage_set:
+        return False
     return column.task_id is None or (record.config_value("task.id") or column.task) == column.task_id
 
 

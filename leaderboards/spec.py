@@ -169,6 +169,9 @@ class Column:
     metric: MetricSpec
     components: tuple[str, ...] = ()
     task_id: str | None = None
+    stage_set: str | None = None
+    """Only records of this stage set (``record["config"]["stage_set"]``, an experiment's
+    ``stage_sets`` axis, e.g. a LAPT budget); ``None``: records of any."""
 
     @property
     def is_average(self) -> bool:
@@ -179,6 +182,8 @@ class Column:
     def key(self) -> str:
         """Stable identifier ``task/language/metric`` (``task[id]/…`` for a column of one task id)."""
         task = self.task if self.task_id is None else f"{self.task}[{self.task_id}]"
+        if self.stage_set is not None:
+            task = f"{task}@{self.stage_set}"
         return f"{task}/{self.language}/{self.metric.name}"
 
 
@@ -466,7 +471,7 @@ _TOP_KEYS = {
     "alpha",
     "test",
 }
-_COLUMN_KEYS = {"task", "id", "languages", "language", "metrics", "metric", "average"}
+_COLUMN_KEYS = {"task", "id", "stage_set", "languages", "language", "metrics", "metric", "average"}
 _ROW_KEYS = {"method", "display"}
 
 
@@ -485,6 +490,9 @@ def _parse_columns(cols_raw: Any, metrics: dict[str, MetricSpec], fmt: dict, ori
         task_id = c.get("id")
         if task_id is not None and (not isinstance(task_id, str) or not task_id):
             raise SpecError(f"{origin}: {ctx}.id must be a task id (a non-empty string), got {task_id!r}")
+        stage_set = c.get("stage_set")
+        if stage_set is not None and (not isinstance(stage_set, str) or not stage_set):
+            raise SpecError(f"{origin}: {ctx}.stage_set must be a stage set id (a non-empty string), got {stage_set!r}")
         if not isinstance(average, bool):
             raise SpecError(f"{origin}: {ctx}.average must be true or false")
         if AVERAGE in langs:
@@ -494,11 +502,12 @@ def _parse_columns(cols_raw: Any, metrics: dict[str, MetricSpec], fmt: dict, ori
                 metrics[mname] = _metric(mname, {}, fmt, origin)
             m = metrics[mname]
             for lang in langs:
-                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id))
+                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id, stage_set=stage_set))
             if average:
                 if len(langs) < 2:
                     raise SpecError(f"{origin}: {ctx}.average needs at least two languages")
-                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id))
+                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id,
+                                      stage_set=stage_set))
     keys = [col.key for col in columns]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:
