@@ -135,3 +135,20 @@ def test_forgetting_options_keep_trial_ids_and_cache_keys():
     assert resolved_fields(LaptConfig(forgetting_examples=8))["forgetting_examples"] == 8
     # pinned: the key this config had before the forgetting options existed (tasks-encoder's LAPT)
     assert lapt_cache_key({"a": 1}, plain) == "c52c09d23cc1818b119a2407a018451eadd3253c64d0d60fef89c7b99104c4da"
+
+
+def test_embeddings_only_steps_then_full_steps_as_a_stage_option(tok, files):
+    """"N embeddings-only then M full" for any method: the stage option replaces the method's directives."""
+    from tasks.lapt import LaptConfig, lapt_cache_key
+
+    _, res = stage(files, max_steps=6, embeddings_only_steps=3, log_every=1).apply(
+        ctx(make_roberta(tok), tok), {"embeddings_only_fraction": 0.5, "embeddings_only_schedule": "fraction"}
+    )
+    assert [(p["phase"], p["steps"]) for p in res.info["phases"]] == [("embeddings", 3), ("full", 6)]
+    assert res.info["freeze_verified"] is True and res.info["steps"] == 9
+    assert res.info["embeddings_only"]["schedule"] == "steps"
+    assert res.info["embeddings_only"]["replaced_directives"] == {"embeddings_only_fraction": 0.5,
+                                                                  "embeddings_only_schedule": "fraction"}  # fmt: skip
+    assert lapt_cache_key({}, LaptConfig(embeddings_only_steps=3)) != lapt_cache_key({}, LaptConfig())
+    with pytest.raises(ValueError, match="embeddings_only_steps"):
+        LaptConfig(embeddings_only_steps=0)
