@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,13 @@ def test_cli_writes_table_and_plot_and_refuses_missing_records(tmp_path, capsys)
     assert "900" in (tmp_path / "out" / "wb.budget.md").read_text()
     assert main([str(spec), "--runs-dir", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 2
     assert "no records" in capsys.readouterr().err
+
+
+def test_committed_budget_table_matches_committed_records(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    spec = root / "leaderboards" / "specs" / "warmup-budget.yaml"
+    assert main([str(spec), "--runs-dir", str(root / "leaderboards" / "records"), "--out", str(tmp_path)]) == 0
+    for ext in ("budget.md", "budget.csv"):
+        fresh = (tmp_path / f"warmup-budget.{ext}").read_text()
+        assert fresh == (root / "leaderboards" / "tables" / f"warmup-budget.{ext}").read_text(), (
+            f"leaderboards/tables/warmup-budget.{ext} differs from its records; run python -m leaderboards.budget")
