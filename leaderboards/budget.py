@@ -27,7 +27,8 @@ Definitions (per metric; "better" follows the metric's direction):
 
 Run: ``python -m leaderboards.budget leaderboards/specs/warmup-budget.yaml --runs-dir leaderboards/records
 --out leaderboards/tables`` writes ``<name>.budget.md``, ``<name>.budget.csv`` and
-``plots/<name>/budget-curves.png``.
+``plots/<name>/budget-curves.png``; ``tokxfer leaderboard`` (one spec or ``--all``) writes them too for every spec
+with ``stage_set`` columns and a baseline.
 """
 
 from __future__ import annotations
@@ -318,14 +319,29 @@ def plot_budget_curves(curves: Mapping[str, Mapping[str, Curve]], spec: Leaderbo
     return _save(fig, path)
 
 
+PLOT_CAPTION = ("Score against LAPT steps (log axis of 1 + steps), mean ± sample std over seeds; dashed: the "
+                "baseline's final score, the target of the steps-saved table (<spec>.budget.md).")
+
+
+def has_budget_curves(spec: LeaderboardSpec) -> bool:
+    """Whether a spec calls for budget curves: ``stage_set`` columns of compared metrics and a baseline."""
+    return spec.against is not None and bool(curve_metrics(spec))
+
+
 def write_budget(spec_path: str | Path, runs_dir: str | Path, out_dir: str | Path) -> list[Path]:
     """Read the spec's records under ``runs_dir``, write the table (md, csv) and the plot into ``out_dir``."""
-    from leaderboards.render import write_text_atomic
-
     spec = load_spec(spec_path)
     records = load_records([d for d in spec.records_dirs(runs_dir) if d.is_dir()])
     if not records:
         raise FileNotFoundError(f"budget: no records of {list(spec.experiments)} under {runs_dir}")
+    return write_budget_files(spec, records, out_dir)
+
+
+def write_budget_files(spec: LeaderboardSpec, records: Iterable[TrialRecord | Mapping], out_dir: str | Path) -> list[Path]:
+    """``<name>.budget.md``, ``<name>.budget.csv`` and ``plots/<name>/budget-curves.png`` in ``out_dir``
+    (also written by ``tokxfer leaderboard`` for a spec with :func:`has_budget_curves`)."""
+    from leaderboards.render import write_text_atomic
+
     curves = budget_curves(records, spec)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -218,6 +218,18 @@ def _write_plots(table, records: list[dict], out: Path) -> list[tuple[str, str]]
     return figures
 
 
+def _write_budget(spec, records: list, out: Path) -> list[tuple[str, str]]:
+    """The budget curves of a spec with ``stage_set`` columns (:mod:`leaderboards.budget`): its steps-saved
+    table beside the spec's tables and its figure; ``[(relative path, caption)]`` of the figure."""
+    from leaderboards.budget import PLOT_CAPTION, has_budget_curves, write_budget_files
+
+    if not has_budget_curves(spec):
+        return []
+    paths = write_budget_files(spec, records, out)
+    print(f"→ {paths[0]} (steps saved vs {spec.against})\n")
+    return [(paths[-1].relative_to(out).as_posix(), PLOT_CAPTION.replace("<spec>", spec.name))]
+
+
 FINDINGS_FILE = "FINDINGS.md"
 """Written by ``tokxfer leaderboard --all`` beside the tables; the README's results quote it verbatim."""
 
@@ -281,6 +293,7 @@ def leaderboard_command(args) -> int:
         print(f"\n→ {out}/{spec.name}.{{md,csv,tex,html}}\n")
         tables.append(table)
         figures[spec.name] = _write_plots(table, records, out)
+        figures[spec.name] += _write_budget(spec, records, out)
     if tables:
         index = write_index(tables, out, figures=figures, skipped=list(missing))
         print(f"→ {index} (every table with its plots under {out / 'plots'})\n")

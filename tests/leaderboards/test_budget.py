@@ -107,3 +107,14 @@ def test_committed_budget_table_matches_committed_records(tmp_path):
         fresh = (tmp_path / f"warmup-budget.{ext}").read_text()
         assert fresh == (root / "leaderboards" / "tables" / f"warmup-budget.{ext}").read_text(), (
             f"leaderboards/tables/warmup-budget.{ext} differs from its records; run python -m leaderboards.budget")
+
+
+def test_tokxfer_leaderboard_writes_the_budget_table_of_a_stage_set_spec(tmp_path):
+    from harness.cli import main as tokxfer
+
+    root = Path(__file__).resolve().parents[2]
+    spec = root / "leaderboards" / "specs" / "warmup-budget.yaml"
+    out = tmp_path / "out"
+    assert tokxfer(["leaderboard", str(spec), "--runs-dir", str(root / "leaderboards" / "records"), "--out", str(out)]) == 0
+    assert (out / "warmup-budget.budget.md").read_text() == (root / "leaderboards" / "tables" / "warmup-budget.budget.md").read_text()
+    assert "plots/warmup-budget/budget-curves.png" in (out / "index.html").read_text()
