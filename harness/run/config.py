@@ -450,7 +450,8 @@ class TrialSpec:
         return config_hash(self.resolved())
 
     def describe(self) -> str:
-        return f"{self.method.id} → {self.target.language} / {self.task.id} / seed {self.seed}"
+        stages = f" @{self.stage_set}" if self.stage_set is not None else ""
+        return f"{self.method.id} → {self.target.language}{stages} / {self.task.id} / seed {self.seed}"
 
 
 TRIAL_ID_VERSION = 1

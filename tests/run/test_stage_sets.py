@@ -24,7 +24,7 @@ def test_each_trial_runs_one_stage_set_and_its_config_names_it():
     by_set = {t.stage_set: t for t in trials if t.method.id == "random" and t.seed == 1}
     assert set(by_set) == {"lapt-0", "lapt-5"}
     assert by_set["lapt-0"].stages == () and [s.name for s in by_set["lapt-5"].stages] == ["lapt"]
-    assert by_set["lapt-5"].resolved()["stage_set"] == "lapt-5"
+    assert by_set["lapt-5"].resolved()["stage_set"] == "lapt-5" and "@lapt-5" in by_set["lapt-5"].describe()
     assert by_set["lapt-5"].resolved()["stages"][0]["config"]["max_steps"] == 5
     assert len({t.trial_id for t in trials}) == len(trials)
     # without stage sets nothing changes: no stage_set key, the id of the plain stage list
