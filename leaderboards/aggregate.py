@@ -168,11 +168,46 @@ def _value(record: TrialRecord, column: Column, language: str) -> float | None:
     m = column.metric
     if m.source == "metrics":
         v = ((record.metrics or {}).get(language) or {}).get(m.record_key)
+    elif m.source == "stages":
+        v = stage_value(record, language, m.record_key)
     else:
         if record.target_language != language:
             return None
         v = _INIT_SECTIONS[m.source](record).get(m.record_key)
     return float(v) if _is_number(v) else None
+
+
+def stage_value(record: TrialRecord, language: str, key: str) -> Any:
+    """``record["stages"][id]["metrics"][language][key]`` of the first of the trial's stages that has it.
+
+    Example:
+        >>> r = TrialRecord("t", "ok", config={"stages": [{"id": "lapt"}]},
+        ...                 stages={"lapt": {"metrics": {"near": {"source_forgetting": 0.3}}}})
+        >>> stage_value(r, "near", "source_forgetting"), stage_value(r, "far", "source_forgetting")
+        (0.3, None)
+    """
+    stages = record.stages or {}
+    declared = [s.get("id") for s in record.stage_specs]
+    for sid in declared + [k for k in stages if k not in declared]:
+        v = (((stages.get(sid) or {}).get("metrics") or {}).get(language) or {}).get(key)
+        if v is not None:
+            return v
+    return None
+
+
+def _missing_stage_notes(recs: list[TrialRecord], spec: LeaderboardSpec, methods: list[str]) -> list[str]:
+    """A note per stage-measurement column whose cells lack records that predate the measurement."""
+    notes = []
+    for col in spec.columns:
+        if col.metric.source != "stages" or col.is_average:
+            continue
+        lacking = [r for r in recs if r.ok and record_row(r, spec.row_by) in methods and _in_column_task(r, col)
+                   and (not spec.required_seeds or r.trial_seed in spec.required_seeds)
+                   and stage_value(r, col.language, col.metric.record_key) is None]  # fmt: skip
+        if lacking:
+            notes.append(f"{col.metric.label}: {len(lacking)} record(s) carry no {col.metric.record_key!r} (written before "
+                         "their stages recorded it, or without such a stage); their cells show – or average the rest.")
+    return notes
 
 
 ExampleReader = Callable[[TrialRecord, Column, str], "ExampleScores | None"]
@@ -207,6 +242,8 @@ def _world(record: TrialRecord) -> str | None:
 def _in_column_task(record: TrialRecord, column: Column) -> bool:
     """Whether a record is of the column's task (and, for a column with a ``task_id``, of that task id)."""
     if record.task_name != column.task:
+        return False
+    if column.stage_set is not None and record.config_value("stage_set") != column.stage_set:
         return False
     return column.task_id is None or (record.config_value("task.id") or column.task) == column.task_id
 
@@ -687,6 +724,7 @@ def aggregate(
             }
             paper_rows.append(Row(method=method, label=display, cells=cells, kind="paper", source=pn.citation))
 
+    notes += _missing_stage_notes(recs, spec, methods)
     versions = tuple(sorted({r.version for r in recs}))
     if len(versions) > 1:
         notes.append(f"Records come from several versions: {'; '.join(versions)}.")

@@ -55,6 +55,8 @@ def column_header(column: Column, with_task: bool = False) -> str:
     head = f"{column.metric.label} {column.metric.arrow} {column.language}"
     if column.task_id is not None:
         head = f"{head} [{column.task_id}]"
+    if column.stage_set is not None:
+        head = f"{head} @{column.stage_set}"
     return f"{column.task} {head}" if with_task else head
 
 

@@ -13,7 +13,7 @@ from harness.run.records import TrialRecord, as_trial_records
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
 from leaderboards.render import findings_lines, render_markdown, write_all, write_index, write_text_atomic
-from leaderboards.spec import ROW_KEY_SEPARATOR, SpecError, load_spec
+from leaderboards.spec import LATER_STAGE_METRICS, ROW_KEY_SEPARATOR, SpecError, load_spec
 
 SPECS_DIR = Path(__file__).resolve().parent / "specs"
 TABLES_DIR = Path(__file__).resolve().parent / "tables"
@@ -147,6 +147,11 @@ def check_columns(table, records: list) -> None:
             continue
         if c.metric.source == "metrics":
             have = sorted({m for r in recs for ms in (r.metrics or {}).values() if isinstance(ms, dict) for m in ms})
+        elif c.metric.source == "stages":
+            if c.metric.record_key in LATER_STAGE_METRICS:  # older records lack it: the column shows – (a note says why)
+                continue
+            have = sorted({m for r in recs for st in (r.stages or {}).values() if isinstance(st, dict)
+                           for ms in (st.get("metrics") or {}).values() if isinstance(ms, dict) for m in ms})  # fmt: skip
         else:
             section = c.metric.source.split(".", 1)[1]
             have = sorted({m for r in recs for m in ((r.init or {}).get(section) or {})})
@@ -223,6 +228,18 @@ def _write_plots(table, records: list[dict], out: Path) -> list[tuple[str, str]]
     return figures
 
 
+def _write_budget(spec, records: list, out: Path) -> list[tuple[str, str]]:
+    """The budget curves of a spec with ``stage_set`` columns (:mod:`leaderboards.budget`): its steps-saved
+    table beside the spec's tables and its figure; ``[(relative path, caption)]`` of the figure."""
+    from leaderboards.budget import PLOT_CAPTION, has_budget_curves, write_budget_files
+
+    if not has_budget_curves(spec):
+        return []
+    paths = write_budget_files(spec, records, out)
+    print(f"→ {paths[0]} (steps saved vs {spec.against})\n")
+    return [(paths[-1].relative_to(out).as_posix(), PLOT_CAPTION.replace("<spec>", spec.name))]
+
+
 FINDINGS_FILE = "FINDINGS.md"
 """Written by ``tokxfer leaderboard --all`` beside the tables; the README's results quote it verbatim."""
 
@@ -286,6 +303,7 @@ def leaderboard_command(args) -> int:
         print(f"\n→ {out}/{spec.name}.{{md,csv,tex,html}}\n")
         tables.append(table)
         figures[spec.name] = _write_plots(table, records, out)
+        figures[spec.name] += _write_budget(spec, records, out)
     if tables:
         index = write_index(tables, out, figures=figures, skipped=list(missing))
         print(f"→ {index} (every table with its plots under {out / 'plots'})\n")

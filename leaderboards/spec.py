@@ -66,6 +66,7 @@ __all__ = [
     "parse_spec",
     "load_paper_numbers",
     "SOURCES",
+    "LATER_STAGE_METRICS",
     "ROW_BY",
     "ROW_KEY_SEPARATOR",
     "AVERAGE",
@@ -73,9 +74,14 @@ __all__ = [
     "MIN_SEEDS",
 ]
 
-SOURCES = ("metrics", "init.diagnostics", "init.counts")
-"""Where a metric is read from: ``record["metrics"][lang][name]`` or ``record["init"][...][name]``
-(the latter for trials whose target language is the column's language)."""
+SOURCES = ("metrics", "init.diagnostics", "init.counts", "stages")
+"""Where a metric is read from: ``record["metrics"][lang][name]``, ``record["init"][...][name]``
+(for trials whose target language is the column's language), or ``record["stages"][id]["metrics"]
+[lang][name]`` of the first stage (in the trial's order) that has it — e.g. LAPT's forgetting
+measurement ``source_forgetting`` (:mod:`tasks.forgetting`)."""
+LATER_STAGE_METRICS = ("source_forgetting", "source_loss_before", "source_loss_after", "source_loss_original")
+"""Stage metrics added after records existed (LAPT's forgetting, issue 30): a ``stages`` column of one
+of them may be empty for older records (shown –, with a note) instead of being refused as a typo."""
 ROW_BY = ("method", "encoding", "method+encoding")
 """What one table row stands for (spec key ``row_by``)."""
 ROW_KEY_SEPARATOR = " + "
@@ -119,6 +125,10 @@ class MetricSpec:
     chance: float | None = None
     """The metric's chance level in record units (e.g. 1/3 for 3-way accuracy), stated under the
     table's comparisons; ``None``: not stated."""
+    compare: bool = True
+    """Whether the declared comparisons test this metric's columns; ``false`` shows a measurement
+    beside the table's outcomes (e.g. LAPT's forgetting) without entering the Holm family the
+    comparisons were declared on."""
 
     @property
     def record_key(self) -> str:
@@ -159,6 +169,9 @@ class Column:
     metric: MetricSpec
     components: tuple[str, ...] = ()
     task_id: str | None = None
+    stage_set: str | None = None
+    """Only records of this stage set (``record["config"]["stage_set"]``, an experiment's
+    ``stage_sets`` axis, e.g. a LAPT budget); ``None``: records of any."""
 
     @property
     def is_average(self) -> bool:
@@ -169,6 +182,8 @@ class Column:
     def key(self) -> str:
         """Stable identifier ``task/language/metric`` (``task[id]/…`` for a column of one task id)."""
         task = self.task if self.task_id is None else f"{self.task}[{self.task_id}]"
+        if self.stage_set is not None:
+            task = f"{task}@{self.stage_set}"
         return f"{task}/{self.language}/{self.metric.name}"
 
 
@@ -339,7 +354,7 @@ def _str_list(value: Any, origin: str, ctx: str) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key", "chance"}
+_METRIC_KEYS = {"direction", "source", "decimals", "scale", "display", "key", "chance", "compare"}
 
 
 def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> MetricSpec:
@@ -365,7 +380,14 @@ def _metric(name: str, raw: Any, defaults: Mapping[str, Any], origin: str) -> Me
         display=str(raw.get("display", "")),
         key=str(raw.get("key", "")),
         chance=_chance(raw.get("chance"), name, origin),
+        compare=_flag(raw.get("compare", True), f"metrics.{name}.compare", origin),
     )
+
+
+def _flag(value: Any, ctx: str, origin: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"{origin}: {ctx} must be true or false, got {value!r}")
+    return value
 
 
 def _chance(value: Any, name: str, origin: str) -> float | None:
@@ -449,7 +471,7 @@ _TOP_KEYS = {
     "alpha",
     "test",
 }
-_COLUMN_KEYS = {"task", "id", "languages", "language", "metrics", "metric", "average"}
+_COLUMN_KEYS = {"task", "id", "stage_set", "languages", "language", "metrics", "metric", "average"}
 _ROW_KEYS = {"method", "display"}
 
 
@@ -468,6 +490,9 @@ def _parse_columns(cols_raw: Any, metrics: dict[str, MetricSpec], fmt: dict, ori
         task_id = c.get("id")
         if task_id is not None and (not isinstance(task_id, str) or not task_id):
             raise SpecError(f"{origin}: {ctx}.id must be a task id (a non-empty string), got {task_id!r}")
+        stage_set = c.get("stage_set")
+        if stage_set is not None and (not isinstance(stage_set, str) or not stage_set):
+            raise SpecError(f"{origin}: {ctx}.stage_set must be a stage set id (a non-empty string), got {stage_set!r}")
         if not isinstance(average, bool):
             raise SpecError(f"{origin}: {ctx}.average must be true or false")
         if AVERAGE in langs:
@@ -477,11 +502,12 @@ def _parse_columns(cols_raw: Any, metrics: dict[str, MetricSpec], fmt: dict, ori
                 metrics[mname] = _metric(mname, {}, fmt, origin)
             m = metrics[mname]
             for lang in langs:
-                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id))
+                columns.append(Column(task=str(c["task"]), language=lang, metric=m, task_id=task_id, stage_set=stage_set))
             if average:
                 if len(langs) < 2:
                     raise SpecError(f"{origin}: {ctx}.average needs at least two languages")
-                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id))
+                columns.append(Column(task=str(c["task"]), language=AVERAGE, metric=m, components=langs, task_id=task_id,
+                                      stage_set=stage_set))
     keys = [col.key for col in columns]
     dup = sorted({k for k in keys if keys.count(k) > 1})
     if dup:

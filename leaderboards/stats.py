@@ -663,6 +663,8 @@ def analyze(
     todo = []
     for a, b in pairs:
         for col in table.columns:
+            if not col.metric.compare:  # shown, not tested (MetricSpec.compare)
+                continue
             ca, cb = rows[a].cells[col.key], rows[b].cells[col.key]
             if ca.mean is None or cb.mean is None:
                 continue

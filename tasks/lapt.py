@@ -38,6 +38,8 @@ TransInner (de Vries & Nissim 2021), driven by the method's directives
 - ``extra`` (FOCUS's setup): ``round(f * N)`` *extra* embeddings-only steps, then the normal
   ``N``-step run (1.2 x the steps for f = 0.2). FOCUS gives no schedule for the extra phase; it
   runs the preset schedule over its own length.
+- the stage option ``embeddings_only_steps: N`` (any method): N embeddings-only steps, then the
+  normal ``max_steps`` run (like ``extra`` with an explicit count); it replaces the directives.
 
 ``embeddings_phase_warmup`` overrides how phase 1 warms up (``"full"`` or ``"ratio"``). The
 lexical parameters are the input embedding matrix, the output embedding matrix (the same tensor
@@ -56,6 +58,13 @@ Caching: :func:`lapt_cache_key` hashes the caller's initialization key, this con
 directives, the seed, the languages and the *contents* of the training text;
 ``apply(..., cache_key=...)`` then stores the adapted model (and its loss curve) in
 ``<cache>/lapt/<hash>`` via :func:`harness.cache.cached_dir`, so several tasks reuse one LAPT run.
+The forgetting options (``forgetting_examples``, ``forgetting_file``) are not part of the key.
+
+Forgetting (:mod:`tasks.forgetting`, where the definition is argued): every stage scores held-out
+source-language sentences with (a) the original source model and its tokenizer, (b) the model it
+receives and (c) the model it returns, both under the trial's tokenizer with the same masks; the
+stage's metrics carry the three losses and ``source_forgetting = (c) - (b)``. The scores are a
+deterministic function of the weights, so a cache hit recomputes them (nothing extra is cached).
 
 Language encodings: a language-encoded model prepares its own batches (language ids of each
 block's language; ``attached`` inserts its token, so blocks are ``max_length - 1`` tokens and the
@@ -67,6 +76,7 @@ writes it beside the weights).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -78,13 +88,11 @@ from typing import Any
 
 import torch
 
-from harness.files import text_lines
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_stage
-from harness.seeding import derive
 from tasks.data import added_tokens, batch_preparer
+from tasks.lapt_data import _LaptCollate, build_blocks, read_train_lines
 from tasks.loop import TrainConfig, finetune, log, resolve_device
-from tasks.mlm_at_init import mask_example
 
 LAPT_CODE_VERSION = 1
 """Part of every LAPT cache key: bump when a change here changes the weights a config produces."""
@@ -193,6 +201,22 @@ class LaptConfig:
     """bf16 autocast on CUDA only."""
     cache: bool = True
     """Reuse/store the adapted model when the caller passes a ``cache_key`` to ``apply``."""
+    embeddings_only_steps: int | None = None
+    """N embeddings-only steps (TransInner's phase 1) before the ``max_steps`` full steps, for any
+    initialization: "N embeddings-only then M full" as a stage option. Set, it replaces the method's
+    TransInner directives (recorded in ``info["embeddings_only"]``); None: the directives decide."""
+    forgetting_examples: int | None = None
+    """Held-out source-language sentences scored before and after the stage (forgetting,
+    :mod:`tasks.forgetting`); None: :data:`tasks.forgetting.DEFAULT_EXAMPLES` (256), 0: off. None is the
+    default so that configs written before the option keep their trial ids."""
+    forgetting_file: str | None = None
+    """Held-out source-language text (one sentence a line) for the forgetting measurement; None: the
+    world's source language, ``test`` split (no world and no file: the record says it was skipped)."""
+
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("embeddings_only_steps", "forgetting_examples", "forgetting_file")
+    """Left out of the resolved config while unset, so trials written before them keep their ids."""
+    MEASUREMENT_FIELDS = ("forgetting_examples", "forgetting_file")
+    """Fields that change what is measured, not the adapted weights: not part of the LAPT cache key."""
 
     def __post_init__(self) -> None:
         if self.schedule not in SCHEDULES:
@@ -223,6 +247,10 @@ class LaptConfig:
             raise ValueError(f"max_length must be >= 4, got {self.max_length}")
         if self.max_train_examples is not None and self.max_train_examples < 1:
             raise ValueError(f"max_train_examples must be >= 1 or None, got {self.max_train_examples}")
+        if self.embeddings_only_steps is not None and self.embeddings_only_steps < 1:
+            raise ValueError(f"embeddings_only_steps must be >= 1 or None, got {self.embeddings_only_steps}")
+        if self.forgetting_examples is not None and self.forgetting_examples < 0:
+            raise ValueError(f"forgetting_examples must be >= 0 (0: off) or None, got {self.forgetting_examples}")
         if not 0 < self.mlm_probability < 1:
             raise ValueError(f"mlm_probability must be in (0, 1), got {self.mlm_probability}")
         for name in ("weight_decay", "max_grad_norm", "adam_epsilon"):
@@ -324,82 +352,39 @@ def _fingerprints(params: dict[str, torch.nn.Parameter]) -> dict[str, str]:
     }
 
 
-# -------------------------------------------------------------------------------------- data
+# ------------------------------------------------------------------------------------ phases
 
 
-def read_train_lines(path: Path, limit: int | None) -> list[str]:
-    """Non-empty stripped lines of a UTF-8 text file (the first ``limit``); errors name the file."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"lapt: training text file not found: {path}")
-    lines = list(text_lines(path, strip=True, limit=limit, what="lapt: training text file"))
-    if not lines:
-        raise ValueError(f"lapt: {path} contains no non-empty line")
-    return lines
+def plan_phases(n_steps: int, directives: dict, embeddings_only_steps: int | None = None
+                ) -> tuple[list[tuple[str, int]], float | None, str | None]:  # fmt: skip
+    """``(phases, fraction, schedule)``: the ``[(name, steps)]`` of a LAPT run of ``n_steps`` full steps.
 
-
-def build_blocks(tokenizer: Any, lines: Sequence[str], block_size: int, chunk: int = 2048) -> list[list[int]]:
-    """Tokenize ``lines`` (with the tokenizer's specials), concatenate, cut into full blocks.
+    ``embeddings_only_steps`` (the stage option) gives ``[("embeddings", N), ("full", n_steps)]``
+    (schedule ``"steps"``) whatever the directives say; else TransInner's directives decide
+    (``fraction`` / ``extra``, module docstring); no directive: one full phase.
 
     Example:
-        >>> class Tok:
-        ...     def __call__(self, lines, **kw): return {"input_ids": [[0, 5, 2]] * len(lines)}
-        >>> build_blocks(Tok(), ["a", "b", "c"], 4)
-        [[0, 5, 2, 0], [5, 2, 0, 5]]
+        >>> plan_phases(100, {}, 30)[0], plan_phases(100, {"embeddings_only_fraction": 0.1})[0]
+        ([('embeddings', 30), ('full', 100)], [('embeddings', 10), ('full', 90)])
     """
-    flat: list[int] = []
-    for start in range(0, len(lines), chunk):
-        for ids in tokenizer(list(lines[start : start + chunk]), verbose=False)["input_ids"]:
-            flat.extend(ids)
-    return [flat[i : i + block_size] for i in range(0, len(flat) - block_size + 1, block_size)]
-
-
-class _LaptCollate:
-    """Stacks blocks; for MLM applies 80/10/10 masking with a fresh seed per batch.
-
-    The seed of batch ``b`` is ``derive(seed, *path, "mask", rank, b)``: the masks depend only on
-    the trial seed and the position of the batch in the run, not on the global RNG.
-    """
-
-    def __init__(self, kind: str, tokenizer: Any, *, seed: int, path: tuple[str, ...], mlm_probability: float,
-                 prepare: Callable | None = None, languages: Sequence[str] = ()) -> None:  # fmt: skip
-        from tasks.loop import dist_info
-
-        self.kind, self.seed, self.path, self.p = kind, seed, path, mlm_probability
-        self.rank = dist_info()[0]
-        self.calls = 0
-        self.prepare, self.languages = prepare, list(languages)
-        specials = set(tokenizer.all_special_ids)
-        self.special_ids = specials
-        self.mask_id = tokenizer.mask_token_id
-        if kind == "mlm" and self.mask_id is None:
-            raise ValueError("lapt: masked-LM training needs a tokenizer with a mask token")
-        self.replacement_ids = torch.tensor(sorted(set(range(len(tokenizer))) - specials), dtype=torch.long)
-
-    def __call__(self, features: list[dict]) -> dict[str, torch.Tensor]:
-        ids = [f["input_ids"] for f in features]
-        if self.kind == "mlm":
-            pairs = [
-                mask_example(
-                    x,
-                    [int(t in self.special_ids) for t in x],
-                    seed=derive(self.seed, *self.path, "mask", str(self.rank), str(self.calls), str(i)),
-                    mask_token_id=self.mask_id,
-                    replacement_ids=self.replacement_ids,
-                    mlm_probability=self.p,
-                )
-                for i, x in enumerate(ids)
-            ]
-            inputs = torch.tensor([p[0] for p in pairs], dtype=torch.long)
-            labels = torch.tensor([p[1] for p in pairs], dtype=torch.long)
-        else:
-            inputs = torch.tensor(ids, dtype=torch.long)
-            labels = inputs.clone()
-        self.calls += 1
-        batch = {"input_ids": inputs, "attention_mask": torch.ones_like(inputs), "labels": labels}
-        if self.prepare is not None:
-            batch = self.prepare(batch, [self.languages[f["lang"]] for f in features])
-        return batch
+    if embeddings_only_steps is not None:
+        return [("embeddings", embeddings_only_steps), ("full", n_steps)], None, "steps"
+    f = directives.get("embeddings_only_fraction")
+    mode = directives.get("embeddings_only_schedule", "fraction") if f is not None else None
+    if mode not in (None, "fraction", "extra"):
+        raise ValueError(f"lapt: unknown embeddings_only_schedule {mode!r}; expected 'fraction' or 'extra'")
+    if f is None:
+        phases = [("full", n_steps)]
+    elif mode == "fraction":
+        if not 0 < f <= 1:
+            raise ValueError(f"lapt: embeddings_only_fraction must be in (0, 1] with schedule 'fraction', got {f}")
+        s1 = max(1, round(f * n_steps))
+        phases = [("embeddings", s1), ("full", n_steps - s1)]
+    else:
+        if not f > 0:
+            raise ValueError(f"lapt: embeddings_only_fraction must be > 0 with schedule 'extra', got {f}")
+        phases = [("embeddings", max(1, round(f * n_steps))), ("full", n_steps)]
+    return [(name, steps) for name, steps in phases if steps > 0], f, mode
 
 
 # ------------------------------------------------------------------------------------- cache
@@ -442,7 +427,7 @@ def lapt_cache_key(
             "what": "lapt",
             "code_version": LAPT_CODE_VERSION,
             "init": init_key,
-            "config": config,
+            "config": weights_config(config),
             "directives": dict(directives or {}),
             "data": [Path(p) for p in data_files],
             "seed": seed,
@@ -450,6 +435,23 @@ def lapt_cache_key(
             "versions": {"torch": torch.__version__.split("+")[0], "transformers": transformers.__version__},
         }
     )
+
+
+def weights_config(config: LaptConfig) -> dict[str, Any]:
+    """The config as :func:`lapt_cache_key` hashes it: every field but the
+    :attr:`LaptConfig.MEASUREMENT_FIELDS`, in the canonical form of the dataclass itself (so keys made
+    before those fields existed stay valid).
+
+    Example:
+        >>> weights_config(LaptConfig(forgetting_examples=0)) == weights_config(LaptConfig())
+        True
+    """
+    skip = set(LaptConfig.MEASUREMENT_FIELDS)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in skip}
+    for name in LaptConfig.NEW_FIELDS_OMITTED_WHEN_NONE:  # an option added later enters the key once set
+        if fields.get(name, 0) is None:
+            del fields[name]
+    return {"__dataclass__": type(config).__qualname__, **fields}
 
 
 def save_lapt(out_dir: str | Path, model: Any, result: TaskResult) -> Path:
@@ -550,8 +552,25 @@ class Lapt:
         Returns:
             The adapted model (in eval mode) and a :class:`TaskResult` whose ``curves["loss"]`` is
             ``[(step, mean loss)]`` over all phases and whose ``info`` records the resolved
-            hyperparameters, phases, freeze check and cache use.
+            hyperparameters, phases, freeze check and cache use. Its metrics also hold the forgetting
+            measurement (:mod:`tasks.forgetting`: ``source_loss_original`` / ``_before`` / ``_after`` and
+            ``source_forgetting`` = after - before), recomputed on a cache hit; ``info["forgetting"]``
+            has the details, or ``{"skipped": why}``.
         """
+        from tasks.forgetting import Measurement, probe_for
+
+        cfg = self.config
+        probe, why = probe_for(ctx, lm_kind(ctx.model), cfg.forgetting_examples, cfg.forgetting_file)
+        measurement = Measurement(probe, why, resolve_device(ctx.device))
+        measurement.before(ctx, type(hf_model(ctx.model)))  # before training: _train changes ctx.model in place
+        model, result = self._adapt(ctx, directives, cache_key, cache_root)
+        metrics, result.info["forgetting"] = measurement.after(ctx, model)
+        result.metrics.setdefault("+".join(ctx.languages), {}).update(metrics)
+        return model, result
+
+    def _adapt(self, ctx: TaskContext, directives: dict, cache_key: dict | None,
+               cache_root: str | Path | None) -> tuple[Any, TaskResult]:  # fmt: skip
+        """Train, or load the cached adapted model (see :meth:`apply`)."""
         from transformers import PreTrainedModel
 
         paths = self.train_paths(ctx)
@@ -614,22 +633,7 @@ class Lapt:
             features.extend({"input_ids": b, "lang": li} for b in blocks)
 
         n_steps = int(hp["max_steps"])
-        f = directives.get("embeddings_only_fraction")
-        mode = directives.get("embeddings_only_schedule", "fraction") if f is not None else None
-        if mode not in (None, "fraction", "extra"):
-            raise ValueError(f"lapt: unknown embeddings_only_schedule {mode!r}; expected 'fraction' or 'extra'")
-        if f is None:
-            phases = [("full", n_steps)]
-        elif mode == "fraction":
-            if not 0 < f <= 1:
-                raise ValueError(f"lapt: embeddings_only_fraction must be in (0, 1] with schedule 'fraction', got {f}")
-            s1 = max(1, round(f * n_steps))
-            phases = [("embeddings", s1), ("full", n_steps - s1)]
-        else:
-            if not f > 0:
-                raise ValueError(f"lapt: embeddings_only_fraction must be > 0 with schedule 'extra', got {f}")
-            phases = [("embeddings", max(1, round(f * n_steps))), ("full", n_steps)]
-        phases = [(name, steps) for name, steps in phases if steps > 0]
+        phases, f, mode = plan_phases(n_steps, directives, cfg.embeddings_only_steps)
 
         curve: list[tuple[int, float]] = []
         phase_info: list[dict] = []
@@ -640,7 +644,7 @@ class Lapt:
             # "full" after an embeddings phase in 'fraction' mode continues with a fresh data
             # order; an unfrozen run (no TransInner, or 'extra' mode's normal run) uses the same
             # order and masks as every other method's LAPT.
-            path = ("lapt",) if name == "full" and (mode in (None, "extra")) else ("lapt", f"phase{pi + 1}")
+            path = ("lapt",) if name == "full" and (mode in (None, "extra", "steps")) else ("lapt", f"phase{pi + 1}")
             train_cfg = self._train_config(hp, steps, embeddings_phase=name == "embeddings")
             collate = _LaptCollate(
                 kind, ctx.tokenizer, seed=ctx.seed, path=path, mlm_probability=cfg.mlm_probability,
@@ -669,7 +673,11 @@ class Lapt:
             "hyperparameters": hp,
             "steps": offset,
             "phases": phase_info,
-            "embeddings_only": None if f is None else {"fraction": f, "schedule": mode, "steps": phases[0][1]},
+            "embeddings_only": None if mode is None else {
+                "fraction": f, "schedule": mode, "steps": phases[0][1],
+                **({"replaced_directives": {k: v for k, v in directives.items() if k.startswith("embeddings_only")}}
+                   if mode == "steps" else {}),
+            },  # fmt: skip
             "freeze_verified": freeze_verified,
             "blocks": len(features),
             "tokens_per_block": hp["max_length"],

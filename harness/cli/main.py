@@ -110,7 +110,8 @@ def cmd_validate(args) -> int:
     cfg = load_experiment(args.experiment, args.overrides)
     trials = cfg.trials()
     print(f"{args.experiment}: ok — experiment {cfg.name!r}, {len(cfg.methods)} method(s) × "
-          f"{len(cfg.encodings) or 1} encoding(s) × {len(cfg.targets)} target(s) × {len(cfg.tasks)} task(s) × "
+          f"{len(cfg.encodings) or 1} encoding(s) × {len(cfg.targets)} target(s) × "
+          f"{f'{len(cfg.stage_sets)} stage set(s) × ' if cfg.stage_sets else ''}{len(cfg.tasks)} task(s) × "
           f"{len(cfg.seeds)} seed(s) = {len(trials)} trials")
     return 0
 

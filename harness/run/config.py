@@ -16,6 +16,11 @@ An experiment YAML holds values only (no includes, no code, no templating)::
 Overrides use dotted paths into that structure, values parsed as YAML:
 ``seeds=[1]``, ``world.size=tiny``, ``tasks.0.config.max_eval_examples=50``.
 
+``stage_sets`` (instead of ``stages``) makes the stage chain a grid axis: a mapping of set id →
+stage list, e.g. LAPT budgets ``{lapt-0: [], lapt-30: [{name: lapt, config: {max_steps: 30}}], …}``
+(harness/configs/warmup-budget.yaml); each trial runs one set, and its resolved config names it
+(``stage_set``), so leaderboards can select by it.
+
 Every method/encoding/stage/task section is validated against its registered config dataclass
 (unknown keys fail, naming the key and the file); the *resolved* config (all defaults filled in)
 is what identifies a trial.
@@ -41,7 +46,7 @@ from harness.inputs import name_problem
 from harness.registry import MAX_VOCAB_SIZE
 
 TOP_LEVEL_KEYS = (
-    "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "tasks",
+    "name", "description", "world", "source", "targets", "methods", "encodings", "stages", "stage_sets", "tasks",
     "seeds", "hold_seeds", "mode", "extend_top_n",
 )
 SEED_COMPONENTS = ("source", "init", "stages", "task")
@@ -312,6 +317,8 @@ class ExperimentConfig:
     path: str | None = None
     hold_seeds: tuple[tuple[str, int], ...] = ()
     """Components whose seed is held fixed for every trial (``{init: 0}``; :data:`HOLDABLE`), as sorted pairs."""
+    stage_sets: tuple[tuple[str, tuple[ComponentSpec, ...]], ...] = ()
+    """The stage axis: ``((set id, stages), …)`` in file order; empty: every trial runs ``stages``."""
 
     def __post_init__(self) -> None:
         for name, value in self.hold_seeds:
@@ -352,22 +359,25 @@ class ExperimentConfig:
             raise ConfigError(f"source.model: {self.source.model!r} needs a 'world:' section in the experiment")
 
     def trials(self) -> list[TrialSpec]:
-        """Expand the grid: method × encoding × target × task × seed (stages apply to all)."""
+        """Expand the grid: target × method × encoding × stage set × task × seed (``stages`` apply to all
+        when there are no ``stage_sets``)."""
         out = []
         encodings = self.encodings or (ComponentSpec("none", "none", {}),)
+        sets: tuple[tuple[str | None, tuple[ComponentSpec, ...]], ...] = self.stage_sets or ((None, self.stages),)
         for target in self.targets:
             for method in self.methods:
                 for enc in encodings:
-                    for task in self.tasks:
-                        for seed in self.seeds:
-                            out.append(
-                                TrialSpec(
-                                    experiment=self.name, world=self.world, source=self.source.for_trial(seed),
-                                    target=target, method=method, encoding=enc, stages=self.stages, task=task,
-                                    seed=seed, mode=self.mode, extend_top_n=self.extend_top_n,
-                                    hold_seeds=self.hold_seeds,
+                    for set_id, stages in sets:
+                        for task in self.tasks:
+                            for seed in self.seeds:
+                                out.append(
+                                    TrialSpec(
+                                        experiment=self.name, world=self.world, source=self.source.for_trial(seed),
+                                        target=target, method=method, encoding=enc, stages=stages, task=task,
+                                        seed=seed, mode=self.mode, extend_top_n=self.extend_top_n,
+                                        hold_seeds=self.hold_seeds, stage_set=set_id,
+                                    )
                                 )
-                            )
         return out
 
 
@@ -387,6 +397,8 @@ class TrialSpec:
     mode: str = "replace"
     extend_top_n: int = DEFAULT_EXTEND_TOP_N
     hold_seeds: tuple[tuple[str, int], ...] = ()
+    stage_set: str | None = None
+    """The id of the experiment's stage set this trial runs (``stage_sets``); ``None`` without them."""
 
     def component_seed(self, component: str) -> int | None:
         """The seed a random source of this trial draws from (:data:`SEED_COMPONENTS`): the trial seed
@@ -427,6 +439,8 @@ class TrialSpec:
         }
         if self.hold_seeds:
             out["hold_seeds"] = dict(self.hold_seeds)
+        if self.stage_set is not None:  # only when the experiment has stage sets: other trials keep their ids
+            out["stage_set"] = self.stage_set
         return out
 
     @property
@@ -436,7 +450,8 @@ class TrialSpec:
         return config_hash(self.resolved())
 
     def describe(self) -> str:
-        return f"{self.method.id} → {self.target.language} / {self.task.id} / seed {self.seed}"
+        stages = f" @{self.stage_set}" if self.stage_set is not None else ""
+        return f"{self.method.id} → {self.target.language}{stages} / {self.task.id} / seed {self.seed}"
 
 
 TRIAL_ID_VERSION = 1
@@ -567,6 +582,7 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
         tasks = _components("task", raw["tasks"], f"{where}: tasks", required=True)
         encodings = _components("encoding", raw.get("encodings") or [], f"{where}: encodings")
         stages = _components("stage", raw.get("stages") or [], f"{where}: stages")
+        stage_sets = _stage_sets(raw.get("stage_sets"), bool(raw.get("stages")), where)
         # Settings the file leaves out take ExperimentConfig's own defaults (spelled there only).
         given: dict[str, Any] = {k: raw[k] for k in ("mode", "extend_top_n") if k in raw}
         if "description" in raw:
@@ -583,13 +599,32 @@ def parse_experiment(raw: dict, *, where: str = "<experiment>") -> ExperimentCon
             raise ConfigError(f"hold_seeds: expected a mapping of component to seed (e.g. {{init: 0}}), got {hold!r}")
         return ExperimentConfig(
             name=check_name(raw["name"], where), source=source, targets=tuple(targets), methods=tuple(methods),
-            tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), world=world,
+            tasks=tuple(tasks), encodings=tuple(encodings), stages=tuple(stages), stage_sets=stage_sets, world=world,
             path=None if where.startswith("<") else where,
             hold_seeds=tuple(sorted(hold.items(), key=lambda kv: str(kv[0]))), **given,
         )
     except (ValueError, TypeError, KeyError) as e:
         msg = str(e)
         raise ConfigError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+
+
+def _stage_sets(raw: Any, has_stages: bool, where: str) -> tuple[tuple[str, tuple[ComponentSpec, ...]], ...]:
+    """Parse ``stage_sets`` (a mapping of set id → stage list; an empty list runs no stage)."""
+    if raw is None:
+        return ()
+    if has_stages:
+        raise ConfigError(f"{where}: give 'stages' or 'stage_sets', not both (a stage set lists its whole chain)")
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{where}: stage_sets: expected a mapping of set id to a list of stages, got {raw!r}")
+    out = []
+    for set_id, items in raw.items():
+        problem = name_problem(set_id) if isinstance(set_id, str) else "not a text"
+        if problem:
+            raise ConfigError(f"{where}: stage_sets: set id {set_id!r}: {problem}")
+        if not isinstance(items, list):
+            raise ConfigError(f"{where}: stage_sets.{set_id}: expected a list of stages ([] for none), got {items!r}")
+        out.append((set_id, tuple(_components("stage", items, f"{where}: stage_sets.{set_id}"))))
+    return tuple(out)
 
 
 def _unknown_top_level(key: Any) -> str:

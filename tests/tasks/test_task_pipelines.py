@@ -38,6 +38,15 @@ def test_encoder_pipeline_with_lapt(tmp_path, tiny_source, tiny_pretrain_overrid
     assert {m for r in by_task["xnli"] for m in r["metrics"]["near"]} >= {"accuracy"}
     assert all(0 <= r["metrics"]["near"]["accuracy"] <= 1 for r in by_task["xnli"])
     assert all("f1" in r["metrics"]["near"] for r in by_task["ner"] + by_task["qa"])
+    # forgetting (tasks/forgetting.py): all three scores on the world's held-out src text, (c) - (b) as the
+    # headline, and one number per LAPT run whichever task reused it from the cache
+    by_run: dict = {}
+    for r in recs:
+        fg = r["stages"]["lapt"]["metrics"]["near"]
+        assert fg["source_forgetting"] == pytest.approx(fg["source_loss_after"] - fg["source_loss_before"])
+        assert fg["source_loss_original"] > 0 and r["stages"]["lapt"]["info"]["forgetting"]["language"] == "src"
+        by_run.setdefault((r["config"]["method"]["id"], r["seed"]), set()).add(fg["source_forgetting"])
+    assert len(by_run) == 2 and all(len(v) == 1 for v in by_run.values()), by_run
 
 
 @pytest.mark.slow
