@@ -64,6 +64,7 @@ from harness.errors import TokxferError
 from harness.files import open_atomic
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
 from methods import _fasttext
+from methods._fasttext_bin import BinVectors, open_bin
 
 logger = logging.getLogger(__name__)
 
@@ -189,6 +190,11 @@ class WordVectors:
         n-gram rows, i.e. ``get_word_vector``), as the reference code uses for alignment.
         """
         words = list(words)
+        if isinstance(self.model, BinVectors):  # every vector in one call
+            for w in words:
+                if w not in self._index:
+                    raise KeyError(f"{w!r} is not in the vocabulary of {self.origin}")
+            return self.model.vectors(words)
         out = np.empty((len(words), self.dim), dtype=np.float32)
         read = _fasttext.vector_reader(self.model)[1] if self.model is not None else None
         for i, w in enumerate(words):
@@ -254,7 +260,9 @@ def load_word_vectors(path: str | Path) -> WordVectors:
         raise FileNotFoundError(f"word vectors not found: {path}")
     name = path.name.lower()
     if name.endswith(".bin"):
-        return WordVectors.from_fasttext(_fasttext.load_fasttext(path), origin=str(path))
+        # the dictionary and the rows step 2 reads, not the whole model (fastText's own loader for other formats)
+        model = open_bin(path) or _fasttext.load_fasttext(path)
+        return WordVectors.from_fasttext(model, origin=str(path))
     return _load_text_vectors(path)
 
 
@@ -419,6 +427,8 @@ def reduce_dimension(wv: WordVectors, dim: int) -> WordVectors:
             f"cannot PCA-reduce {wv.origin}: compact fastText vectors keep no input matrix; train the vectors with "
             "compact=False (the full model) to reduce them"
         )
+    if isinstance(wv.model, BinVectors):  # read for its vectors only: the PCA needs the whole model
+        wv.model = _fasttext.load_fasttext(wv.model.path)
     if wv.model is not None:
         inp = wv.model.get_input_matrix()
         proj = _pca_projection(inp, dim)
