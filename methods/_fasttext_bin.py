@@ -61,7 +61,10 @@ class BinVectors:
         self.words, self.counts = words, counts
         self.matrix = matrix
         self.minn, self.maxn, self.bucket = int(minn), int(maxn), int(bucket)
-        self._vocab = {w: i for i, w in enumerate(words) if valid[i]}  # words whose bytes are UTF-8: fastText finds them
+        self.all_valid = bool(valid.all())
+        # the words whose bytes are UTF-8 (fastText finds them by their string); unique in a fastText vocabulary
+        self._vocab = dict(zip(words, range(len(words)))) if self.all_valid else {
+            w: i for i, w in enumerate(words) if valid[i]}
 
     # -- the fastText model calls -----------------------------------------------------------------
 
@@ -80,6 +83,10 @@ class BinVectors:
     def get_words(self, include_freq: bool = False, on_unicode_error: str = "replace") -> Any:
         """The vocabulary (and frequencies) as ``fasttext``'s ``get_words(on_unicode_error="replace")`` lists it."""
         return (list(self.words), self.counts.copy()) if include_freq else list(self.words)
+
+    def word_index(self) -> dict[str, int] | None:
+        """The word -> id map (every word is UTF-8, so it equals a first-wins map of :meth:`get_words`), or ``None``."""
+        return self._vocab if self.all_valid else None
 
     def get_input_matrix(self) -> np.ndarray:
         """Not kept in memory: raises ``ValueError`` (a PCA reduction loads the model with ``fasttext``)."""
@@ -179,19 +186,22 @@ def open_bin(path: str | Path) -> BinVectors | None:
         if prune >= 0 or nlabels != 0:
             return None
         # each entry: the word's bytes, NUL, int64 count, int8 type (words hold no NUL: the next NUL ends the word)
-        ends = np.empty(size, dtype=np.int64)
-        p, find = _HEADER_BYTES, mm.find
-        for i in range(size):
+        found: list[int] = []
+        p, find, add = _HEADER_BYTES, mm.find, found.append
+        for _ in range(size):
             p = find(b"\0", p)
-            ends[i] = p
+            add(p)
             p += 10
-        word_starts = np.r_[_HEADER_BYTES, ends[:-1] + 10] if size else np.zeros(0, dtype=np.int64)
-        words_b = [mm[s:e] for s, e in zip(word_starts.tolist(), ends.tolist())]
+        ends = np.array(found, dtype=np.int64)
+        words_b = [mm[s:e] for s, e in zip([_HEADER_BYTES, *(e + 10 for e in found[:-1])], found)]
         mpos = int(ends[-1]) + 10 if size else _HEADER_BYTES
         tail = mm[mpos : mpos + 17]
-        counts = np.frombuffer(b"".join(mm[e + 1 : e + 9] for e in ends.tolist()), dtype="<i8").astype(np.int64)
+        raw = np.frombuffer(mm, dtype=np.uint8)
+        counts = raw[(ends[:, None] + 1 + np.arange(8)).ravel()].view("<i8").astype(np.int64)  # a copy
+        del raw  # the mmap closes only once no array views it
     words = b"\n".join(words_b).decode("utf-8", "replace").split("\n") if size else []  # words hold no newline
-    valid = np.fromiter((_is_utf8(w) for w in words_b), dtype=bool, count=size)
+    # a word whose bytes are not UTF-8 decodes with U+FFFD; only those few are checked
+    valid = np.array([("\ufffd" not in w) or _is_utf8(b) for w, b in zip(words, words_b)], dtype=bool)
     if len(tail) < 17 or tail[0] != 0:  # a quantized input matrix
         return None
     rows, cols = struct.unpack_from("<qq", tail, 1)

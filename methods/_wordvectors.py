@@ -161,7 +161,8 @@ class WordVectors:
     def from_fasttext(cls, model: Any, *, origin: str) -> WordVectors:
         """Wrap a ``fasttext`` model or :class:`~methods._fasttext.CompactVectors` (words and frequencies are read once)."""
         words, freqs = model.get_words(include_freq=True, on_unicode_error="replace")
-        return cls(list(words), np.asarray(freqs, dtype=np.int64), origin, model=model)
+        index = model.word_index() if isinstance(model, BinVectors) else None  # the reader's map: not built twice
+        return cls(list(words), np.asarray(freqs, dtype=np.int64), origin, model=model, _index=index or {})
 
     @property
     def dim(self) -> int:
