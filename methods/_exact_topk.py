@@ -362,8 +362,9 @@ class _Gathered:
     """Chunk rows of this group."""
     values: torch.Tensor
     """``r x g`` screen scores: a superset of every row's candidates (scores ``>= thr``), no padding."""
-    pos: torch.Tensor | None
-    """``r x g`` their positions (into the screened keys); ``None``: ``values`` are the whole rows."""
+    blocks: torch.Tensor | None
+    """``r x b`` the blocks gathered per row (``values`` holds their scores, then the short last block's);
+    ``None``: ``values`` are the whole rows."""
     eps: torch.Tensor
     """Per row, the screen's error bound (:func:`_screen_eps`)."""
     need: torch.Tensor
@@ -372,6 +373,27 @@ class _Gathered:
     """Per row, that threshold ``v_k - 2 eps``."""
     found: tuple[torch.Tensor, torch.Tensor] | None = None
     """The candidates as ``(row in this group, column of values)`` pairs, row by row, when already found."""
+    block: int = _SELECT_BLOCK
+    """Columns per block."""
+    main: int = 0
+    """First column of the short last block (the columns after the whole blocks)."""
+
+    @property
+    def pos(self) -> torch.Tensor | None:
+        """``r x g`` the positions (into the screened keys) of ``values``; ``None`` for whole rows."""
+        if self.blocks is None:
+            return None
+        r, g = self.values.shape
+        return self.positions(torch.arange(r).repeat_interleave(g), torch.arange(g).repeat(r)).view(r, g)
+
+    def positions(self, r_idx: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        """The positions of the entries ``values[r_idx, col]`` (only those: most rows need a few)."""
+        if self.blocks is None:
+            return col
+        width = self.blocks.shape[1] * self.block
+        in_block = col < width
+        blk = self.blocks[r_idx, torch.clamp(torch.div(col, self.block, rounding_mode="floor"), max=self.blocks.shape[1] - 1)]
+        return torch.where(in_block, blk * self.block + col % self.block, self.main + col - width)
 
     def candidates(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Every candidate as a ``(row in this group, column of values)`` pair, grouped by row."""
@@ -423,7 +445,6 @@ def _gather_rows(a: torch.Tensor, kk: int, mode: str, d: int, block: int = _SELE
         sel = bmax >= lo[:, None]
         nsel = sel.sum(1)
         size = torch.clamp(2 ** torch.ceil(torch.log2(nsel.to(torch.float64))), max=nb).to(torch.int64)
-        tail = torch.arange(main, m)
         parts = []
         for sz in torch.unique(size).tolist():
             rows = torch.nonzero(size == sz).squeeze(1)
@@ -431,18 +452,18 @@ def _gather_rows(a: torch.Tensor, kk: int, mode: str, d: int, block: int = _SELE
                 parts.append((rows, a[rows], None))
                 continue
             # each row's blocks >= lo first, then as many others as its group's width asks (no sort)
-            s_r = sel[rows]
-            rank = torch.where(s_r, torch.cumsum(s_r, 1) - 1, nsel[rows, None] + torch.cumsum(~s_r, 1) - 1)
+            every = len(rows) == c  # the usual case: one width for the whole chunk, no row gathered
+            s_r, n_r, lo_r = (sel, nsel, lo) if every else (sel[rows], nsel[rows], lo[rows])
+            before = torch.cumsum(s_r, 1)  # blocks >= lo up to and including each block
+            rank = torch.where(s_r, before - 1, n_r[:, None] + torch.arange(nb) - before)
             r_i, b_i = torch.nonzero(rank < sz, as_tuple=True)
             blocks = torch.empty((len(rows), sz), dtype=torch.int64)
             blocks[r_i, rank[r_i, b_i]] = b_i
             values = blocked[rows[:, None], blocks].reshape(len(rows), sz * block)
-            idx = (blocks[:, :, None] * block + torch.arange(block)).reshape(len(rows), sz * block)
             if main < m:
-                values = torch.cat([values, a[rows, main:]], 1)
-                idx = torch.cat([idx, tail.expand(len(rows), -1)], 1)
+                values = torch.cat([values, a[:, main:] if every else a[rows, main:]], 1)
             # v_top, v_k, eps and the candidates from the gathered scores >= lo (a few per row)
-            r_lo, col = torch.nonzero(values >= lo[rows, None], as_tuple=True)
+            r_lo, col = torch.nonzero(values >= lo_r[:, None], as_tuple=True)
             v_lo = values[r_lo, col].to(sdt)
             pad, _ = _padded_by_row(r_lo, torch.bincount(r_lo, minlength=len(rows)), v_lo, -torch.inf)
             vals = torch.topk(pad, kk, dim=1, sorted=True).values
@@ -450,7 +471,7 @@ def _gather_rows(a: torch.Tensor, kk: int, mode: str, d: int, block: int = _SELE
             thr = vals[:, kk - 1] - 2 * eps
             is_cand = v_lo >= thr[r_lo]
             need = torch.bincount(r_lo[is_cand], minlength=len(rows))
-            out.append(_Gathered(rows, values, idx, eps, need, thr, (r_lo[is_cand], col[is_cand])))
+            out.append(_Gathered(rows, values, blocks, eps, need, thr, (r_lo[is_cand], col[is_cand]), block, main))
     for rows, values, pos in parts:
         vals = torch.topk(values, kk, dim=1, sorted=True).values.to(sdt)
         eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
@@ -499,7 +520,7 @@ def _select_chunk(
         keep = easy[r_idx]
         r_idx, col = r_idx[keep], col[keep]
         v = g.values[r_idx, col].to(g.eps.dtype)
-        p = col if g.pos is None else g.pos[r_idx, col]
+        p = g.positions(r_idx, col)
         exact = _exact_pairs(qn, keys, cand, inv, g.rows[r_idx], p)
         tol = torch.maximum(g.eps[r_idx], _screen_err(mode, d, v.abs()))  # candidates below the top may be larger
         if bool(((v.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
