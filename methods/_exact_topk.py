@@ -59,7 +59,10 @@ floats, ``d`` float64 products and a sequential sum, selection), in the units of
 Measured on WECHSEL's 50k x 213k search (d = 100, 2 cores): ~4 us of CPU per rescored candidate of a
 bf16 chunk against ~4-7 ns per key of a float32 screen row; with 256 (the cost of the products alone)
 ``auto`` kept bf16 screens whose candidates (mean 159 per row, a tail of ~1600) cost 3x an fp32 screen's
-(~10 per row). It only steers ``screen="auto"``, never the result."""
+(~10 per row). Checked again once candidates were rescored as a flat list (only those ``>= v_k - 2 eps``) on the
+32k x 16k end-to-end bench (d = 100, one thread): a forced bf16 screen (96 candidates per row, spread over a
+third of the blocks) took 5.5 s of CPU against 2.8 s for fp32 (11 per row), so the budget still sends ``auto``
+to fp32 there. It only steers ``screen="auto"``, never the result."""
 
 
 def resolve_screen(screen: str) -> str:
@@ -296,7 +299,8 @@ def _top_by_value_then_position(exact: torch.Tensor, pos: torch.Tensor, kk: int)
 
 
 def _base_width(kk: int) -> int:
-    """The smallest candidate-set width :func:`_select_chunk` starts from."""
+    """The candidates a row is assumed to need in a screen that separates its neighbours (the escalation
+    budget's baseline, :func:`_escalation_budget`)."""
     return max(32, 2 * kk + 12)
 
 
@@ -747,7 +751,7 @@ def _search(run: _ChunkRun, rows: torch.Tensor, n: int, cand: torch.Tensor, grou
 
 
 class _ChunkRun:
-    """The state of one :func:`topk_cosine` search across its chunks: screen, widths, counters."""
+    """The state of one :func:`topk_cosine` search across its chunks: screen and counters."""
 
     def __init__(self, q, q_norm, keys, cand, inv, kr: int, mode: str, adaptive: bool) -> None:
         self.q, self.q_norm, self.keys, self.cand, self.inv, self.kr = q, q_norm, keys, cand, inv, kr
