@@ -40,6 +40,9 @@ _HEADER_BYTES = 92
 """magic, version, 12 int32 arguments, the double ``t``, then the dictionary's size, nwords, nlabels (int32),
 ntokens and pruneidx_size (int64)."""
 
+_BATCH = 65536
+"""Strings whose n-grams :meth:`BinVectors.vectors` lists at once."""
+
 _FNV_OFFSET, _FNV_PRIME = np.uint32(2166136261), np.uint32(16777619)
 
 
@@ -95,7 +98,14 @@ class BinVectors:
     # -- many strings at once ---------------------------------------------------------------------
 
     def vectors(self, strings: Sequence[str]) -> np.ndarray:
-        """``get_word_vector`` of every string, float32 ``len(strings) x dim``, the same bits as fastText's."""
+        """``get_word_vector`` of every string, float32 ``len(strings) x dim``, the same bits as fastText's
+        (in batches of :data:`_BATCH` strings: the n-gram lists of a 250k vocabulary stay ~100 MB)."""
+        out = np.empty((len(strings), self.get_dimension()), dtype=np.float32)
+        for a in range(0, len(strings), _BATCH):
+            out[a : a + _BATCH] = self._vectors(strings[a : a + _BATCH])
+        return out
+
+    def _vectors(self, strings: Sequence[str]) -> np.ndarray:
         n, dim = len(strings), self.get_dimension()
         out = np.zeros((n, dim), dtype=np.float32)
         if n == 0:

@@ -34,7 +34,7 @@ def model_file(request, tmp_path_factory):
 
 
 def _strings(words: list[str]) -> list[str]:
-    oov = ["", "a", "ä", "x y", "</s>", "<s>", "straßenbahn", "日本", "été", "Hund", "😀 ok", "naïvecafé", ">", "<"]
+    oov = ["", "a", "a\nb", "nul\x00byte", "ä", "x y", "</s>", "<s>", "straßenbahn", "日本", "été", "Hund", "😀 ok", "naïvecafé", ">", "<"]
     return [*words, *oov]
 
 
@@ -74,3 +74,14 @@ def test_files_it_does_not_read_are_left_to_fasttext(tmp_path):
     short = tmp_path / "short.bin"
     short.write_bytes(b"\x01\x02")
     assert open_bin(short) is None
+
+
+def test_batches_give_the_same_vectors(model_file, monkeypatch):
+    import methods._fasttext_bin as fb
+
+    path, _ft = model_file
+    bv = open_bin(path)
+    strings = _strings(bv.get_words())
+    whole = bv.vectors(strings)
+    monkeypatch.setattr(fb, "_BATCH", 7)
+    assert np.array_equal(bv.vectors(strings).view(np.uint32), whole.view(np.uint32))
