@@ -6,8 +6,10 @@ dictionary. This module provides those pieces as plain functions around one smal
 :class:`WordVectors`:
 
 * :func:`load_word_vectors` reads a fastText ``.bin`` (words, frequencies *and* character n-gram
-  vectors, so out-of-vocabulary strings get vectors) or a text ``.vec`` / ``.vec.gz`` file (words
-  and vectors only: no n-grams, no frequencies).
+  vectors, so out-of-vocabulary strings get vectors; through :class:`methods._fasttext_bin.BinVectors`:
+  the dictionary parsed, the input matrix memory-mapped, fastText's vectors of many strings computed at
+  once, bit for bit) or a text ``.vec`` / ``.vec.gz`` file (words and vectors only: no n-grams, no
+  frequencies).
 * :func:`train_word_vectors` trains word-level fastText (subword n-grams on) on a raw corpus via
   :func:`methods._fasttext.train_fasttext` (content-hashed cache, ``threads=1`` deterministic); with
   ``compact=True`` only the vocabulary's vectors and those of given strings are kept and cached
