@@ -150,7 +150,8 @@ class TopK:
 
 
 def _duplicate_representatives(keys: torch.Tensor, cand: torch.Tensor) -> torch.Tensor | None:
-    """For each usable key (position in ``cand``), the first position with a bitwise-identical vector.
+    """For each usable key (position in ``cand``), the first position with a bitwise-identical vector (also used
+    for the query rows).
 
     Tokens that share a string (``▁the`` / ``the``, ``Ġthe`` / ``the`` …) have identical subword
     vectors, hence identical cosines. Rows are grouped by a 64-bit hash of their bits and
@@ -694,17 +695,25 @@ def topk_cosine(
         groups = _group_keys(keys_f, cand, ks)
         ucand, uinv = cand[groups.unique], inv[groups.unique]
         rows = torch.nonzero(q_norm > 0).squeeze(1)
+        # queries with bitwise-identical vectors ("▁x" and "x" of a target vocabulary) are searched once
+        qrep = _duplicate_representatives(q, rows) if len(rows) > 1 else None
+        first = rows if qrep is None else rows[qrep == torch.arange(len(rows))]
         run = _ChunkRun(q, q_norm, keys_f, ucand, uinv, min(ks, len(ucand)), mode, adaptive=screen == "auto" and mode != SCREENS[-1])
         t_prep = time.perf_counter() - t0
-        out_idx, out_sim, out_gap = _search(run, rows, n, cand, groups, kk, ks, chunk_rows)
+        out_idx, out_sim, out_gap = _search(run, first, n, cand, groups, kk, ks, chunk_rows)
+        if qrep is not None:
+            dup = torch.nonzero(qrep != torch.arange(len(rows))).squeeze(1)
+            src, dst = rows[qrep[dup]].numpy(), rows[dup].numpy()
+            out_idx[dst], out_sim[dst], out_gap[dst] = out_idx[src], out_sim[src], out_gap[src]
     has = np.zeros(n, dtype=bool)
     has[rows.numpy()] = True
     stats = {
         "screen": run.mode, "screen_requested": screen, "screen_switched": "; ".join(run.switches) or None,
-        "screen_chunks": run.chunks, "rows_rescreened": run.rescreened, "queries": int(n), "queries_with_vector": int(len(rows)), "keys": n_keys,
+        "screen_chunks": run.chunks, "rows_rescreened": run.rescreened, "queries": int(n), "queries_with_vector": int(len(rows)),
+        "duplicate_queries": int(len(rows) - len(first)), "keys": n_keys,
         "keys_usable": m, "duplicate_keys": groups.duplicates, "k": kk, "dim": int(d),
         "chunk_rows": _chunk_step(chunk_rows, len(ucand), run.mode),
-        "candidates_per_row": round(run.n_cand / max(len(rows), 1), 2), "widest_candidate_set": run.widest,
+        "candidates_per_row": round(run.n_cand / max(len(first), 1), 2), "widest_candidate_set": run.widest,
         "fallback_chunks": run.n_fallback, "threads": torch.get_num_threads(),
         "prepare_s": round(t_prep, 3), "score_s": round(run.t_score, 3), "rescore_s": round(run.t_select, 3),
         "total_s": round(time.perf_counter() - t0, 3),
