@@ -59,7 +59,10 @@ floats, ``d`` float64 products and a sequential sum, selection), in the units of
 Measured on WECHSEL's 50k x 213k search (d = 100, 2 cores): ~4 us of CPU per rescored candidate of a
 bf16 chunk against ~4-7 ns per key of a float32 screen row; with 256 (the cost of the products alone)
 ``auto`` kept bf16 screens whose candidates (mean 159 per row, a tail of ~1600) cost 3x an fp32 screen's
-(~10 per row). It only steers ``screen="auto"``, never the result."""
+(~10 per row). Checked again once candidates were rescored as a flat list (only those ``>= v_k - 2 eps``) on the
+32k x 16k end-to-end bench (d = 100, one thread): a forced bf16 screen (96 candidates per row, spread over a
+third of the blocks) took 5.5 s of CPU against 2.8 s for fp32 (11 per row), so the budget still sends ``auto``
+to fp32 there. It only steers ``screen="auto"``, never the result."""
 
 
 def resolve_screen(screen: str) -> str:
@@ -147,7 +150,8 @@ class TopK:
 
 
 def _duplicate_representatives(keys: torch.Tensor, cand: torch.Tensor) -> torch.Tensor | None:
-    """For each usable key (position in ``cand``), the first position with a bitwise-identical vector.
+    """For each usable key (position in ``cand``), the first position with a bitwise-identical vector (also used
+    for the query rows).
 
     Tokens that share a string (``▁the`` / ``the``, ``Ġthe`` / ``the`` …) have identical subword
     vectors, hence identical cosines. Rows are grouped by a 64-bit hash of their bits and
@@ -235,36 +239,41 @@ def _expand_groups(pos: torch.Tensor, values: torch.Tensor, groups: _KeyGroups, 
     return torch.gather(mem, 1, order), torch.gather(values, 1, torch.div(order, g, rounding_mode="floor"))
 
 
+def _exact_pairs(q: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, qrow: torch.Tensor,
+                 pos: torch.Tensor) -> torch.Tensor:
+    """Exact cosines of the pairs ``(q[qrow[j]], keys[cand[pos[j]]])``, a flat float64 vector (see :func:`_exact_cosines`).
+
+    The products of the float32 inputs are exact in float64; ``torch.cumsum`` adds them one after another
+    in the order ``i = 0 .. d-1`` with a float64 accumulator, one pair per row, so a pair's value is one
+    fixed sequence of IEEE operations, whatever the batch, the thread count or the pair's neighbours.
+    Pairs are processed in batches of at most :data:`_GATHER_ELEMS` products.
+    """
+    n, d = int(pos.numel()), keys.shape[1]
+    out = torch.empty(n, dtype=torch.float64)
+    step = max(1, _GATHER_ELEMS // max(1, d))
+    for a in range(0, n, step):
+        b = min(a + step, n)
+        p = pos[a:b]
+        prod = torch.index_select(keys, 0, torch.index_select(cand, 0, p)).to(torch.float64)
+        prod.mul_(torch.index_select(q, 0, qrow[a:b]).to(torch.float64))
+        torch.mul(torch.cumsum(prod, dim=1)[:, -1], torch.index_select(inv, 0, p).to(torch.float64), out=out[a:b])
+    return out
+
+
 def _exact_cosines(qn: torch.Tensor, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
     """Exact cosines ``r x w`` of unit queries ``qn`` (``r x d``) with the keys at ``cand[pos]``.
 
     ``(sum_i qn_i k_i) * inv`` in float64 from the float32 inputs, summed in the fixed order
-    ``i = 0 .. d-1`` (one running float64 sum per pair, one elementwise multiply-add per ``i``;
-    every product of two float32 numbers is exact in float64, so a fused multiply-add rounds as the
-    separate add does): a pair's value is one fixed sequence of IEEE operations, the same whatever
-    the batch, the pair's position, the candidate set, the thread count or the CPU, and the same as
-    a sequential ``cumsum`` of the products. A BLAS product promises none of that (``torch.bmm``'s
-    float64 sums change with the batch size and the width). The gathered keys are laid out ``d x
-    pairs`` so that each of the ``d`` steps runs over contiguous memory. Rows are processed in
-    batches of at most :data:`_GATHER_ELEMS` products.
+    ``i = 0 .. d-1`` (one running float64 sum per pair; every product of two float32 numbers is
+    exact in float64, so a fused multiply-add rounds as the separate add does): a pair's value is
+    one fixed sequence of IEEE operations, the same whatever the batch, the pair's position, the
+    candidate set, the thread count or the CPU, and the same as a sequential ``cumsum`` of the
+    products (:func:`_exact_pairs`). A BLAS product promises none of that (``torch.bmm``'s float64
+    sums change with the batch size and the width).
     """
     r, w = pos.shape
-    d = qn.shape[1]
-    out = torch.empty((r, w), dtype=torch.float64)
-    q64t = qn.to(torch.float64).T.contiguous()  # d x r
-    step = max(1, _GATHER_ELEMS // max(1, w * d))
-    for a in range(0, r, step):
-        b = min(a + step, r)
-        n = (b - a) * w
-        p = pos[a:b].reshape(-1)
-        g = torch.empty((d, n), dtype=torch.float64)
-        g.copy_(torch.index_select(keys, 0, torch.index_select(cand, 0, p)).T)  # d x n, contiguous float64 (exact)
-        qe = q64t[:, a:b, None].expand(d, b - a, w).reshape(d, n)  # the query of every pair, d x n
-        acc = g[0] * qe[0]
-        for i in range(1, d):
-            acc.addcmul_(g[i], qe[i])
-        out[a:b] = (acc * torch.index_select(inv, 0, p).to(torch.float64)).view(b - a, w)
-    return out
+    qrow = torch.arange(r).repeat_interleave(w)
+    return _exact_pairs(qn, keys, cand, inv, qrow, pos.reshape(-1)).view(r, w)
 
 
 def _top_by_value_then_position(exact: torch.Tensor, pos: torch.Tensor, kk: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -291,7 +300,8 @@ def _top_by_value_then_position(exact: torch.Tensor, pos: torch.Tensor, kk: int)
 
 
 def _base_width(kk: int) -> int:
-    """The smallest candidate-set width :func:`_select_chunk` starts from."""
+    """The candidates a row is assumed to need in a screen that separates its neighbours (the escalation
+    budget's baseline, :func:`_escalation_budget`)."""
     return max(32, 2 * kk + 12)
 
 
@@ -332,8 +342,6 @@ class _Selected:
     """Candidates rescored exactly."""
     widest: int
     """Widest candidate set of a row."""
-    next_width: int
-    """A starting width for the next chunk (1.25 x the 95th percentile of what this chunk needed)."""
     deferred: torch.Tensor | None = None
     """Rows left for a finer screen (``row_cap``; their ``pos``/``values`` rows are unset), or ``None``."""
 
@@ -359,12 +367,54 @@ class _Gathered:
     """Chunk rows of this group."""
     values: torch.Tensor
     """``r x g`` screen scores: a superset of every row's candidates (scores ``>= thr``), no padding."""
-    pos: torch.Tensor | None
-    """``r x g`` their positions (into the screened keys); ``None``: ``values`` are the whole rows."""
+    blocks: torch.Tensor | None
+    """``r x b`` the blocks gathered per row (``values`` holds their scores, then the short last block's);
+    ``None``: ``values`` are the whole rows."""
     eps: torch.Tensor
     """Per row, the screen's error bound (:func:`_screen_eps`)."""
     need: torch.Tensor
     """Per row, its candidates: screen scores ``>= v_k - 2 eps``."""
+    thr: torch.Tensor
+    """Per row, that threshold ``v_k - 2 eps``."""
+    found: tuple[torch.Tensor, torch.Tensor] | None = None
+    """The candidates as ``(row in this group, column of values)`` pairs, row by row, when already found."""
+    block: int = _SELECT_BLOCK
+    """Columns per block."""
+    main: int = 0
+    """First column of the short last block (the columns after the whole blocks)."""
+
+    @property
+    def pos(self) -> torch.Tensor | None:
+        """``r x g`` the positions (into the screened keys) of ``values``; ``None`` for whole rows."""
+        if self.blocks is None:
+            return None
+        r, g = self.values.shape
+        return self.positions(torch.arange(r).repeat_interleave(g), torch.arange(g).repeat(r)).view(r, g)
+
+    def positions(self, r_idx: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
+        """The positions of the entries ``values[r_idx, col]`` (only those: most rows need a few)."""
+        if self.blocks is None:
+            return col
+        width = self.blocks.shape[1] * self.block
+        in_block = col < width
+        blk = self.blocks[r_idx, torch.clamp(torch.div(col, self.block, rounding_mode="floor"), max=self.blocks.shape[1] - 1)]
+        return torch.where(in_block, blk * self.block + col % self.block, self.main + col - width)
+
+    def candidates(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every candidate as a ``(row in this group, column of values)`` pair, grouped by row."""
+        if self.found is None:
+            self.found = torch.nonzero(self.values >= self.thr[:, None], as_tuple=True)
+        return self.found
+
+
+def _padded_by_row(r_idx: torch.Tensor, counts: torch.Tensor, values: torch.Tensor, fill: float | int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``values`` of a flat list grouped by row (row ``r_idx``, ``counts`` per row) laid out as rows padded with ``fill``;
+    also the slot of every entry in its row."""
+    starts = torch.cumsum(counts, 0) - counts
+    slot = torch.arange(len(r_idx)) - starts[r_idx]
+    out = torch.full((len(counts), max(int(counts.max()), 1) if len(counts) else 1), fill, dtype=values.dtype)
+    out[r_idx, slot] = values
+    return out, slot
 
 
 def _gather_rows(a: torch.Tensor, kk: int, mode: str, d: int, block: int = _SELECT_BLOCK) -> list[_Gathered]:
@@ -373,53 +423,71 @@ def _gather_rows(a: torch.Tensor, kk: int, mode: str, d: int, block: int = _SELE
     One pass over ``a`` takes the maximum of every block of ``block`` columns. The ``kk``-th largest
     block maximum ``L`` is at most the row's ``kk``-th best score ``v_k`` (``kk`` blocks hold a score
     of at least ``L``), and ``eps_up`` (the bound for magnitudes up to ``max(|L|, |v_top|)``) is at least
-    the row's ``eps``, so every candidate (score ``>= v_k - 2 eps``) lies in a block whose maximum is
-    ``>= L - 2 eps_up`` (less a margin for rounding the threshold): only those blocks (and the short last
-    block) are gathered, rows grouped by how many blocks they need (powers of two). ``v_top``, ``v_k``,
-    ``eps`` and the candidate count are then computed on the gathered scores exactly as on the whole row
-    (the ``kk`` best scores are among them). Narrow rows, and rows that need half of their blocks, are
-    taken whole.
+    the row's ``eps``, so every candidate (score ``>= v_k - 2 eps``) is at least ``lo = L - 2 eps_up``
+    (less a margin for rounding the threshold) and lies in a block whose maximum is ``>= lo``: only
+    those blocks (and the short last block) are gathered, rows grouped by how many blocks they need
+    (powers of two; a row short of its group's width also gets blocks below ``lo``, whose scores can be
+    no candidate). ``v_top``, ``v_k``, ``eps`` and the candidate count are then computed on the gathered
+    scores ``>= lo`` exactly as on the whole row (the ``kk`` best scores are among them). Narrow rows, and
+    rows that need half of their blocks, are taken whole.
     """
     c, m = a.shape
     sdt = torch.float64 if mode == "fp64" else torch.float32
     nb, main = m // block, (m // block) * block
+    out = []
     if nb < 4 * kk + 16:
         parts = [(torch.arange(c), a, None)]
     else:
         a = a if a.stride(1) == 1 else a.contiguous()
-        bmax = a.as_strided((c, nb, block), (a.stride(0), block, 1)).amax(2).to(sdt)  # a view: no copy
-        top = torch.topk(bmax, kk, dim=1, sorted=True).values
-        v_top, low = top[:, 0], top[:, -1]
+        blocked = a.as_strided((c, nb, block), (a.stride(0), block, 1))  # a view: no copy
+        bmax = blocked.amax(2).to(sdt)
+        part = torch.from_numpy(np.partition(bmax.numpy(), nb - kk, axis=1)[:, nb - kk :])  # the kk largest, unordered
+        v_top, low = part.amax(1), part[:, 0]
         if main < m:
             v_top = torch.maximum(v_top, a[:, main:].amax(1).to(sdt))
         eps_up = _screen_eps(mode, d, v_top, torch.maximum(low.abs(), v_top.abs())).to(sdt)
         lo = low - 2 * eps_up - 1e-6  # the margin covers rounding the threshold v_k - 2 eps in float32
-        nsel = (bmax >= lo[:, None]).sum(1)
+        sel = bmax >= lo[:, None]
+        nsel = sel.sum(1)
         size = torch.clamp(2 ** torch.ceil(torch.log2(nsel.to(torch.float64))), max=nb).to(torch.int64)
-        tail = torch.arange(main, m)
         parts = []
         for sz in torch.unique(size).tolist():
             rows = torch.nonzero(size == sz).squeeze(1)
             if sz * block >= m // 2:
                 parts.append((rows, a[rows], None))
                 continue
-            blocks = torch.topk(bmax[rows], sz, dim=1, sorted=False).indices  # every block >= lo (nsel <= sz)
-            idx = (blocks[:, :, None] * block + torch.arange(block)).reshape(len(rows), sz * block)
+            # each row's blocks >= lo first, then as many others as its group's width asks (no sort)
+            every = len(rows) == c  # the usual case: one width for the whole chunk, no row gathered
+            s_r, n_r, lo_r = (sel, nsel, lo) if every else (sel[rows], nsel[rows], lo[rows])
+            before = torch.cumsum(s_r, 1)  # blocks >= lo up to and including each block
+            rank = torch.where(s_r, before - 1, n_r[:, None] + torch.arange(nb) - before)
+            r_i, b_i = torch.nonzero(rank < sz, as_tuple=True)
+            blocks = torch.empty((len(rows), sz), dtype=torch.int64)
+            blocks[r_i, rank[r_i, b_i]] = b_i
+            values = blocked[rows[:, None], blocks].reshape(len(rows), sz * block)
             if main < m:
-                idx = torch.cat([idx, tail.expand(len(rows), -1)], 1)
-            parts.append((rows, torch.take(a, rows[:, None] * m + idx), idx))
-    out = []
+                values = torch.cat([values, a[:, main:] if every else a[rows, main:]], 1)
+            # v_top, v_k, eps and the candidates from the gathered scores >= lo (a few per row)
+            r_lo, col = torch.nonzero(values >= lo_r[:, None], as_tuple=True)
+            v_lo = values[r_lo, col].to(sdt)
+            pad, _ = _padded_by_row(r_lo, torch.bincount(r_lo, minlength=len(rows)), v_lo, -torch.inf)
+            vals = torch.topk(pad, kk, dim=1, sorted=True).values
+            eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
+            thr = vals[:, kk - 1] - 2 * eps
+            is_cand = v_lo >= thr[r_lo]
+            need = torch.bincount(r_lo[is_cand], minlength=len(rows))
+            out.append(_Gathered(rows, values, blocks, eps, need, thr, (r_lo[is_cand], col[is_cand]), block, main))
     for rows, values, pos in parts:
         vals = torch.topk(values, kk, dim=1, sorted=True).values.to(sdt)
         eps = _screen_eps(mode, d, vals[:, 0], vals[:, kk - 1])
         thr = vals[:, kk - 1] - 2 * eps
-        out.append(_Gathered(rows, values, pos, eps, (values >= thr[:, None]).sum(1)))
+        out.append(_Gathered(rows, values, pos, eps, (values >= thr[:, None]).sum(1), thr))
     return out
 
 
 def _select_chunk(
     qn: torch.Tensor, a: torch.Tensor, mode: str, keys: torch.Tensor, cand: torch.Tensor, inv: torch.Tensor, kk: int,
-    width: int, budget: float | None = None, row_cap: float | None = None,
+    budget: float | None = None, row_cap: float | None = None,
 ) -> _Selected | None:
     """Exact top-``kk`` of every row of a screened chunk, or ``None`` if the screen's bound failed.
 
@@ -427,52 +495,50 @@ def _select_chunk(
     (``v_k``: the ``kk``-th best screen score, ``eps``: :func:`_screen_eps`): they hold every key
     whose exact cosine can reach the exact ``kk``-th best (a key scoring below the threshold has
     an exact cosine below ``v_k - eps``, and at least ``kk`` keys have exact cosines of at least
-    ``v_k - eps``), so the exact top-``kk`` among them is the exact top-``kk`` overall. A row is
-    rescored at least ``width`` wide; rows with more candidates are taken as wide as they
-    need (rounded up to a power of two). With a ``budget`` (``screen="auto"``), a chunk whose
-    candidates exceed it raises :class:`_Escalate` before anything is rescored. With a ``row_cap``
-    (``auto``), rows needing more candidates than that are not rescored but returned as
-    ``deferred`` for a finer screen — unless they are more than :data:`_DEFER_SHARE` of the chunk,
-    which then escalates as a whole (the budget counts the other rows' candidates). Candidates are
-    rescored exactly (float64), the bound is verified on every one of them, and the top-``kk`` is
-    taken by decreasing float64 cosine, ties to the lower position. Widths change only the work
-    done, never the result.
+    ``v_k - eps``), so the exact top-``kk`` among them is the exact top-``kk`` overall. Exactly
+    those candidates are rescored, as one flat list of pairs (:func:`_exact_pairs`). With a
+    ``budget`` (``screen="auto"``), a chunk whose candidates exceed it raises :class:`_Escalate`
+    before anything is rescored. With a ``row_cap`` (``auto``), rows needing more candidates than
+    that are not rescored but returned as ``deferred`` for a finer screen — unless they are more
+    than :data:`_DEFER_SHARE` of the chunk, which then escalates as a whole (the budget counts the
+    other rows' candidates). The bound is verified on every rescored candidate, and the top-``kk``
+    is taken by decreasing float64 cosine, ties to the lower position.
     """
     c, m = a.shape
     d = qn.shape[1]
-    width = min(m, max(width, kk))
     groups = _gather_rows(a, kk, mode, d)
     need = torch.empty(c, dtype=torch.int64)
-    eps = torch.empty(c, dtype=groups[0].eps.dtype)
     for g in groups:
-        need[g.rows], eps[g.rows] = g.need, g.eps
-    bucket = torch.where(need > width, torch.clamp(2 ** torch.ceil(torch.log2(need.to(torch.float64))), max=m), width)
-    bucket = bucket.to(torch.int64)
+        need[g.rows] = g.need
     hard = need > row_cap if row_cap is not None else torch.zeros(c, dtype=torch.bool)
     n_hard = int(hard.sum())
-    work = int(bucket[~hard].sum())
+    work = int(need[~hard].sum())
     if budget is not None and (work > budget or n_hard > _DEFER_SHARE * c):
-        raise _Escalate(int(bucket.sum()) / c)
+        raise _Escalate(int(need.sum()) / c)
     out_pos = torch.empty((c, kk), dtype=torch.int64)
     out_val = torch.empty((c, kk), dtype=torch.float64)
     for g in groups:
-        b_g, easy = bucket[g.rows], ~hard[g.rows]
-        for w in torch.unique(b_g[easy]).tolist():
-            sel = torch.nonzero((b_g == w) & easy).squeeze(1)
-            rows = g.rows[sel]
-            v_g, j = torch.topk(g.values[sel], min(w, g.values.shape[1]), dim=1, sorted=False)  # every candidate
-            v_g = v_g.to(eps.dtype)
-            p_g = j if g.pos is None else torch.gather(g.pos[sel], 1, j)
-            exact = _exact_cosines(qn[rows], keys, cand, inv, p_g)
-            tol = torch.maximum(eps[rows, None], _screen_err(mode, d, v_g.abs()))  # candidates below thr may be larger
-            if bool(((v_g.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
-                return None
-            out_pos[rows], out_val[rows] = _top_by_value_then_position(exact, p_g, kk)
-    kept = need[~hard] if n_hard < c else need
-    q95 = float(torch.quantile(kept.to(torch.float32), 0.95))
-    next_width = min(m, max(_base_width(kk), int(np.ceil(1.25 * q95 / 8.0)) * 8))
-    widest = int(bucket[~hard].max()) if n_hard < c else 0
-    return _Selected(out_pos, out_val, work, widest, next_width, torch.nonzero(hard).squeeze(1) if n_hard else None)
+        easy = ~hard[g.rows]
+        if not bool(easy.any()):
+            continue
+        r_idx, col = g.candidates()
+        keep = easy[r_idx]
+        r_idx, col = r_idx[keep], col[keep]
+        v = g.values[r_idx, col].to(g.eps.dtype)
+        p = g.positions(r_idx, col)
+        exact = _exact_pairs(qn, keys, cand, inv, g.rows[r_idx], p)
+        tol = torch.maximum(g.eps[r_idx], _screen_err(mode, d, v.abs()))  # candidates below the top may be larger
+        if bool(((v.to(torch.float64) - exact).abs() > tol.to(torch.float64)).any()):
+            return None
+        # the candidates of every easy row, padded: -inf cosines at a position no key has
+        counts = g.need.masked_fill(~easy, 0)
+        ex_pad, slot = _padded_by_row(r_idx, counts, exact, -torch.inf)
+        pos_pad = torch.full_like(ex_pad, m, dtype=torch.int64)
+        pos_pad[r_idx, slot] = p
+        sel = torch.nonzero(easy).squeeze(1)
+        out_pos[g.rows[sel]], out_val[g.rows[sel]] = _top_by_value_then_position(ex_pad[sel], pos_pad[sel], kk)
+    widest = int(need[~hard].max()) if n_hard < c else 0
+    return _Selected(out_pos, out_val, work, widest, torch.nonzero(hard).squeeze(1) if n_hard else None)
 
 
 class _Screens:
@@ -629,17 +695,25 @@ def topk_cosine(
         groups = _group_keys(keys_f, cand, ks)
         ucand, uinv = cand[groups.unique], inv[groups.unique]
         rows = torch.nonzero(q_norm > 0).squeeze(1)
+        # queries with bitwise-identical vectors ("▁x" and "x" of a target vocabulary) are searched once
+        qrep = _duplicate_representatives(q, rows) if len(rows) > 1 else None
+        first = rows if qrep is None else rows[qrep == torch.arange(len(rows))]
         run = _ChunkRun(q, q_norm, keys_f, ucand, uinv, min(ks, len(ucand)), mode, adaptive=screen == "auto" and mode != SCREENS[-1])
         t_prep = time.perf_counter() - t0
-        out_idx, out_sim, out_gap = _search(run, rows, n, cand, groups, kk, ks, chunk_rows)
+        out_idx, out_sim, out_gap = _search(run, first, n, cand, groups, kk, ks, chunk_rows)
+        if qrep is not None:
+            dup = torch.nonzero(qrep != torch.arange(len(rows))).squeeze(1)
+            src, dst = rows[qrep[dup]].numpy(), rows[dup].numpy()
+            out_idx[dst], out_sim[dst], out_gap[dst] = out_idx[src], out_sim[src], out_gap[src]
     has = np.zeros(n, dtype=bool)
     has[rows.numpy()] = True
     stats = {
         "screen": run.mode, "screen_requested": screen, "screen_switched": "; ".join(run.switches) or None,
-        "screen_chunks": run.chunks, "rows_rescreened": run.rescreened, "queries": int(n), "queries_with_vector": int(len(rows)), "keys": n_keys,
+        "screen_chunks": run.chunks, "rows_rescreened": run.rescreened, "queries": int(n), "queries_with_vector": int(len(rows)),
+        "duplicate_queries": int(len(rows) - len(first)), "keys": n_keys,
         "keys_usable": m, "duplicate_keys": groups.duplicates, "k": kk, "dim": int(d),
         "chunk_rows": _chunk_step(chunk_rows, len(ucand), run.mode),
-        "candidates_per_row": round(run.n_cand / max(len(rows), 1), 2), "widest_candidate_set": run.widest,
+        "candidates_per_row": round(run.n_cand / max(len(first), 1), 2), "widest_candidate_set": run.widest,
         "fallback_chunks": run.n_fallback, "threads": torch.get_num_threads(),
         "prepare_s": round(t_prep, 3), "score_s": round(run.t_score, 3), "rescore_s": round(run.t_select, 3),
         "total_s": round(time.perf_counter() - t0, 3),
@@ -686,13 +760,12 @@ def _search(run: _ChunkRun, rows: torch.Tensor, n: int, cand: torch.Tensor, grou
 
 
 class _ChunkRun:
-    """The state of one :func:`topk_cosine` search across its chunks: screen, widths, counters."""
+    """The state of one :func:`topk_cosine` search across its chunks: screen and counters."""
 
     def __init__(self, q, q_norm, keys, cand, inv, kr: int, mode: str, adaptive: bool) -> None:
         self.q, self.q_norm, self.keys, self.cand, self.inv, self.kr = q, q_norm, keys, cand, inv, kr
         self.mode, self.adaptive = mode, adaptive
         self.screens = _Screens(keys, cand, inv)
-        self.width = _base_width(kr)
         self.switches: list[str] = []
         self.chunks = {s: 0 for s in SCREENS}
         self.rescreened = {s: 0 for s in SCREENS[1:]}
@@ -715,7 +788,7 @@ class _ChunkRun:
         budget = _escalation_budget(self.mode, len(rr), m, self.kr) if self.adaptive else None
         row_cap = _row_cap(self.mode, m, self.kr) if self.adaptive else None
         try:
-            res = _select_chunk(qn, a, self.mode, self.keys, self.cand, self.inv, self.kr, self.width, budget, row_cap)
+            res = _select_chunk(qn, a, self.mode, self.keys, self.cand, self.inv, self.kr, budget, row_cap)
         except _Escalate as e:
             nxt = SCREENS[SCREENS.index(self.mode) + 1]
             self.switches.append(f"{self.mode} screen kept {e.per_row:.0f} candidates per row of {m} keys "
@@ -730,13 +803,12 @@ class _ChunkRun:
                 raise RuntimeError(f"topk_cosine: {self.mode} scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
             self.n_fallback += 1
             logger.warning("topk_cosine: bf16 screen exceeded its error bound in one chunk; rescreening it in float32")
-            res = _select_chunk(qn, self.screens.fp32_blocked(qn), "fp32", self.keys, self.cand, self.inv, self.kr, self.width)
+            res = _select_chunk(qn, self.screens.fp32_blocked(qn), "fp32", self.keys, self.cand, self.inv, self.kr)
             if res is None:
                 raise RuntimeError("topk_cosine: float32 scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")
         self.chunks[self.mode] += 1
         self.n_cand += res.candidates
         self.widest = max(self.widest, res.widest)
-        self.width = res.next_width
         if res.deferred is not None:
             self._finish_deferred(qn, res, self.mode)
         return res.pos, res.values
@@ -751,8 +823,7 @@ class _ChunkRun:
         a = self.screens.blocked(qn[rows], nxt)
         t1 = time.perf_counter()
         self.t_score += t1 - ts
-        sub = _select_chunk(qn[rows], a, nxt, self.keys, self.cand, self.inv, self.kr, _base_width(self.kr), None,
-                            _row_cap(nxt, m, self.kr))  # fmt: skip
+        sub = _select_chunk(qn[rows], a, nxt, self.keys, self.cand, self.inv, self.kr, None, _row_cap(nxt, m, self.kr))
         self.t_select += time.perf_counter() - t1
         if sub is None:
             raise RuntimeError(f"topk_cosine: {nxt} scores exceed their error bound (is TF32 or a non-IEEE BLAS in use?)")

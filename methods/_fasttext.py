@@ -34,6 +34,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from methods._fasttext_bin import BinVectors
 from methods._fasttext_compact import (
     CACHE_READ_ERRORS,
     COMPACT_SUFFIX,
@@ -451,9 +452,13 @@ def string_vectors(model: Any, strings: list[str]) -> tuple[np.ndarray, np.ndarr
         ``(vectors, has_vector)``: float32 ``len(strings) x dim`` and a boolean mask (nonzero vector).
     """
     vecs = np.zeros((len(strings), model.get_dimension()), dtype=np.float32)
-    _, read = vector_reader(model)
-    for i, s in enumerate(strings):
-        if s:
-            read(s, vecs[i])
+    if isinstance(model, BinVectors):  # every string in one call
+        nonempty = [i for i, s in enumerate(strings) if s]
+        vecs[nonempty] = model.vectors([strings[i] for i in nonempty])
+    else:
+        _, read = vector_reader(model)
+        for i, s in enumerate(strings):
+            if s:
+                read(s, vecs[i])
     has = np.any(vecs != 0, axis=1)
     return vecs, has

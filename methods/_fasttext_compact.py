@@ -172,8 +172,11 @@ class CompactVectors:
 
 
 def subword_lengths(model: Any) -> tuple[int, int]:
-    """``(minn, maxn)`` of a ``fasttext`` model or of :class:`CompactVectors` (``maxn == 0``: no n-grams)."""
-    if isinstance(model, CompactVectors):
+    """``(minn, maxn)`` of a ``fasttext`` model, :class:`CompactVectors` or a ``.bin`` read by
+    :class:`~methods._fasttext_bin.BinVectors` (``maxn == 0``: no n-grams)."""
+    from methods._fasttext_bin import BinVectors
+
+    if isinstance(model, (CompactVectors, BinVectors)):
         return model.minn, model.maxn
     args = model.f.getArgs()
     return int(args.minn), int(args.maxn)

@@ -6,8 +6,10 @@ dictionary. This module provides those pieces as plain functions around one smal
 :class:`WordVectors`:
 
 * :func:`load_word_vectors` reads a fastText ``.bin`` (words, frequencies *and* character n-gram
-  vectors, so out-of-vocabulary strings get vectors) or a text ``.vec`` / ``.vec.gz`` file (words
-  and vectors only: no n-grams, no frequencies).
+  vectors, so out-of-vocabulary strings get vectors; through :class:`methods._fasttext_bin.BinVectors`:
+  the dictionary parsed, the input matrix memory-mapped, fastText's vectors of many strings computed at
+  once, bit for bit) or a text ``.vec`` / ``.vec.gz`` file (words and vectors only: no n-grams, no
+  frequencies).
 * :func:`train_word_vectors` trains word-level fastText (subword n-grams on) on a raw corpus via
   :func:`methods._fasttext.train_fasttext` (content-hashed cache, ``threads=1`` deterministic); with
   ``compact=True`` only the vocabulary's vectors and those of given strings are kept and cached
@@ -64,6 +66,7 @@ from harness.errors import TokxferError
 from harness.files import open_atomic
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
 from methods import _fasttext
+from methods._fasttext_bin import BinVectors, open_bin
 
 logger = logging.getLogger(__name__)
 
@@ -160,7 +163,8 @@ class WordVectors:
     def from_fasttext(cls, model: Any, *, origin: str) -> WordVectors:
         """Wrap a ``fasttext`` model or :class:`~methods._fasttext.CompactVectors` (words and frequencies are read once)."""
         words, freqs = model.get_words(include_freq=True, on_unicode_error="replace")
-        return cls(list(words), np.asarray(freqs, dtype=np.int64), origin, model=model)
+        index = model.word_index() if isinstance(model, BinVectors) else None  # the reader's map: not built twice
+        return cls(list(words), np.asarray(freqs, dtype=np.int64), origin, model=model, _index=index or {})
 
     @property
     def dim(self) -> int:
@@ -189,6 +193,11 @@ class WordVectors:
         n-gram rows, i.e. ``get_word_vector``), as the reference code uses for alignment.
         """
         words = list(words)
+        if isinstance(self.model, BinVectors):  # every vector in one call
+            for w in words:
+                if w not in self._index:
+                    raise KeyError(f"{w!r} is not in the vocabulary of {self.origin}")
+            return self.model.vectors(words)
         out = np.empty((len(words), self.dim), dtype=np.float32)
         read = _fasttext.vector_reader(self.model)[1] if self.model is not None else None
         for i, w in enumerate(words):
@@ -254,7 +263,9 @@ def load_word_vectors(path: str | Path) -> WordVectors:
         raise FileNotFoundError(f"word vectors not found: {path}")
     name = path.name.lower()
     if name.endswith(".bin"):
-        return WordVectors.from_fasttext(_fasttext.load_fasttext(path), origin=str(path))
+        # the dictionary and the rows step 2 reads, not the whole model (fastText's own loader for other formats)
+        model = open_bin(path) or _fasttext.load_fasttext(path)
+        return WordVectors.from_fasttext(model, origin=str(path))
     return _load_text_vectors(path)
 
 
@@ -419,6 +430,8 @@ def reduce_dimension(wv: WordVectors, dim: int) -> WordVectors:
             f"cannot PCA-reduce {wv.origin}: compact fastText vectors keep no input matrix; train the vectors with "
             "compact=False (the full model) to reduce them"
         )
+    if isinstance(wv.model, BinVectors):  # read for its vectors only: the PCA needs the whole model
+        wv.model = _fasttext.load_fasttext(wv.model.path)
     if wv.model is not None:
         inp = wv.model.get_input_matrix()
         proj = _pca_projection(inp, dim)

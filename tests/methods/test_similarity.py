@@ -221,3 +221,18 @@ def test_gathered_rows_hold_every_candidate_and_count_them_as_the_whole_row(mode
             assert got == want and int(p.need[j]) == len(want) and torch.equal(p.eps[j : j + 1], eps), (mode, row)
             assert torch.equal(a[row, pos], p.values[j])
     assert any(p.pos is not None for p in parts)
+
+
+def test_duplicate_queries_are_searched_once_and_get_the_same_neighbours():
+    """Target tokens sharing a string ("▁x" and "x") have identical vectors: searched once, copied, and every
+    row equals the dense exact top-k (a near-duplicate, one bit apart, is searched on its own)."""
+    q, keys, mask = _concentrated(40, 2000, 24, seed=13)
+    q[20:30] = q[10:20]  # ten exact duplicates
+    q[30] = np.nextafter(q[10], np.float32(np.inf))  # one bit apart: not a duplicate
+    idx, sims, gap = _dense_exact(q, keys, 10, mask)
+    has = np.any(q != 0, axis=1)
+    for screen in ("auto", "fp32", "fp64"):
+        r = topk_cosine(q, keys, 10, key_mask=mask, screen=screen, chunk_rows=8)
+        assert r.stats["duplicate_queries"] == 10, screen
+        assert np.array_equal(r.indices[has], idx[has]) and np.array_equal(r.similarities[has], sims[has]), screen
+        assert np.array_equal(r.kth_gap[has], gap[has]) and np.array_equal(r.indices[20:30], r.indices[10:20]), screen
