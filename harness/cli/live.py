@@ -2,9 +2,10 @@
 
 A method's row is printed once every trial of it has a record, in the order the experiment lists
 the methods (a row waits for the rows above it), so that what is printed is the same run to run,
-whatever the number of workers and whichever trial finishes first. The grid runs the trials method
-by method (:func:`method_order`), so the rows come one after another. A live row carries no bold
-marks and no comparisons: those compare rows, and the full table printed at the end has them.
+whatever the number of workers and whichever trial finishes first. The grid runs the methods in
+waves of as many methods as workers (:func:`method_order`), so the rows come a wave at a time. A
+live row carries no bold marks and no comparisons: those compare rows, and the full table printed at
+the end has them.
 """
 
 from __future__ import annotations
@@ -18,13 +19,41 @@ from harness.run import records
 __all__ = ["LiveRows", "method_order"]
 
 
-def method_order(specs: Sequence) -> Callable:
-    """A sort key (for :func:`harness.run.experiment.run_experiment`'s ``order``): trials method by
-    method, in the order the experiment lists the methods; the grid's order within a method."""
+def method_order(specs: Sequence, workers: int = 1) -> Callable:
+    """A sort key (for :func:`harness.run.experiment.run_experiment`'s ``order``): the methods in waves
+    of ``workers`` methods, in the order the experiment lists them; within a wave seed by seed, target
+    by target, the wave's methods taking turns.
+
+    Why turns: a method's first trial on a target may train what its other seeds then read from the
+    cache (a fastText model whose seed the config holds: FOCUS's ``aux_seed``, WECHSEL's
+    ``fasttext_seed``). Handed out back to back, two workers would start that training at once and
+    both do it; with the wave's methods alternating, the trials running side by side are of different
+    methods, and a method's next seed usually starts after its first one has filled the cache. With
+    one worker the waves are single methods: method by method, so the rows still come one after
+    another. The order changes no number (each trial is seeded on its own), only when rows print.
+
+    Example:
+        >>> from types import SimpleNamespace as NS
+        >>> specs = [NS(method=NS(id=m), target=NS(language=t), seed=s)
+        ...          for m in ("a", "b") for t in ("x", "y") for s in (1, 2)]
+        >>> [(s.method.id, s.target.language, s.seed) for s in sorted(specs, key=method_order(specs, 2))][:4]
+        [('a', 'x', 1), ('b', 'x', 1), ('a', 'y', 1), ('b', 'y', 1)]
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"method_order: workers must be a positive int, got {workers!r}")
     rank: dict[str, int] = {}
+    seeds: dict[int, int] = {}
+    targets: dict[str, int] = {}
     for s in specs:
         rank.setdefault(s.method.id, len(rank))
-    return lambda spec: rank[spec.method.id]
+        seeds.setdefault(s.seed, len(seeds))
+        targets.setdefault(s.target.language, len(targets))
+
+    def key(spec) -> tuple[int, int, int, int]:
+        r = rank[spec.method.id]
+        return r // workers, seeds[spec.seed], targets[spec.target.language], r
+
+    return key
 
 
 class LiveRows:

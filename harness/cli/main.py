@@ -399,7 +399,7 @@ def cmd_quickstart(args) -> int:
                              plugins=[str(Path(p).resolve()) for p in args.plugin or []],
                              worker_init=functools.partial(worker_setup, args.verbose))
     summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, progress=not args.quiet,
-                             order=method_order(specs), on_trial=live)
+                             order=method_order(specs, workers), on_trial=live)
     live()
     con.print("3/3 the leaderboard")
     from leaderboards.cli import render_spec_file

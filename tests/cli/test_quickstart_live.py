@@ -64,3 +64,23 @@ def test_a_bad_workers_variable_names_itself(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("TOKXFER_WORKERS", "many")
     assert main(["run", str(CONFIG_DIR / "quickstart-tiny.yaml"), "--runs-dir", str(tmp_path), "--no-tracking"]) == 2
     assert "TOKXFER_WORKERS='many': expected a positive number" in capsys.readouterr().err
+
+
+def test_two_workers_run_the_fasttext_methods_in_turns_and_one_worker_method_by_method():
+    """Side by side (neighbours in the order), two workers run different methods, so a held-seed fastText
+    model (FOCUS's aux_seed, WECHSEL's fasttext_seed) is trained once per target, not once per worker."""
+    from harness.cli import CONFIG_DIR
+    from harness.cli.live import method_order
+    from harness.run.config import load_experiment
+
+    cfg = load_experiment(CONFIG_DIR / "quickstart.yaml")
+    specs = cfg.trials()
+    two = [(s.method.id, s.target.language, s.seed) for s in sorted(specs, key=method_order(specs, 2))]
+    ft = [t for t in two if t[0] in ("focus", "wechsel")]
+    assert ft[:4] == [("focus", "near", 1), ("wechsel", "near", 1), ("focus", "script", 1), ("wechsel", "script", 1)]
+    assert all(a[0] != b[0] for a, b in zip(ft, ft[1:]))
+    assert two.index(ft[0]) + len(ft) == two.index(ft[-1]) + 1  # one wave: no other method in between
+    one = [s.method.id for s in sorted(specs, key=method_order(specs, 1))]
+    assert [m for i, m in enumerate(one) if i == 0 or one[i - 1] != m] == [m.id for m in cfg.methods]
+    with pytest.raises(ValueError, match="workers must be a positive int, got 0"):
+        method_order(specs, 0)
