@@ -369,6 +369,22 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
         return _build_entry(target, parent, key_json, build_fn)
 
 
+@contextlib.contextmanager
+def build_lock(root: str | os.PathLike, kind: str, name: str) -> Iterator[None]:
+    """Hold the build lock of entry ``name`` of ``kind`` under cache root ``root`` (``<root>/.locks``) for the block.
+
+    For caches that write their own files (fastText models) rather than through :func:`cached_dir`:
+    two workers asking for the same uncached entry then build it once; the second waits (with a
+    heartbeat) and finds it done.
+    """
+    if not _KIND_RE.match(kind):
+        raise ValueError(f"cache kind must match {_KIND_RE.pattern}, got {kind!r}")
+    locks = Path(root).expanduser() / LOCKS_DIR
+    locks.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with _build_lock(locks / f"{kind}-{name[:_HASH_DIR_CHARS]}.lock", f"{kind} entry {name[:_HASH_DIR_CHARS]}"):
+        yield
+
+
 _HELD = threading.local()
 """The build locks this thread holds (re-entry by the same thread skips the lock)."""
 LOCKS_DIR = ".locks"

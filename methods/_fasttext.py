@@ -22,6 +22,7 @@ The pieces, one module each (their public names are importable from here):
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -34,6 +35,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from harness.cache import build_lock
 from methods._fasttext_bin import BinVectors
 from methods._fasttext_compact import (
     CACHE_READ_ERRORS,
@@ -244,10 +246,15 @@ def train_fasttext(
     )
     t0 = time.perf_counter()
     rep: dict = {}
-    if compact:
-        ft = _compact_vectors(text, params, Path(cache_dir) if cache_dir is not None else None, strings, rep)
-    else:
-        ft = _full_model(text, params, Path(cache_dir) if cache_dir is not None else None, rep, store)
+    cache = Path(cache_dir) if cache_dir is not None else None
+    key = fasttext_cache_key(text, params) if cache is not None else None
+    # two workers wanting one uncached model (a held seed) train it once: the second waits, then hits
+    # (store=False writes nothing, so it takes no lock)
+    with build_lock(cache, "fasttext", key) if key is not None and (compact or store) else contextlib.nullcontext():
+        if compact:
+            ft = _compact_vectors(text, params, cache, strings, rep, key=key)
+        else:
+            ft = _full_model(text, params, cache, rep, store, key=key)
     status = rep["cache"]
     n_words = len(ft.get_words())
     zero_init = _zero_init_words(n_words, int(bucket), int(dim), int(threads))
@@ -318,9 +325,9 @@ def _load_bin_or_none(path: Path) -> Any:
         return None
 
 
-def _full_model(text: Path, params: dict, cache: Path | None, rep: dict, store: bool = True) -> Any:
+def _full_model(text: Path, params: dict, cache: Path | None, rep: dict, store: bool = True, key: str | None = None) -> Any:
     """The whole fastText model, cached as ``<key>.bin`` (with ``store=False`` only read from the cache)."""
-    path = cache / "fasttext" / f"{fasttext_cache_key(text, params)}.bin" if cache is not None else None
+    path = cache / "fasttext" / f"{key or fasttext_cache_key(text, params)}.bin" if cache is not None else None
     ft = _load_bin_or_none(path) if path is not None else None
     if ft is not None:
         rep.update(cache="hit", path=str(path))
@@ -332,13 +339,14 @@ def _full_model(text: Path, params: dict, cache: Path | None, rep: dict, store: 
     return ft
 
 
-def _compact_vectors(text: Path, params: dict, cache: Path | None, strings: Iterable[str], rep: dict) -> CompactVectors:
+def _compact_vectors(text: Path, params: dict, cache: Path | None, strings: Iterable[str], rep: dict,
+                     key: str | None = None) -> CompactVectors:
     """:class:`CompactVectors` covering ``strings``: from ``<key>.vectors.npz``, an old ``<key>.bin``, or training."""
     wanted = list(dict.fromkeys(s for s in strings if s))
     if cache is None:
         rep.update(cache="off", path=None, stored="compact")
         return CompactVectors.from_model(_train_checked(text, params), wanted, params=params, origin=f"fastText trained on {text}")
-    key = fasttext_cache_key(text, params)
+    key = key or fasttext_cache_key(text, params)
     path = cache / "fasttext" / f"{key}{COMPACT_SUFFIX}"
     legacy = cache / "fasttext" / f"{key}.bin"
     old: CompactVectors | None = None

@@ -311,6 +311,19 @@ class TikToTokConfig:
     passes (0: fast_align's uniform start, whose first E-step is the diagonal prior alone; see
     :func:`methods._align.fast_align_directional` for why the warm start is the default)."""
 
+    fasttext_seed: int | None = None
+    """``fasttext-knn``: the fallback fastText models' seed, held fixed for every trial seed (e.g. 0, as
+    the quickstart does: one training per language instead of one per seed); ``None`` (default) draws it
+    from the trial's generator, so the fallback varies with the seed. The draw happens either way, so
+    holding it changes no other random choice."""
+
+    align_seed: int | None = None
+    """The aligner's seed (eflomal; fast_align and ibm1 are deterministic), held like ``fasttext_seed``;
+    ``None`` (default): drawn from the trial's generator."""
+
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("fasttext_seed", "align_seed")
+    """Added after trials were recorded: unset, they stay out of the resolved config (trial ids keep)."""
+
     def fast_align_options(self) -> dict:
         """The ``fast-align`` aligner's options (:data:`methods._align.FAST_ALIGN_DEFAULTS` names)."""
         return {
@@ -357,6 +370,10 @@ class TikToTokConfig:
                 f"use >= {_fasttext.min_bucket(self.fasttext_dim)} (fastText-numpy2 leaves part of a smaller input "
                 "matrix uninitialized; see methods/_fasttext.py)"
             )
+        for name, most in (("fasttext_seed", 2**31 - 1), ("align_seed", 2**63 - 1)):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= most):
+                raise ValueError(f"TikToTokConfig.{name} must be None or an integer in [0, {most}], got {v!r}")
         if self.max_sentence_pairs is not None and (
             isinstance(self.max_sentence_pairs, bool) or self.max_sentence_pairs < 1
         ):
@@ -560,6 +577,8 @@ class TikToTok:
         pairs = read_parallel_corpus(inputs.parallel_corpus, limit=cfg.max_sentence_pairs)
         align_seed = int(rng.integers(0, 2**63 - 1))  # drawn always, so the stream does not depend on the aligner
         fasttext_seed = int(rng.integers(0, 2**31 - 1))  # drawn always, so the stream does not depend on the fallback
+        align_seed = align_seed if cfg.align_seed is None else int(cfg.align_seed)  # held (quickstart)
+        fasttext_seed = fasttext_seed if cfg.fasttext_seed is None else int(cfg.fasttext_seed)
         aligned = _align_words(cfg, inputs, pairs, align_seed)
         t2 = time.perf_counter()
 

@@ -8,6 +8,7 @@ fastText with dim 16, one or two epochs and the smallest bucket count that is ze
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -333,3 +334,30 @@ def test_zero_vector_causes_tell_empty_byte_pieces_short_and_untrained_apart():
     msg = describe_zero_vectors({"empty": 0, "not_utf8": 2, "short": 0, "untrained": 1}, minn=3)
     assert msg == ("zero subword vector: 2 tokens not valid UTF-8 on their own (byte pieces of a multi-byte character); "
                    "1 token with n-grams the target word vectors never trained (all their rows are zero)")
+
+
+def _train_in_child(text: str, cache: str, out) -> None:
+    rep: dict = {}
+    _fasttext.train_fasttext(Path(text), dim=16, epoch=40, min_count=1, bucket=_fasttext.min_bucket(16), seed=0,
+                             cache_dir=Path(cache), report=rep)
+    out.put(rep["cache"])
+
+
+def test_two_processes_asking_for_one_uncached_model_train_it_once(tmp_path):
+    """A held fastText seed makes two workers of a grid ask for the same model at once: one trains,
+    the other waits on the entry's build lock (<cache>/.locks) and reads it (a hit, not a second training)."""
+    import multiprocessing as mp
+
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(" ".join(f"w{(i * 7 + j) % 50}" for j in range(12)) for i in range(3000)) + "\n")
+    ctx = mp.get_context("spawn")
+    out = ctx.Queue()
+    procs = [ctx.Process(target=_train_in_child, args=(str(text), str(tmp_path / "cache"), out)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert sorted(out.get(timeout=5) for _ in procs) == ["hit", "miss"]
+    assert len(list((tmp_path / "cache" / "fasttext").glob("*.bin"))) == 1
+    assert list((tmp_path / "cache" / ".locks").glob("fasttext-*.lock"))

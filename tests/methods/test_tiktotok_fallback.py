@@ -183,6 +183,23 @@ def test_determinism_under_disturbed_global_rng_and_cache(world, runs):
     assert d.info["fallback"]["fasttext"]["seed"] != a.info["fallback"]["fasttext"]["seed"]
 
 
+def test_held_fasttext_seed_trains_once_for_every_trial_seed(world, tmp_path):
+    """``fasttext_seed`` holds the fallback's fastText models (the quickstart's one training per language):
+    another trial seed hits the cache; unset, the id-relevant config is unchanged (omitted from trial ids)."""
+    from harness.run.config import resolved_fields
+
+    held = {"fallback": "fasttext-knn", "fasttext_seed": 0}
+    a = world.run(seed=4, inputs=world.inputs(cache_dir=tmp_path), **held)
+    b = world.run(seed=5, inputs=world.inputs(cache_dir=tmp_path), **held)
+    assert a.info["fallback"]["fasttext"]["seed"] == b.info["fallback"]["fasttext"]["seed"] == 0
+    assert b.info["fallback"]["fasttext"]["target"]["cache"] == "hit"
+    resolved = resolved_fields(TikToTokConfig())
+    assert "fasttext_seed" not in resolved and "align_seed" not in resolved
+    assert resolved_fields(TikToTokConfig(fasttext_seed=0))["fasttext_seed"] == 0
+    with pytest.raises(ValueError, match="TikToTokConfig.fasttext_seed"):
+        TikToTokConfig(fasttext_seed=-1)
+
+
 def test_k_and_ngram_vectors_options(world, runs):
     one = world.run(seed=4, fallback="fasttext-knn", fallback_k=1, inputs=world.inputs(cache_dir=runs["cache"]))
     t = world.rare_token
