@@ -302,13 +302,14 @@ def helper_model_dir(target: TargetSpec, world: Any, source: SourceSpec | None =
 
 
 def transfer_resources(target: TargetSpec, world: Any, *, source: SourceSpec | None = None,
-                       progress: bool = True) -> TransferResources:
+                       progress: bool = True, helper: bool = True) -> TransferResources:
     """The corpora, dictionary, word vectors and helper model of a target, as local paths.
 
     Paths named in the target's config are checked to exist; a world target language gets the
     world's source corpus, parallel corpus and gold dictionary where the config names none. A
     ``world:`` helper model is pretrained here on first use (:func:`helper_model_dir`, which reads
-    ``source``'s pretraining settings).
+    ``source``'s pretraining settings) — only with ``helper`` (the trial's method reads it): a grid
+    whose other methods share the target does not pretrain one for them.
 
     Raises:
         ResourceError: a named file does not exist (naming the field), or a corpus is empty or
@@ -322,7 +323,7 @@ def transfer_resources(target: TargetSpec, world: Any, *, source: SourceSpec | N
         dictionary=_file(target.dictionary, f"targets[{lang}].dictionary"),
         source_word_vectors=_file(target.source_word_vectors, f"targets[{lang}].source_word_vectors"),
         target_word_vectors=_file(target.target_word_vectors, f"targets[{lang}].target_word_vectors"),
-        helper_model=helper_model_dir(target, world, source, progress=progress),
+        helper_model=helper_model_dir(target, world, source, progress=progress) if helper else None,
     )
     if world is not None and lang in world.languages and lang != world.source_language:
         res = dataclasses.replace(

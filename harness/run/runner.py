@@ -39,6 +39,14 @@ __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run
            "execute", "prepare_shared"]
 
 
+def _reads_helper_model(spec) -> bool:
+    """Whether the trial's method reads ``targets[].helper_model`` (CLP; OMP with ``donor: helper``)."""
+    from harness.cli.init_flags import reads_input
+
+    entry = registry.get("method", spec.method.name)
+    return reads_input(spec.method.name, entry.cls, component_config("method", spec.method), "helper_model")
+
+
 def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -111,7 +119,8 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     t0 = time.perf_counter()
     src_path = resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
     tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
-    transfer = resources.transfer_resources(spec.target, world, source=spec.source, progress=progress)
+    transfer = resources.transfer_resources(spec.target, world, source=spec.source, progress=progress,
+                                            helper=_reads_helper_model(spec))
     t_resources = time.perf_counter() - t0
 
     seeds = spec.component_seeds()

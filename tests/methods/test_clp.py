@@ -251,3 +251,19 @@ def test_world_helper_uses_the_sources_pretraining_settings(tiny_world, tiny_pre
     assert (cfg.kind, cfg.vocab_size, cfg.tokenizer_algorithm, cfg.extra_languages, cfg.seed) == ("clm", 123, "bpe", (), 4)
     assert cfg.hidden_size == tiny_pretrain_overrides["hidden_size"]
     assert [p.name for p in seen["files"]] == ["train.txt"] and [p.name for p in seen["dev_files"]] == ["dev.txt"]
+
+
+def test_only_trials_whose_method_reads_the_helper_pretrain_it():
+    """A target with ``helper_model: world:mlm`` shared by several methods (harness/configs/new-methods.yaml):
+    the helper is resolved (pretrained) only for CLP and OMP with ``donor: helper``, not for every trial."""
+    from harness.run.config import parse_experiment
+    from harness.run.runner import _reads_helper_model
+
+    exp = parse_experiment({
+        "name": "h", "world": {"size": "tiny", "seed": 0}, "source": {"model": "world:mlm"},
+        "targets": [{"language": "near", "helper_model": "world:mlm"}],
+        "methods": ["clp", "random", "multivariate", "omp", {"id": "omp-helper", "name": "omp", "config": {"donor": "helper"}}],
+        "tasks": ["mlm-at-init"], "seeds": [1],
+    })
+    assert {t.method.id: _reads_helper_model(t) for t in exp.trials()} == {
+        "clp": True, "random": False, "multivariate": False, "omp": False, "omp-helper": True}
