@@ -136,9 +136,17 @@ def cmd_run(args) -> int:
         kw = {"plugins": plugins, "folder": Path(args.slurm_folder or runs_dir / cfg.name / "slurm").resolve(),
               "slurm": _slurm_params(args.slurm_param or []), "cluster": args.slurm_cluster}
     executor = make_executor(args.executor, progress=not args.quiet, **kw)
+    # several local workers: the methods in waves (harness.cli.live.method_order), so the trials running
+    # side by side are of different methods and build different cache entries (a held-seed fastText
+    # model) instead of one waiting on the other's build lock; one worker keeps the grid's order
+    order = None
+    if args.executor == "local" and kw["workers"] > 1:
+        from harness.cli.live import method_order
+
+        order = method_order(cfg.trials(), kw["workers"])
     t0 = time.perf_counter()
     summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, force=args.force,
-                             progress=not args.quiet)
+                             progress=not args.quiet, order=order)
     others = f", {summary.by_others} run by other processes" if summary.by_others else ""
     print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded){others}, failed "
           f"{summary.failed} in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")

@@ -84,3 +84,27 @@ def test_two_workers_run_the_fasttext_methods_in_turns_and_one_worker_method_by_
     assert [m for i, m in enumerate(one) if i == 0 or one[i - 1] != m] == [m.id for m in cfg.methods]
     with pytest.raises(ValueError, match="workers must be a positive int, got 0"):
         method_order(specs, 0)
+
+
+@pytest.mark.parametrize("workers, waves", [(1, False), (2, True)])
+def test_run_with_several_workers_hands_out_the_trials_in_method_waves(workers, waves, tmp_path, monkeypatch):
+    """``tokxfer run --workers N`` (N > 1) sorts the trials as the quickstart does, so a grid's two workers
+    build different cache entries side by side; one worker keeps the grid's own order."""
+    from harness.run import experiment
+
+    seen = {}
+
+    def fake(cfg, runs_dir, **kw):
+        seen["order"] = kw.get("order")
+        seen["specs"] = cfg.trials()
+        return experiment.ExperimentSummary(ran=0, skipped=0, failed=0, records_dir=runs_dir, tracking_errors=[])
+
+    monkeypatch.setattr(experiment, "run_experiment", fake)
+    from harness.cli import CONFIG_DIR
+
+    assert main(["run", str(CONFIG_DIR / "quickstart.yaml"), "--workers", str(workers), "--runs-dir", str(tmp_path),
+                 "--no-tracking", "--quiet"]) == 0
+    assert (seen["order"] is not None) is waves
+    if waves:
+        ids = [s.method.id for s in sorted(seen["specs"], key=seen["order"])]
+        assert ids[:2] == ["random", "random-mapping"]  # two methods side by side, not one method's two seeds
