@@ -131,6 +131,11 @@ class Clp:
     convex = False
     """Weights sum to 1 but a negative cosine gives a negative weight."""
 
+    @staticmethod
+    def reads_helper_model(config: ClpConfig) -> bool:
+        """The harness pretrains a ``world:`` helper model only for methods that read it (always, here)."""
+        return True
+
     def __init__(self, config: ClpConfig) -> None:
         self.config = config
 

@@ -260,6 +260,11 @@ class Omp:
     convex = False
     """Coefficients are least-squares solutions: not normalized, possibly negative."""
 
+    @staticmethod
+    def reads_helper_model(config: OmpConfig) -> bool:
+        """The harness pretrains a ``world:`` helper model only for methods that read it (``donor: helper``)."""
+        return config.donor == "helper"
+
     def __init__(self, config: OmpConfig) -> None:
         self.config = config
 

@@ -185,21 +185,6 @@ def method_reads(name: str, cls: type) -> list[str]:
     return [f.field for f in INPUT_FLAGS if re.search(rf"\binputs\.{f.field}\b", src)]
 
 
-def reads_input(name: str, cls: type, cfg: Any, field: str) -> bool:
-    """Whether method ``name`` (class ``cls``) with config ``cfg`` reads input ``field``: a declared
-    need (:data:`METHOD_NEEDS`) whose condition holds, else any mention in its module (plugins).
-
-    Example:
-        >>> from harness.registry import get
-        >>> e = get("method", "omp")
-        >>> reads_input("omp", e.cls, e.config_cls(), "helper_model"), reads_input("omp", e.cls, e.config_cls(donor="helper"), "helper_model")
-        (False, True)
-    """
-    if name in METHOD_NEEDS:
-        return any(field in n.inputs and n.applies(cfg) for n in METHOD_NEEDS[name])
-    return field in method_reads(name, cls)
-
-
 # --------------------------------------------------------------------------------------------
 # --explain
 

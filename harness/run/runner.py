@@ -40,11 +40,22 @@ __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run
 
 
 def _reads_helper_model(spec) -> bool:
-    """Whether the trial's method reads ``targets[].helper_model`` (CLP; OMP with ``donor: helper``)."""
-    from harness.cli.init_flags import reads_input
+    """Whether the trial's method reads ``targets[].helper_model``: what the method class says
+    (``reads_helper_model(config)``: CLP always, OMP with ``donor: helper``), else whether its module
+    reads ``inputs.helper_model`` at all (a plugin that says nothing gets the helper)."""
+    import inspect
+    import re
+    import sys
 
     entry = registry.get("method", spec.method.name)
-    return reads_input(spec.method.name, entry.cls, component_config("method", spec.method), "helper_model")
+    says = getattr(entry.cls, "reads_helper_model", None)
+    if says is not None:
+        return bool(says(component_config("method", spec.method)))
+    try:
+        src = inspect.getsource(sys.modules[entry.cls.__module__])
+    except (OSError, TypeError, KeyError):
+        return True
+    return re.search(r"\binputs\.helper_model\b", src) is not None
 
 
 def device() -> str:

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import methods._exact_topk as sim
+import methods._exact_topk_keys as keys_mod
 from methods._exact_topk import topk_cosine
 
 
@@ -134,10 +135,10 @@ def test_an_exact_cosine_does_not_depend_on_the_batch_or_its_position():
     cand = torch.arange(500)
     inv = (1.0 / torch.linalg.vector_norm(keys, dim=1)).to(torch.float32)
     pos = torch.from_numpy(rng.integers(0, 500, size=(30, 40)))
-    full = sim._exact_cosines(qn, keys, cand, inv, pos)
-    one_row = torch.cat([sim._exact_cosines(qn[i : i + 1], keys, cand, inv, pos[i : i + 1]) for i in range(30)])
-    narrow = sim._exact_cosines(qn, keys, cand, inv, pos[:, 3:5])
-    shuffled = sim._exact_cosines(qn, keys, cand, inv, pos.flip(1)).flip(1)
+    full = keys_mod._exact_cosines(qn, keys, cand, inv, pos)
+    one_row = torch.cat([keys_mod._exact_cosines(qn[i : i + 1], keys, cand, inv, pos[i : i + 1]) for i in range(30)])
+    narrow = keys_mod._exact_cosines(qn, keys, cand, inv, pos[:, 3:5])
+    shuffled = keys_mod._exact_cosines(qn, keys, cand, inv, pos.flip(1)).flip(1)
     assert torch.equal(full, one_row) and torch.equal(full[:, 3:5], narrow) and torch.equal(full, shuffled)
 
 
