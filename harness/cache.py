@@ -361,9 +361,7 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
     if target.is_dir():  # renames are atomic: an existing target is always complete
         return target
     parent = cache_subdir(kind, parent.parent)
-    locks = parent.parent / LOCKS_DIR  # outside the kind folders: never listed or pruned as an entry
-    locks.mkdir(mode=0o700, exist_ok=True)
-    with _build_lock(locks / f"{kind}-{target.name}.lock", f"{kind} entry {target.name}"):
+    with build_lock(parent.parent, kind, digest):
         if target.is_dir():  # built by the process we waited for
             return target
         return _build_entry(target, parent, key_json, build_fn)
@@ -373,13 +371,12 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
 def build_lock(root: str | os.PathLike, kind: str, name: str) -> Iterator[None]:
     """Hold the build lock of entry ``name`` of ``kind`` under cache root ``root`` (``<root>/.locks``) for the block.
 
-    For caches that write their own files (fastText models) rather than through :func:`cached_dir`:
-    two workers asking for the same uncached entry then build it once; the second waits (with a
+    :func:`cached_dir` builds under it, and so do caches that write their own files (fastText models): two workers asking for the same uncached entry then build it once; the second waits (with a
     heartbeat) and finds it done.
     """
     if not _KIND_RE.match(kind):
         raise ValueError(f"cache kind must match {_KIND_RE.pattern}, got {kind!r}")
-    locks = Path(root).expanduser() / LOCKS_DIR
+    locks = Path(root).expanduser() / LOCKS_DIR  # outside the kind folders: never listed or pruned as an entry
     locks.mkdir(mode=0o700, parents=True, exist_ok=True)
     with _build_lock(locks / f"{kind}-{name[:_HASH_DIR_CHARS]}.lock", f"{kind} entry {name[:_HASH_DIR_CHARS]}"):
         yield

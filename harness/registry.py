@@ -30,7 +30,7 @@ import importlib.metadata
 import importlib.util
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -311,6 +311,24 @@ def check_seed(value: Any, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise UserInputError(f"{where}: expected a seed, an integer in [0, {MAX_SEED}], got {value!r}")
     return value
+
+
+def module_reads(cls: type, fields: Sequence[str]) -> list[str] | None:
+    """Which of ``fields`` the module defining ``cls`` reads as ``inputs.<field>`` (from its source text;
+    ``None`` when the source cannot be read). For methods that do not declare what they read.
+
+    Example:
+        >>> module_reads(get("method", "clp").cls, ["helper_model", "dictionary"])
+        ['helper_model']
+    """
+    import inspect
+    import re
+
+    try:
+        src = inspect.getsource(sys.modules[cls.__module__])
+    except (OSError, TypeError, KeyError):
+        return None
+    return [f for f in fields if re.search(rf"\binputs\.{f}\b", src)]
 
 
 def is_seed_field(name: str) -> bool:

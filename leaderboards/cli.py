@@ -28,13 +28,14 @@ def _records_for(spec, runs_dir: Path, every_experiment: bool = False) -> list[d
     ``every_experiment`` (``--all``): a spec that reads an experiment with no records yet is not
     rendered (e.g. new rows declared beside a finished experiment's): FileNotFoundError names it.
     """
-    dirs = [d for d in spec.records_dirs(runs_dir) if d.is_dir()]
+    every = spec.records_dirs(runs_dir)
+    dirs = [d for d in every if d.is_dir()]
     if not dirs:
         raise FileNotFoundError(
             f"spec {spec.name!r}: no records under {runs_dir} for experiment(s) {', '.join(spec.experiments)}; run them first"
         )
     if every_experiment:
-        waiting = [e for e, d in zip(spec.experiments, spec.records_dirs(runs_dir)) if not d.is_dir()]
+        waiting = [e for e, d in zip(spec.experiments, every) if d not in dirs]
         if waiting:
             raise FileNotFoundError(f"spec {spec.name!r}: no records under {runs_dir} for experiment(s) "
                                     f"{', '.join(waiting)} (of {', '.join(spec.experiments)}); run them first")

@@ -178,11 +178,9 @@ def method_reads(name: str, cls: type) -> list[str]:
     if name in METHOD_NEEDS:
         seen = [i for n in METHOD_NEEDS[name] for i in n.inputs if i in INPUT_BY_FIELD]
         return list(dict.fromkeys(seen))
-    try:
-        src = inspect.getsource(sys.modules[cls.__module__])
-    except (OSError, TypeError, KeyError):
-        return []
-    return [f.field for f in INPUT_FLAGS if re.search(rf"\binputs\.{f.field}\b", src)]
+    from harness import registry
+
+    return registry.module_reads(cls, [f.field for f in INPUT_FLAGS]) or []
 
 
 # --------------------------------------------------------------------------------------------

@@ -43,19 +43,12 @@ def _reads_helper_model(spec) -> bool:
     """Whether the trial's method reads ``targets[].helper_model``: what the method class says
     (``reads_helper_model(config)``: CLP always, OMP with ``donor: helper``), else whether its module
     reads ``inputs.helper_model`` at all (a plugin that says nothing gets the helper)."""
-    import inspect
-    import re
-    import sys
-
     entry = registry.get("method", spec.method.name)
     says = getattr(entry.cls, "reads_helper_model", None)
     if says is not None:
         return bool(says(component_config("method", spec.method)))
-    try:
-        src = inspect.getsource(sys.modules[entry.cls.__module__])
-    except (OSError, TypeError, KeyError):
-        return True
-    return re.search(r"\binputs\.helper_model\b", src) is not None
+    found = registry.module_reads(entry.cls, ["helper_model"])
+    return True if found is None else bool(found)
 
 
 def device() -> str:
