@@ -210,8 +210,11 @@ RANK_NOTE = ("Ranks: 1 = best mean (ties share the better rank); 95 % rank inter
              "k − rows significantly worse] from paired tests between all rows of the column, Holm-adjusted over them.")
 
 
-def findings_lines(table: Table) -> list[str]:
+def findings_lines(table: Table, with_spec: bool = True) -> list[str]:
     """One line per declared comparison and column — what a README's findings can be built from.
+
+    ``with_spec=False`` leaves out the leading ``"<spec name>: "`` (for lines grouped under the
+    spec's own heading).
 
     Example:
         >>> findings_lines(table)[0]  # doctest: +SKIP
@@ -225,5 +228,6 @@ def findings_lines(table: Table) -> list[str]:
         pair, col, diff, p, imp, mde, verdict = _comparison_cells(v, table, with_task)
         tail = f" (MDE {mde})" if v.verdict == NO_DIFFERENCE else ""
         imp_point = imp.split(" ")[0]
-        out.append(f"{table.spec.name}: {pair}, {col}: Δ {diff}, p (Holm) {p}, P(A > B) {imp_point} → {verdict}{tail}")
+        head = f"{table.spec.name}: " if with_spec else ""
+        out.append(f"{head}{pair}, {col}: Δ {diff}, p (Holm) {p}, P(A > B) {imp_point} → {verdict}{tail}")
     return out

@@ -259,11 +259,11 @@ def render_findings(tables: list, skipped: list[str] = ()) -> str:
              "P(A > B) and the verdict at α = 0.05 (MDE: the smallest difference the table could detect).", ""]
     silent = []
     for table in sorted(tables, key=lambda t: t.spec.name):
-        found = findings_lines(table)
+        found = findings_lines(table, with_spec=False)
         if not found:
             silent.append(table.spec.name)
             continue
-        lines += [f"## {table.spec.name}", "", *(f"- {f.split(': ', 1)[1]}" for f in found), ""]
+        lines += [f"## {table.spec.name}", "", *(f"- {f}" for f in found), ""]
     if silent:
         lines += ["## Tables without declared comparisons (no claims)", "", ", ".join(silent), ""]
     if skipped:

@@ -117,8 +117,10 @@ def test_comparisons_are_rendered_in_every_format():
 
 
 def test_findings_lines_state_each_declared_comparison():
-    lines = findings_lines(aggregate(all_records(), _spec(comparisons=[{"a": "focus", "b": "random"}])))
+    table = aggregate(all_records(), _spec(comparisons=[{"a": "focus", "b": "random"}]))
+    lines = findings_lines(table)
     assert len(lines) == 8
+    assert findings_lines(table, with_spec=False) == [line.removeprefix("qs: ") for line in lines]
     near = next(line for line in lines if "loss ↓ near" in line)
     assert near.startswith("qs: FOCUS vs random, loss ↓ near: Δ -2.03 [") and near.endswith("→ FOCUS better")
     overlap = findings_lines(aggregate(all_records(), _spec(comparisons=[{"a": "focus", "b": "overlap"}])))
