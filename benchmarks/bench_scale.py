@@ -94,7 +94,9 @@ class Sizes:
     target_vocab: int = 50_000
     dim: int = 768
     lines: int | None = None
-    """Sentences of each monolingual text; default ``min(2 * target_vocab, 100_000)``, at least 600."""
+    """Sentences of each monolingual text; default ``min(2 * target_vocab, 100_000)``, at least 600; for a
+    target vocabulary above 50k, ``3 * target_vocab`` (100k lines support only ~74k unigram pieces of a
+    1.2 x 128k-word lexicon: the tokenizer trainer refuses a 128k vocabulary on them)."""
     pairs: int | None = None
     """Parallel sentence pairs; default ``min(0.8 * target_vocab, 40_000)``, at least 400."""
     dictionary: int = 5000
@@ -102,7 +104,8 @@ class Sizes:
 
     def resolved(self) -> dict:
         d = dict(self.__dict__)
-        d["lines"] = self.lines or max(min(2 * self.target_vocab, 100_000), 600)
+        big = self.target_vocab > 50_000
+        d["lines"] = self.lines or (3 * self.target_vocab if big else max(min(2 * self.target_vocab, 100_000), 600))
         d["pairs"] = self.pairs or max(min(int(0.8 * self.target_vocab), 40_000), 400)
         d["target_words"] = max(int(1.2 * self.target_vocab), 1000)
         d["language_vocab"] = max(min(self.source_vocab // 6, 40_000), 300)
