@@ -53,7 +53,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from harness import progress as _progress
-from harness.cache import cached_dir, file_hash
+from harness.cache import ProcessMemo, cached_dir, file_hash
 from harness.errors import TokxferError
 from harness.files import text_lines
 
@@ -68,6 +68,7 @@ __all__ = [
     "tokenizer_info",
     "tokenizer_state",
     "train_tokenizer",
+    "trained_tokenizer_dir",
 ]
 
 Algorithm = Literal["unigram", "bpe", "bytelevel-bpe", "wordpiece"]
@@ -410,7 +411,23 @@ def train_tokenizer(
         >>> tok.convert_ids_to_tokens(tok("hello world")["input_ids"])
         ['<s>', 'hello', 'Ġworld', '</s>']
     """
-    # Over 80 lines for its docstring; the code (cache key, build, load) is 56 lines and reads in one go.
+    return AutoTokenizer.from_pretrained(trained_tokenizer_dir(corpus, algorithm, vocab_size, lowercase=lowercase,
+                                                               cache_dir=cache_dir, progress=progress))
+
+
+def trained_tokenizer_dir(
+    corpus: Sequence[Path | str],
+    algorithm: Algorithm = "unigram",
+    vocab_size: int = 8000,
+    *,
+    lowercase: bool = False,
+    cache_dir: Path | str | None = None,
+    progress: bool = False,
+) -> Path:
+    """The cache directory of the tokenizer :func:`train_tokenizer` returns (trained into it on a miss), for
+    callers that load it their own way (the runner: once per process, :func:`harness.run.resources.load_tokenizer`).
+    Arguments and errors as :func:`train_tokenizer`'s."""
+    # The code (cache key, build) is ~55 lines and reads in one go.
     _check_algorithm(algorithm)
     _check_vocab_size(vocab_size)
     paths = _check_corpus_paths(corpus)
@@ -456,8 +473,7 @@ def train_tokenizer(
         }
         _wrap(tok, algorithm, info).save_pretrained(out)
 
-    path = cached_dir("tokenizers", key, build, root=Path(cache_dir) if cache_dir is not None else None)
-    return AutoTokenizer.from_pretrained(path)
+    return cached_dir("tokenizers", key, build, root=Path(cache_dir) if cache_dir is not None else None)
 
 
 def tokenizer_info(tok: Any) -> dict[str, Any]:
@@ -553,12 +569,25 @@ def tokenizer_state(tokenizer: Any) -> str | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
-    state = json.loads(backend.to_str())
-    state.pop("truncation", None)
-    state.pop("padding", None)
+    raw = backend.to_str()
     facts = {
-        "backend": state, "class": type(tokenizer).__name__, "n": len(tokenizer),
+        "class": type(tokenizer).__name__, "n": len(tokenizer),
         "special_ids": sorted(tokenizer.all_special_ids), "mask": tokenizer.mask_token_id,
         "pad": tokenizer.pad_token_id, "truncation_side": getattr(tokenizer, "truncation_side", None),
     }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    # the JSON round trip is most of the cost (every trial asks for the state of the same tokenizers'
+    # fresh objects a few times): its digest is kept per process by what it is computed from
+    memo_key = (hashlib.sha256(raw.encode("utf-8")).hexdigest(), json.dumps(facts, sort_keys=True))
+    return _STATE_MEMO.get(memo_key, lambda: _state_digest(raw, facts))
+
+
+_STATE_MEMO = ProcessMemo(32)
+"""Digests of :func:`tokenizer_state` by (sha256 of the serialized backend, the other facts)."""
+
+
+def _state_digest(raw: str, facts: dict) -> str:
+    state = json.loads(raw)
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    return hashlib.sha256(json.dumps({"backend": state, **facts}, sort_keys=True, ensure_ascii=False)
+                          .encode("utf-8")).hexdigest()

@@ -205,7 +205,9 @@ def canonical_vocab(tok: Any) -> list[Canon | None]:
 
 def canonical_forms(tok: Any, ids: Iterable[int]) -> list[Canon | None]:
     """``[canonical_vocab(tok)[i] for i in ids]`` (``None`` for ids outside it), canonicalizing only those ids
-    unless the whole vocabulary already was (for a few thousand rows of a large vocabulary).
+    unless the whole vocabulary already was (for a few thousand rows of a large vocabulary). Asked for a
+    quarter of the vocabulary or more, it canonicalizes the whole (:func:`canonical_vocab`, kept per process
+    by the tokenizer's content: the next trial's fresh tokenizer object finds it).
 
     Example:
         >>> from tokenizers import Tokenizer, models
@@ -224,6 +226,9 @@ def canonical_forms(tok: Any, ids: Iterable[int]) -> list[Canon | None]:
         full = hit[1][0]
         return [full[i] if 0 <= i < len(full) else None for i in ids]
     n = vocab_size(tok)
+    if 4 * len(ids) >= n:  # a good part of the vocabulary: canonicalize all of it once per process (by content)
+        full = canonical_vocab(tok)
+        return [full[i] if 0 <= i < len(full) else None for i in ids]
     specials = special_ids(tok)
     added = {int(i): a for i, a in (getattr(tok, "added_tokens_decoder", None) or {}).items()}
     spec, u2b = family_spec(tok), unicode_to_bytes()

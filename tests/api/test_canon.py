@@ -462,13 +462,17 @@ def test_canonical_forms_of_some_ids_equal_the_canonical_vocabulary(family):
 
     tok = FAMILY_BUILDERS[family]()
     tok.add_tokens(["zzqx", "▁yyqx"])
-    ids = [len(tok) + 5, *range(len(tok) - 1, -1, -3), 0, -1]
+    ids = [len(tok) + 5, *range(len(tok) - 1, -1, -7), 0, -1]  # under a quarter of the vocabulary
     vocab._DETAIL_MEMO.clear()
     piecewise = vocab.canonical_forms(tok, ids)  # nothing canonicalized yet: only these ids
     assert tok not in vocab._DETAIL_MEMO
     full = canonical_vocab(tok)
     assert piecewise == [full[i] if 0 <= i < len(full) else None for i in ids] == vocab.canonical_forms(tok, ids)
     assert piecewise[1] == Canon(b"yyqx", True) and None in piecewise
+    dense = [len(tok) + 5, *range(len(tok) - 1, -1, -3), 0, -1]
+    vocab._DETAIL_MEMO.clear()
+    assert vocab.canonical_forms(tok, dense) == [full[i] if 0 <= i < len(full) else None for i in dense]
+    assert tok in vocab._DETAIL_MEMO  # a third of the vocabulary: canonicalized whole, once (and by content)
 
 
 # ---------------------------------------------------------------------------- encode_canon
