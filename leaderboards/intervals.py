@@ -162,16 +162,32 @@ def multi_bootstrap_se(
     for start, (weights, draws) in zip(range(0, n_resamples, _CHUNK), _resample_draws(rng, n_resamples, n_s,
                                                                                      [b[0].n for b in blocks])):
         total = np.zeros(len(weights))
-        for block, (counts, sums) in zip(blocks, draws):
-            per_seed = np.stack([_resampled(ex, counts, sums) for ex in block], axis=1)  # (size, n_seeds)
+        for block, (counts, sums, known) in zip(blocks, draws):
+            per_seed = np.stack([_resampled(ex, counts, sums, known) for ex in block], axis=1)  # (size, n_seeds)
             total += (weights * per_seed).sum(axis=1)
         stat[start:start + len(weights)] = total / len(blocks)
     return float(stat.std(ddof=1))
 
 
-def _resampled(ex: Any, counts: np.ndarray, sums: np.ndarray) -> np.ndarray:
-    """``ex.resampled(counts)``, given the row sums of ``counts`` where ``ex`` takes them (the same numbers)."""
-    return ex.resampled(counts, sums) if isinstance(ex, (ExampleScores, _Difference)) else ex.resampled(counts)
+def _resampled(ex: Any, counts: np.ndarray, sums: np.ndarray, known: dict) -> np.ndarray:
+    """``ex.resampled(counts)`` (``sums``: the row sums of ``counts``). A cell's seed is compared with many
+    others on the same resamples: an :class:`ExampleScores`' values are kept in ``known`` (by the object,
+    which it holds) and a difference is taken of its two sides' kept values, the same numbers as computing them."""
+    if isinstance(ex, _Difference):
+        return _resampled(ex.a, counts, sums, known) - _resampled(ex.b, counts, sums, known)
+    if not isinstance(ex, ExampleScores):
+        return ex.resampled(counts)
+    hit = known.get(id(ex))
+    if hit is not None and hit[0] is ex:
+        return hit[1]
+    value = ex.resampled(counts, sums)
+    if len(known) < _KNOWN_MAX:
+        known[id(ex)] = (ex, value)
+    return value
+
+
+_KNOWN_MAX = 4096
+"""Resampled values kept per draw (beyond this many scorers, for the largest tables, they are computed)."""
 
 
 _DRAWS_MEMO: OrderedDict = OrderedDict()
@@ -183,8 +199,9 @@ _DRAWS_MEMO_MAX_BYTES = 256 << 20
 
 
 def _resample_draws(rng: np.random.Generator, n_resamples: int, n_s: int, n_examples: Sequence[int]) -> list:
-    """Per chunk of resamples: the seed weights and, per block, the example counts with their row sums, drawn
-    from ``rng`` in :func:`multi_bootstrap_se`'s order (the seeds, then each block's examples).
+    """Per chunk of resamples: the seed weights and, per block, the example counts with their row sums (and
+    a dict for :func:`_resampled`'s kept values), drawn from ``rng`` in :func:`multi_bootstrap_se`'s order
+    (the seeds, then each block's examples).
 
     A call that starts from a generator state seen before (with the same shapes) gets the same arrays
     without drawing them again, and leaves ``rng`` in the state the draws would have left it in.
@@ -202,11 +219,11 @@ def _resample_draws(rng: np.random.Generator, n_resamples: int, n_s: int, n_exam
         draws = []
         for n_e in n_examples:
             counts = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
-            draws.append((counts, counts.sum(axis=1)))
+            draws.append((counts, counts.sum(axis=1), {}))
         chunks.append((weights, draws))
     if n_resamples * (sum(n_examples) + n_s) * 8 <= _DRAWS_MEMO_MAX_BYTES:
         for weights, draws in chunks:
-            for a in (weights, *(x for pair in draws for x in pair)):
+            for a in (weights, *(x for counts, sums, _ in draws for x in (counts, sums))):
                 a.flags.writeable = False  # shared by later calls: never changed in place
         _DRAWS_MEMO[key] = (chunks, rng.bit_generator.state)
         while len(_DRAWS_MEMO) > _DRAWS_MEMO_ENTRIES:
