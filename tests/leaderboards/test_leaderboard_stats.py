@@ -379,9 +379,10 @@ def test_multi_bootstrap_draws_are_kept_per_generator_state_and_give_the_same_bi
         want = _multi_bootstrap_se_as_drawn_per_call(blocks, 600, np.random.default_rng(0))
         assert multi_bootstrap_se(blocks, 600) == want  # default generator, drawn: a miss
         n_draws = len(drawn)
-        scored = []
+        scored: list = []
         real_resampled = ExampleScores.resampled
-        monkeypatch.setattr(ExampleScores, "resampled", lambda self, *a: scored.append(1) or real_resampled(self, *a))
+        monkeypatch.setattr(ExampleScores, "resampled",
+                            lambda self, *a, seen=scored, real=real_resampled: seen.append(1) or real(self, *a))
         assert multi_bootstrap_se(blocks, 600) == want and len(drawn) == n_draws  # kept: nothing drawn again
         monkeypatch.setattr(ExampleScores, "resampled", real_resampled)
         assert not scored or isinstance(blocks[0], np.ndarray)  # a seed's scores on kept draws are kept too
