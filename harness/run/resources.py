@@ -157,7 +157,7 @@ def _load_model(path: str, kind: str):
         raise ResourceError(f"source model {path!r}: cannot load as a {kind} model ({e})") from None
 
 
-_TOKENIZER_MEMO = ProcessMemo(4)  # a grid's source tokenizer and its targets' (the quickstart has two)
+_TOKENIZER_MEMO = ProcessMemo(2)
 
 
 def load_tokenizer(name: str):
@@ -178,16 +178,15 @@ def target_tokenizer(target: TargetSpec, world: Any, *, progress: bool = True):
     tok: TokenizerSpec = target.tokenizer
     if tok.path:
         return load_tokenizer(local_name(tok.path))
-    from harness.tokenizers import trained_tokenizer_dir
+    from harness.tokenizers import train_tokenizer
 
     corpus = target_corpus(target, world)
     if corpus is None:
         raise ResourceError(
             f"targets[{target.language}].tokenizer: no 'path' and no corpus to train on (set targets.corpus or a world)"
         )
-    # trained once (cached), then loaded as a tokenizer path is: once per process, a fresh copy per trial
-    return load_tokenizer(str(trained_tokenizer_dir([corpus], algorithm=tok.algorithm, vocab_size=tok.vocab_size,
-                                                    lowercase=tok.lowercase, cache_dir=cache_dir(), progress=progress)))
+    return train_tokenizer([corpus], algorithm=tok.algorithm, vocab_size=tok.vocab_size, lowercase=tok.lowercase,
+                           cache_dir=cache_dir(), progress=progress)
 
 
 def _file(value: str | None, field: str) -> Path | None:

@@ -369,3 +369,19 @@ def test_tokenizer_state_is_kept_per_content_and_unchanged_by_the_memo(corpus: P
     assert tk.tokenizer_state(a) == _state_as_computed_before_the_memo(a) != tk.tokenizer_state(b)
     b.truncation_side = "left"
     assert tk.tokenizer_state(b) == _state_as_computed_before_the_memo(b)
+
+
+def test_a_trained_tokenizer_is_read_once_per_process_and_copied_per_call(corpus: Path, monkeypatch) -> None:
+    """Every trial of a grid asks for its target tokenizer again: the cache entry is read once, and each
+    call gets its own copy (an encoding call's truncation state on one is not the other's)."""
+    reads = []
+    real = tk.AutoTokenizer.from_pretrained
+    monkeypatch.setattr(tk.AutoTokenizer, "from_pretrained", lambda path, **kw: reads.append(path) or real(path, **kw))
+    tk._TRAINED_MEMO.clear()
+    a = tk.train_tokenizer([corpus], "unigram", vocab_size=300)
+    b = tk.train_tokenizer([corpus], "unigram", vocab_size=300)
+    assert len(reads) == 1 and a is not b and a.backend_tokenizer is not b.backend_tokenizer
+    a.backend_tokenizer.enable_truncation(4)
+    assert b.backend_tokenizer.truncation is None
+    assert a.get_vocab() == b.get_vocab() and tk.tokenizer_state(a) == tk.tokenizer_state(b)
+    assert b(SENTENCES[0])["input_ids"] == real(reads[0])(SENTENCES[0])["input_ids"]
