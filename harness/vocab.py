@@ -90,10 +90,9 @@ def special_ids(tok: Any) -> set[int]:
 
 @functools.lru_cache(maxsize=1)
 def _byte_table() -> dict[int, str]:
-    """``str.translate`` table of byte-level pieces: each stand-in character (:func:`unicode_to_bytes`) to the
-    Latin-1 character of its byte, and every other character below 256 to U+FFFF, so that
-    ``piece.translate(table).encode("latin-1")`` is the piece's bytes, and fails exactly when a character is
-    not a stand-in (as a lookup of each character in :func:`unicode_to_bytes` would)."""
+    """``str.translate`` table of byte-level pieces: stand-ins (:func:`unicode_to_bytes`) to their byte's Latin-1
+    character, every other character below 256 to U+FFFF: ``piece.translate(table).encode("latin-1")`` is the
+    piece's bytes, and fails exactly where a character is no stand-in (as a lookup of each would)."""
     table = {cp: "\uffff" for cp in range(256)}
     table.update({ord(c): chr(b) for c, b in unicode_to_bytes().items()})
     return table
