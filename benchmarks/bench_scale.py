@@ -19,7 +19,7 @@ same sizes were built before):
   encoder of width ``HELPER_MODEL["hidden"]`` (256) with the target tokenizer, random weights (timing
   only), built once next to the other files and added to a folder built before it existed.
 
-A method gets the file inputs its configuration needs (:data:`harness.cli.init_flags.METHOD_NEEDS`
+A method gets the file inputs its configuration needs (:func:`harness.cli.init_flags.method_needs`
 at the defaults plus :data:`SCALE_CONFIG`: the first input of each need that the work folder has),
 or, for a method without declared needs, those it reads (:func:`harness.cli.init_flags.method_reads`),
 so a plugin method registered with ``--plugin`` is benchmarked the same way. ``--methods`` takes
@@ -355,13 +355,14 @@ def method_inputs(method: str, values: dict[str, Any], paths: dict) -> list[str]
     """The input fields ``method`` gets: for each of its needs that holds at ``values`` (over the config's
     defaults) the first input ``paths`` has; a method without declared needs, every input it reads."""
     from harness import registry
-    from harness.cli.init_flags import METHOD_NEEDS, method_reads
+    from harness.cli.init_flags import method_needs, method_reads
 
     entry = registry.get("method", method)
-    if method not in METHOD_NEEDS:
+    needs = method_needs(method)
+    if needs is None:
         return [f for f in method_reads(method, entry.cls) if f in paths]
     cfg = registry.build_config(entry.config_cls, values, where=f"--methods {method}")
-    picked = [next((i for i in n.inputs if i in paths), None) for n in METHOD_NEEDS[method] if n.applies(cfg)]
+    picked = [next((i for i in n.inputs if i in paths), None) for n in needs if n.applies(cfg)]
     return list(dict.fromkeys(i for i in picked if i is not None))
 
 

@@ -36,8 +36,21 @@ def package_version() -> str:
 
 
 def git_info(path: Path | None = None) -> dict:
-    """``{"sha": ..., "dirty": bool}`` of the checkout tokxfer runs from (nulls outside git)."""
+    """``{"sha": ..., "dirty": bool}`` of the checkout tokxfer runs from (nulls outside git).
+
+    Asked once per process and folder (two ``git`` commands, ~15 ms, were run for every trial record):
+    the code a process runs was loaded when it started, so later edits of the checkout do not change it.
+    """
     root = Path(path or Path(__file__).resolve().parent.parent)
+    if root not in _GIT_MEMO:
+        _GIT_MEMO[root] = _git_info(root)
+    return dict(_GIT_MEMO[root])
+
+
+_GIT_MEMO: dict[Path, dict] = {}
+
+
+def _git_info(root: Path) -> dict:
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=5)
         if sha.returncode != 0:
@@ -49,7 +62,32 @@ def git_info(path: Path | None = None) -> dict:
 
 
 def environment() -> dict:
-    """Library versions, device and host of this process."""
+    """Library versions, device and host of this process.
+
+    The versions and the host are read once per process (the package metadata lookups cost ~20 ms per
+    trial record); the device, thread count and ``CUDA_VISIBLE_DEVICES`` are read on every call.
+    """
+    import torch
+
+    if not _STATIC_ENV:
+        _STATIC_ENV.update(_static_environment())
+    static = dict(_STATIC_ENV)
+    libs = {k: static.pop(k) for k in _LIBRARIES}
+    return {
+        **static,
+        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "n_gpus": torch.cuda.device_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        **libs,
+    }
+
+
+_LIBRARIES = ("transformers", "tokenizers", "datasets", "fasttext", "entmax", "sacrebleu", "seqeval", "mlflow")
+_STATIC_ENV: dict[str, Any] = {}
+
+
+def _static_environment() -> dict:
     import numpy
     import torch
 
@@ -60,12 +98,8 @@ def environment() -> dict:
         "numpy": numpy.__version__,
         "torch": torch.__version__,
         "cuda": torch.version.cuda,
-        "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "n_gpus": torch.cuda.device_count(),
-        "torch_threads": torch.get_num_threads(),
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
-    for lib in ("transformers", "tokenizers", "datasets", "fasttext", "entmax", "sacrebleu", "seqeval", "mlflow"):
+    for lib in _LIBRARIES:
         try:
             from importlib.metadata import version
 

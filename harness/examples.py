@@ -135,10 +135,13 @@ class ExampleScores:
         w = np.ones(self.n) if weights is None else np.asarray(weights, dtype=np.float64)
         return float(self.values_of_sums(w @ self.rows, np.array([w.sum()]))[0])
 
-    def resampled(self, weights: np.ndarray) -> np.ndarray:
-        """The metric under each row of ``weights`` (``B x n`` multiplicities): one matrix product."""
+    def resampled(self, weights: np.ndarray, totals: np.ndarray | None = None) -> np.ndarray:
+        """The metric under each row of ``weights`` (``B x n`` multiplicities): one matrix product.
+
+        ``totals``: ``weights.sum(axis=1)`` when the caller has it already (a bootstrap scores every seed
+        on the same resamples)."""
         w = np.asarray(weights, dtype=np.float64)
-        return self.values_of_sums(w @ self.rows, w.sum(axis=1))
+        return self.values_of_sums(w @ self.rows, w.sum(axis=1) if totals is None else totals)
 
 
 class Scores(dict):

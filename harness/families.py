@@ -258,8 +258,6 @@ SYMBOLIC_RULES = ("reference", "wide")
 DEFAULT_SYMBOLIC_RULE = "reference"
 """The default rule: the FOCUS reference code's (``deepfocus.vocab_helper.is_numerical_symbol_etc``)."""
 
-_ASCII_PUNCTUATION = frozenset(string.punctuation)
-
 
 def is_symbolic(canon: Canon, rule: str = DEFAULT_SYMBOLIC_RULE) -> bool:
     """Whether a token counts as "symbolic" (numbers, punctuation, whitespace) under ``rule``.
@@ -295,8 +293,8 @@ def is_symbolic(canon: Canon, rule: str = DEFAULT_SYMBOLIC_RULE) -> bool:
         if rule not in SYMBOLIC_RULES:
             raise ValueError(f"is_symbolic: rule must be one of {SYMBOLIC_RULES}, got {rule!r}") from None
         return False
-    if rule == "reference":
-        return s.isnumeric() or all(c in _ASCII_PUNCTUATION for c in s) or s.isspace()
+    if rule == "reference":  # all ASCII punctuation: nothing left once it is stripped from both ends
+        return s.isnumeric() or not s.strip(string.punctuation) or s.isspace()
     if rule == "wide":
         return all(c.isdigit() or c.isspace() or unicodedata.category(c)[0] in "PS" for c in s)
     raise ValueError(f"is_symbolic: rule must be one of {SYMBOLIC_RULES}, got {rule!r}")

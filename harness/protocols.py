@@ -277,6 +277,29 @@ class InitResult:
     low_rank: LowRank | None = None
 
 
+@dataclass(frozen=True)
+class Need:
+    """One requirement of a method beyond the two tokenizers and the source embeddings: any one of
+    ``inputs`` (:class:`TransferInputs` resource fields, or config fields that name an input), when
+    every ``(config field, value)`` of ``when`` holds (always, when empty). Declared by the method
+    class (``needs``, see :class:`EmbeddingInitializer`); read by ``tokxfer init`` (which flags are
+    missing, ``--explain``) and by the runner (whether a trial's helper model is pretrained).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> n = Need(("helper_model",), "its embeddings are the donor space", (("donor", "helper"),))
+        >>> n.applies(SimpleNamespace(donor="helper")), n.applies(SimpleNamespace(donor="fasttext"))
+        (True, False)
+    """
+
+    inputs: tuple[str, ...]
+    why: str
+    when: tuple[tuple[str, Any], ...] = ()
+
+    def applies(self, cfg: Any) -> bool:
+        return all(getattr(cfg, f) == v for f, v in self.when)
+
+
 @runtime_checkable
 class EmbeddingInitializer(Protocol):
     """An embedding-initialization method. Registered with ``@register_method(name, config=…)``.
@@ -290,6 +313,11 @@ class EmbeddingInitializer(Protocol):
     local files or ``None``; ``notes`` has ``note(msg)`` and ``warn(msg)``. It returns a dict of
     findings, stored under ``checks`` in ``init_info.json``. It never changes what ``initialize``
     computes.
+
+    Optional class attribute ``needs``: a tuple of :class:`Need`, the inputs the method reads beyond
+    the two tokenizers and the source embeddings, and when (the one place this is written down:
+    ``tokxfer init`` and the runner read it through :func:`harness.registry.method_needs`). A method
+    without it has its module's source scanned for ``inputs.<field>`` instead.
     """
 
     def __init__(self, config: Any) -> None: ...

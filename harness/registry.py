@@ -331,6 +331,35 @@ def module_reads(cls: type, fields: Sequence[str]) -> list[str] | None:
     return [f for f in fields if re.search(rf"\binputs\.{f}\b", src)]
 
 
+def method_needs(cls: type) -> tuple | None:
+    """The requirements a method class declares (its ``needs``: :class:`harness.protocols.Need` each),
+    ``None`` when it declares none.
+
+    Example:
+        >>> [n.inputs for n in method_needs(get("method", "clp").cls)]
+        [('helper_model',)]
+    """
+    needs = getattr(cls, "needs", None)
+    return None if needs is None else tuple(needs)
+
+
+def reads_input(cls: type, config: Any, field: str) -> bool:
+    """Whether method ``cls`` with ``config`` reads the input ``field``: from its declared needs (one
+    that holds under ``config`` names the field), else from its module's source (``inputs.<field>``;
+    ``True`` when the source cannot be read, so a plugin that says nothing gets the input).
+
+    Example:
+        >>> omp = get("method", "omp")
+        >>> reads_input(omp.cls, omp.config_cls(donor="helper"), "helper_model"), reads_input(omp.cls, omp.config_cls(), "helper_model")
+        (True, False)
+    """
+    needs = method_needs(cls)
+    if needs is not None:
+        return any(field in n.inputs and n.applies(config) for n in needs)
+    found = module_reads(cls, [field])
+    return True if found is None else bool(found)
+
+
 def is_seed_field(name: str) -> bool:
     """Config fields named ``seed`` or ``*_seed`` hold seeds (checked by :func:`check_seed`)."""
     return name == "seed" or name.endswith("_seed")

@@ -37,6 +37,7 @@ Example:
 from __future__ import annotations
 
 import codecs
+import copy
 import hashlib
 import io
 import json
@@ -53,7 +54,7 @@ from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalize
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from harness import progress as _progress
-from harness.cache import cached_dir, file_hash
+from harness.cache import ProcessMemo, cached_dir, file_hash
 from harness.errors import TokxferError
 from harness.files import text_lines
 
@@ -457,7 +458,13 @@ def train_tokenizer(
         _wrap(tok, algorithm, info).save_pretrained(out)
 
     path = cached_dir("tokenizers", key, build, root=Path(cache_dir) if cache_dir is not None else None)
-    return AutoTokenizer.from_pretrained(path)
+    # an entry never changes (content-addressed, renamed into place whole): read once per process, a fresh
+    # copy per call (its truncation/padding state is the caller's own); every trial of a grid asks again
+    return copy.deepcopy(_TRAINED_MEMO.get(str(path), lambda: AutoTokenizer.from_pretrained(path)))
+
+
+_TRAINED_MEMO = ProcessMemo(4)
+"""Trained tokenizers read from the cache in this process, by entry folder (a grid has a few targets)."""
 
 
 def tokenizer_info(tok: Any) -> dict[str, Any]:
@@ -553,12 +560,25 @@ def tokenizer_state(tokenizer: Any) -> str | None:
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None:
         return None
-    state = json.loads(backend.to_str())
-    state.pop("truncation", None)
-    state.pop("padding", None)
+    raw = backend.to_str()
     facts = {
-        "backend": state, "class": type(tokenizer).__name__, "n": len(tokenizer),
+        "class": type(tokenizer).__name__, "n": len(tokenizer),
         "special_ids": sorted(tokenizer.all_special_ids), "mask": tokenizer.mask_token_id,
         "pad": tokenizer.pad_token_id, "truncation_side": getattr(tokenizer, "truncation_side", None),
     }
-    return hashlib.sha256(json.dumps(facts, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+    # the JSON round trip is most of the cost (every trial asks for the state of the same tokenizers'
+    # fresh objects a few times): its digest is kept per process by what it is computed from
+    memo_key = (hashlib.sha256(raw.encode("utf-8")).hexdigest(), json.dumps(facts, sort_keys=True))
+    return _STATE_MEMO.get(memo_key, lambda: _state_digest(raw, facts))
+
+
+_STATE_MEMO = ProcessMemo(32)
+"""Digests of :func:`tokenizer_state` by (sha256 of the serialized backend, the other facts)."""
+
+
+def _state_digest(raw: str, facts: dict) -> str:
+    state = json.loads(raw)
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    return hashlib.sha256(json.dumps({"backend": state, **facts}, sort_keys=True, ensure_ascii=False)
+                          .encode("utf-8")).hexdigest()

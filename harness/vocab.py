@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import weakref
 from collections.abc import Iterable, Iterator
@@ -87,8 +88,18 @@ def special_ids(tok: Any) -> set[int]:
     return ids
 
 
-def _canon_one(piece: str, spec: FamilySpec, u2b: dict[str, int]) -> tuple[Canon, bool]:
-    """Canonical form of a model piece, and whether it is a byte-fallback piece."""
+@functools.lru_cache(maxsize=1)
+def _byte_table() -> dict[int, str]:
+    """``str.translate`` table of byte-level pieces: stand-ins (:func:`unicode_to_bytes`) to their byte's Latin-1
+    character, every other character below 256 to U+FFFF: ``piece.translate(table).encode("latin-1")`` is the
+    piece's bytes, and fails exactly where a character is no stand-in (as a lookup of each would)."""
+    table = {cp: "\uffff" for cp in range(256)}
+    table.update({ord(c): chr(b) for c, b in unicode_to_bytes().items()})
+    return table
+
+
+def _canon_one(piece: str, spec: FamilySpec, table: dict[int, str]) -> tuple[Canon, bool]:
+    """Canonical form of a model piece, and whether it is a byte-fallback piece (``table``: :func:`_byte_table`)."""
     fam = spec.family
     if fam == "sentencepiece":
         if spec.byte_fallback and piece.startswith("<0x"):
@@ -100,8 +111,8 @@ def _canon_one(piece: str, spec: FamilySpec, u2b: dict[str, int]) -> tuple[Canon
         return Canon(body.replace(spec.marker, " ").encode("utf-8"), ws), False
     if fam == "bytelevel":
         try:
-            raw = bytes(u2b[c] for c in piece)
-        except KeyError:  # not byte-level encoded (e.g. a literal added token): take its UTF-8
+            raw = piece.translate(table).encode("latin-1")
+        except UnicodeEncodeError:  # not byte-level encoded (e.g. a literal added token): take its UTF-8
             raw = piece.encode("utf-8")
         if raw.startswith(b" "):
             return Canon(raw[1:], True), False
@@ -166,19 +177,19 @@ def _canonical_detail_uncached(tok: Any) -> tuple[list[Canon | None], np.ndarray
     is_byte = np.zeros(n, dtype=bool)
     specials = special_ids(tok)
     added = {int(i): a for i, a in (getattr(tok, "added_tokens_decoder", None) or {}).items()}
-    u2b = unicode_to_bytes()
+    skip = specials | added.keys()
+    table = _byte_table()
     byte_ids = []
     bar = _progress.counter("canonical token forms", len(vocab))
     with _gc_paused():
         for k, (piece, i) in enumerate(vocab.items(), 1):
             if k % _PROGRESS_EVERY == 0:
                 bar.update(_PROGRESS_EVERY)
-            if i in specials:
+            if i in skip:  # one lookup for the ordinary pieces
+                if i not in specials:
+                    out[i] = _added_canon(str(getattr(added[i], "content", piece)))
                 continue
-            if i in added:
-                out[i] = _added_canon(str(getattr(added[i], "content", piece)))
-                continue
-            out[i], byte = _canon_one(piece, spec, u2b)
+            out[i], byte = _canon_one(piece, spec, table)
             if byte:
                 byte_ids.append(i)
     bar.update(len(vocab) % _PROGRESS_EVERY)
@@ -205,7 +216,9 @@ def canonical_vocab(tok: Any) -> list[Canon | None]:
 
 def canonical_forms(tok: Any, ids: Iterable[int]) -> list[Canon | None]:
     """``[canonical_vocab(tok)[i] for i in ids]`` (``None`` for ids outside it), canonicalizing only those ids
-    unless the whole vocabulary already was (for a few thousand rows of a large vocabulary).
+    unless the whole vocabulary already was (for a few thousand rows of a large vocabulary). Asked for a
+    quarter of the vocabulary or more, it canonicalizes the whole (:func:`canonical_vocab`, kept per process
+    by the tokenizer's content: the next trial's fresh tokenizer object finds it).
 
     Example:
         >>> from tokenizers import Tokenizer, models
@@ -224,9 +237,12 @@ def canonical_forms(tok: Any, ids: Iterable[int]) -> list[Canon | None]:
         full = hit[1][0]
         return [full[i] if 0 <= i < len(full) else None for i in ids]
     n = vocab_size(tok)
+    if 4 * len(ids) >= n:  # a good part of the vocabulary: canonicalize all of it once per process (by content)
+        full = canonical_vocab(tok)
+        return [full[i] if 0 <= i < len(full) else None for i in ids]
     specials = special_ids(tok)
     added = {int(i): a for i, a in (getattr(tok, "added_tokens_decoder", None) or {}).items()}
-    spec, u2b = family_spec(tok), unicode_to_bytes()
+    spec, table = family_spec(tok), _byte_table()
     pieces = tok.convert_ids_to_tokens([i if 0 <= i < n else 0 for i in ids])
     out: list[Canon | None] = []
     for i, piece in zip(ids, pieces):
@@ -235,7 +251,7 @@ def canonical_forms(tok: Any, ids: Iterable[int]) -> list[Canon | None]:
         elif i in added:
             out.append(_added_canon(str(getattr(added[i], "content", piece))))
         else:
-            out.append(_canon_one(piece, spec, u2b)[0])
+            out.append(_canon_one(piece, spec, table)[0])
     return out
 
 
@@ -290,7 +306,7 @@ def token_string(tok: Any, token_id: int) -> str:
     canon = (
         _added_canon(str(added.content))
         if added is not None
-        else _canon_one(piece, family_spec(tok), unicode_to_bytes())[0]
+        else _canon_one(piece, family_spec(tok), _byte_table())[0]
     )
     return decode_canon(canon)
 

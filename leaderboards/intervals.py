@@ -8,6 +8,7 @@ the choices); also the defaults every statistic shares (α, confidence, power, r
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -116,8 +117,8 @@ class _Difference:
     def value(self) -> float:
         return self.a.value() - self.b.value()
 
-    def resampled(self, weights: np.ndarray) -> np.ndarray:
-        return self.a.resampled(weights) - self.b.resampled(weights)
+    def resampled(self, weights: np.ndarray, totals: np.ndarray | None = None) -> np.ndarray:
+        return self.a.resampled(weights, totals) - self.b.resampled(weights, totals)
 
 
 def _counts(idx: np.ndarray, n: int) -> np.ndarray:
@@ -158,17 +159,76 @@ def multi_bootstrap_se(
     if any(len(b) != n_s or len({ex.n for ex in b}) != 1 for b in blocks):
         raise ValueError("multi_bootstrap_se: every block must have the same seeds, each with the same examples")
     stat = np.empty(n_resamples)
+    for start, (weights, draws) in zip(range(0, n_resamples, _CHUNK), _resample_draws(rng, n_resamples, n_s,
+                                                                                     [b[0].n for b in blocks])):
+        total = np.zeros(len(weights))
+        for block, (counts, sums, known) in zip(blocks, draws):
+            per_seed = np.stack([_resampled(ex, counts, sums, known) for ex in block], axis=1)  # (size, n_seeds)
+            total += (weights * per_seed).sum(axis=1)
+        stat[start:start + len(weights)] = total / len(blocks)
+    return float(stat.std(ddof=1))
+
+
+def _resampled(ex: Any, counts: np.ndarray, sums: np.ndarray, known: dict) -> np.ndarray:
+    """``ex.resampled(counts)`` (``sums``: the row sums of ``counts``). A cell's seed is compared with many
+    others on the same resamples: an :class:`ExampleScores`' values are kept in ``known`` (by the object,
+    which it holds) and a difference is taken of its two sides' kept values, the same numbers as computing them."""
+    if isinstance(ex, _Difference):
+        return _resampled(ex.a, counts, sums, known) - _resampled(ex.b, counts, sums, known)
+    if not isinstance(ex, ExampleScores):
+        return ex.resampled(counts)
+    hit = known.get(id(ex))
+    if hit is not None and hit[0] is ex:
+        return hit[1]
+    value = ex.resampled(counts, sums)
+    if len(known) < _KNOWN_MAX:
+        known[id(ex)] = (ex, value)
+    return value
+
+
+_KNOWN_MAX = 4096
+"""Resampled values kept per draw (beyond this many scorers, for the largest tables, they are computed)."""
+
+
+_DRAWS_MEMO: OrderedDict = OrderedDict()
+"""Draws of :func:`_resample_draws` by the generator's state and the shapes: a table's comparisons each
+start a fresh generator with the same seed, so they draw the same resamples (hundreds of times)."""
+_DRAWS_MEMO_ENTRIES = 4
+_DRAWS_MEMO_MAX_BYTES = 256 << 20
+"""Draws larger than this (resamples × examples × 8 bytes) are drawn again on every call instead of kept."""
+
+
+def _resample_draws(rng: np.random.Generator, n_resamples: int, n_s: int, n_examples: Sequence[int]) -> list:
+    """Per chunk of resamples: the seed weights and, per block, the example counts with their row sums (and
+    a dict for :func:`_resampled`'s kept values), drawn from ``rng`` in :func:`multi_bootstrap_se`'s order
+    (the seeds, then each block's examples).
+
+    A call that starts from a generator state seen before (with the same shapes) gets the same arrays
+    without drawing them again, and leaves ``rng`` in the state the draws would have left it in.
+    """
+    key = (repr(rng.bit_generator.state), n_resamples, n_s, tuple(n_examples))
+    if key in _DRAWS_MEMO:
+        chunks, end = _DRAWS_MEMO[key]
+        _DRAWS_MEMO.move_to_end(key)
+        rng.bit_generator.state = end
+        return chunks
+    chunks = []
     for start in range(0, n_resamples, _CHUNK):
         size = min(_CHUNK, n_resamples - start)
         weights = _counts(rng.integers(0, n_s, size=(size, n_s)), n_s) / n_s
-        total = np.zeros(size)
-        for block in blocks:
-            n_e = block[0].n
-            draws = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
-            per_seed = np.stack([ex.resampled(draws) for ex in block], axis=1)  # (size, n_seeds)
-            total += (weights * per_seed).sum(axis=1)
-        stat[start:start + size] = total / len(blocks)
-    return float(stat.std(ddof=1))
+        draws = []
+        for n_e in n_examples:
+            counts = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
+            draws.append((counts, counts.sum(axis=1), {}))
+        chunks.append((weights, draws))
+    if n_resamples * (sum(n_examples) + n_s) * 8 <= _DRAWS_MEMO_MAX_BYTES:
+        for weights, draws in chunks:
+            for a in (weights, *(x for counts, sums, _ in draws for x in (counts, sums))):
+                a.flags.writeable = False  # shared by later calls: never changed in place
+        _DRAWS_MEMO[key] = (chunks, rng.bit_generator.state)
+        while len(_DRAWS_MEMO) > _DRAWS_MEMO_ENTRIES:
+            _DRAWS_MEMO.popitem(last=False)
+    return chunks
 
 
 def _t_from_se(estimate: float, se: float, df: float, confidence: float) -> tuple[float, float, float]:

@@ -58,6 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import progress as _progress
+from harness.cache import build_lock
 from methods._aligners import (
     FAST_ALIGN_DEFAULTS,
     Link,
@@ -275,13 +276,10 @@ def align_corpus(
         fwd, rev, facts = _MEMO[key]
         _MEMO.move_to_end(key)
         source = "memo"
-    elif path is not None and path.is_file():
-        fwd, rev, facts = _load_links(path)
-        source = "cache"
-    else:
+    elif path is None:
         fwd, rev, facts = _directional_links(src, tgt, aligner, options)
-        if path is not None:
-            _save_links(path, fwd, rev, facts)
+    else:
+        fwd, rev, facts, source = _cached_links(path, key, src, tgt, aligner, options)
     _MEMO[key] = (fwd, rev, facts)
     while len(_MEMO) > _MEMO_SIZE:
         _MEMO.popitem(last=False)
@@ -303,6 +301,23 @@ def align_corpus(
     if facts:
         info["model"] = facts
     return Alignment(links=links, info=info)
+
+
+def _cached_links(path: Path, key: str, src: Sequence[Sequence[str]], tgt: Sequence[Sequence[str]], aligner: str,
+                  options: dict) -> tuple[list[list[Link]], list[list[Link]], dict, str]:
+    """The directional links stored at ``path``, or computed and stored there (``source`` is ``"cache"`` or ``"computed"``).
+
+    Built under the cache's build lock (``<cache>/.locks/alignments-<key>.lock``, as :func:`harness.cache.cached_dir`
+    builds): two workers aligning the same corpus align it once; the second waits, then reads the first's file.
+    """
+    if path.is_file():
+        return (*_load_links(path), "cache")
+    with build_lock(path.parent.parent, "alignments", key):
+        if path.is_file():  # stored by the worker we waited for
+            return (*_load_links(path), "cache")
+        fwd, rev, facts = _directional_links(src, tgt, aligner, options)
+        _save_links(path, fwd, rev, facts)
+    return fwd, rev, facts, "computed"
 
 
 def _check_corpus(src: Sequence[Sequence[str]], tgt: Sequence[Sequence[str]], aligner: str, symmetrization: str) -> None:

@@ -32,7 +32,7 @@ import numpy as np
 
 from harness import progress as _progress
 from harness import vocab as _canon
-from harness.cache import content_hash
+from harness.cache import build_lock, content_hash
 from harness.protocols import TransferInputs
 from methods import _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
@@ -486,18 +486,37 @@ def _side_space(
         _fasttext.fasttext_cache_key(text, _fasttext.training_params(**params)), tok, n_rows, skip, ngrams
     )
     path = cache / "fasttext" / f"{TOKEN_SPACE_PREFIX}{key[:32]}.npz"
-    if path.is_file():
-        try:
-            vecs, kinds, kept = _load_token_space(path, key, n_rows, int(params["dim"]), skip)
-        except _fasttext.CACHE_READ_ERRORS as e:  # damaged outside tokxfer (writes are atomic): build it again
-            logger.warning("Tik-to-Tok token-space cache: cannot read %s (%s); building it again", path, e)
-        else:
-            report.update(kept)
-            report.update(cache="hit", path=str(path), stored="token-space", bytes=path.stat().st_size,
-                          seconds=round(time.perf_counter() - t0, 3))  # fmt: skip
-            if "error" in kept:
-                logger.warning("%s: %s; %s", who, kept["error"], consequence)
-            return vecs, kinds
+    hit = _cached_space(path, key, n_rows, int(params["dim"]), skip, report, t0, who, consequence)
+    if hit is not None:
+        return hit
+    # two workers wanting one uncached token space (a held fastText seed) build it once: the second
+    # waits on the entry's build lock (<cache>/.locks/tokspace-<key>.lock), then reads the first's file
+    with build_lock(cache, "tokspace", key):
+        hit = _cached_space(path, key, n_rows, int(params["dim"]), skip, report, t0, who, consequence)
+        return hit if hit is not None else _build_space(text, path, key, params, cache, report, computed, who, consequence)
+
+
+def _cached_space(path: Path, key: str, n_rows: int, dim: int, skip: np.ndarray, report: dict, t0: float, who: str,
+                  consequence: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The token space stored at ``path`` (its report kept in ``report``), ``None`` when absent or unreadable."""
+    if not path.is_file():
+        return None
+    try:
+        vecs, kinds, kept = _load_token_space(path, key, n_rows, dim, skip)
+    except _fasttext.CACHE_READ_ERRORS as e:  # damaged outside tokxfer (writes are atomic): build it again
+        logger.warning("Tik-to-Tok token-space cache: cannot read %s (%s); building it again", path, e)
+        return None
+    report.update(kept)
+    report.update(cache="hit", path=str(path), stored="token-space", bytes=path.stat().st_size,
+                  seconds=round(time.perf_counter() - t0, 3))  # fmt: skip
+    if "error" in kept:
+        logger.warning("%s: %s; %s", who, kept["error"], consequence)
+    return vecs, kinds
+
+
+def _build_space(text: Path, path: Path, key: str, params: dict, cache: Path, report: dict,
+                 computed: Any, who: str, consequence: str) -> tuple[np.ndarray, np.ndarray]:
+    """Train fastText on ``text``, derive the token space, store it at ``path`` (the cache miss of :func:`_side_space`)."""
     model = _fasttext.train_fasttext_or_none(
         text, cache_dir=cache, store=False, report=report, who=who, consequence=consequence, **params
     )

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from harness import vocab as _canon
-from harness.protocols import InitResult, TransferInputs
+from harness.protocols import InitResult, Need, TransferInputs
 from harness.registry import register_method
 from methods._anchors import anchor_mapping, helper_vectors, split_tokens
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine, iter_cosine_chunks
@@ -130,11 +130,12 @@ class Clp:
     """New tokens are combinations of overlap rows: an all-fallback result is flagged (harness.run.sanity)."""
     convex = False
     """Weights sum to 1 but a negative cosine gives a negative weight."""
-
-    @staticmethod
-    def reads_helper_model(config: ClpConfig) -> bool:
-        """The harness pretrains a ``world:`` helper model only for methods that read it (always, here)."""
-        return True
+    needs = (
+        Need(("helper_model",), "a small model trained in the target vocabulary: its embedding cosines weight the "
+             "overlap rows"),
+    )
+    """What CLP reads besides the tokenizers and source embeddings: ``tokxfer init`` reads it, and the harness
+    pretrains a ``world:`` helper model only for methods that need it (always, here)."""
 
     def __init__(self, config: ClpConfig) -> None:
         self.config = config

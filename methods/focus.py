@@ -63,7 +63,7 @@ from typing import Any, Literal
 import numpy as np
 
 from harness import vocab as _canon
-from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
+from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, Need, TokenMapping, TransferInputs
 from harness.registry import register_method
 from methods import _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, SparseRows, chunked_sparsemax_cosine
@@ -442,6 +442,13 @@ class Focus:
 
     combines = True
     """Additional tokens are combinations of anchors: an all-fallback result is flagged (harness.run.sanity)."""
+    needs = (
+        Need(("target_corpus", "aux_model_path"), "text to train the auxiliary token-level fastText on (or a trained one)",
+             (("aux", "token-fasttext"),)),
+        Need(("target_word_vectors", "aux_model_path", "target_corpus"),
+             "word-level fastText vectors of the target language (or text to train them on)", (("aux", "word-fasttext"),)),
+    )
+    """What FOCUS reads besides the tokenizers and source embeddings (``tokxfer init`` and the runner read it)."""
 
     def __init__(self, config: FocusConfig) -> None:
         self.config = config

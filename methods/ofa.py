@@ -63,7 +63,7 @@ import numpy as np
 
 from harness import progress
 from harness import vocab as _canon
-from harness.protocols import InitResult, LowRank, TransferInputs
+from harness.protocols import InitResult, LowRank, Need, TransferInputs
 from harness.registry import register_method
 from methods import _align, _fasttext
 from methods._anchors import anchor_mapping
@@ -313,6 +313,14 @@ class Ofa:
 
     combines = True
     """New tokens are combinations of source rows: an all-fallback result is flagged (harness.run.sanity)."""
+    needs = (
+        Need(("parallel_corpus",), "sentence pairs to build multilingual word vectors from", (("vectors", "parallel"),)),
+        Need(("source_word_vectors",), "source-language word vectors in the same space as the target's",
+             (("vectors", "given"),)),
+        Need(("target_word_vectors",), "target-language word vectors in the same space as the source's",
+             (("vectors", "given"),)),
+    )
+    """What OFA reads besides the tokenizers and source embeddings (``tokxfer init`` and the runner read it)."""
 
     def __init__(self, config: OfaConfig) -> None:
         self.config = config

@@ -46,7 +46,7 @@ import torch
 
 from harness import progress
 from harness import vocab as _canon
-from harness.protocols import InitResult, TransferInputs
+from harness.protocols import InitResult, Need, TransferInputs
 from harness.registry import register_method
 from methods._anchors import anchor_mapping, helper_vectors, split_tokens
 from methods.focus import Focus, FocusConfig
@@ -259,11 +259,14 @@ class Omp:
     """New tokens are combinations of anchors: an all-fallback result is flagged (harness.run.sanity)."""
     convex = False
     """Coefficients are least-squares solutions: not normalized, possibly negative."""
-
-    @staticmethod
-    def reads_helper_model(config: OmpConfig) -> bool:
-        """The harness pretrains a ``world:`` helper model only for methods that read it (``donor: helper``)."""
-        return config.donor == "helper"
+    needs = (
+        Need(("target_corpus", "aux_model_path"), "text to train the donor space, FOCUS's token-level fastText, on "
+             "(or a trained one)", (("donor", "fasttext"),)),
+        Need(("helper_model",), "a model trained in the target vocabulary: its embeddings are the donor space",
+             (("donor", "helper"),)),
+    )
+    """What OMP reads besides the tokenizers and source embeddings: ``tokxfer init`` reads it, and the harness
+    pretrains a ``world:`` helper model only for trials that need it (``donor: helper``)."""
 
     def __init__(self, config: OmpConfig) -> None:
         self.config = config

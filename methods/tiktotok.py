@@ -126,7 +126,7 @@ from typing import Any
 import numpy as np
 
 from harness import vocab as _canon
-from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, TokenMapping, TransferInputs
+from harness.protocols import COMBINED, COPIED, FALLBACK, SPECIAL, InitResult, Need, TokenMapping, TransferInputs
 from harness.registry import register_method
 from methods import _align, _fasttext
 from methods._tiktotok_corpus import read_parallel_corpus, words_with_tokens
@@ -566,6 +566,8 @@ class TikToTok:
 
     combines = True
     """Rows are alignment-weighted mixtures of source rows: an all-fallback result is flagged (harness.run.sanity)."""
+    needs = (Need(("parallel_corpus",), "sentence pairs to word-align"),)
+    """What Tik-to-Tok reads besides the tokenizers and source embeddings (``tokxfer init`` and the runner read it)."""
 
     def __init__(self, config: TikToTokConfig) -> None:
         self.config = config

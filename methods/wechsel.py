@@ -120,7 +120,7 @@ from typing import Any, Literal
 import numpy as np
 
 from harness import vocab as _canon
-from harness.protocols import FALLBACK, InitResult, TransferInputs
+from harness.protocols import FALLBACK, InitResult, Need, TransferInputs
 from harness.registry import register_method
 from methods import _fasttext
 from methods import _wordvectors as wv_mod
@@ -397,6 +397,19 @@ class Wechsel:
 
     combines = True
     """Rows are top-k mixtures of source rows: an all-fallback result is flagged (harness.run.sanity)."""
+    needs = (
+        Need(("source_word_vectors", "source_corpus"), "source-language word vectors (trained on the corpus if no vectors)"),
+        Need(("target_word_vectors", "target_corpus"), "target-language word vectors (trained on the corpus if no vectors)"),
+        Need(("dictionary",), "word pairs for the Procrustes alignment of the two vector spaces",
+             (("alignment", "procrustes"),)),
+        Need(("source_corpus",), "the source tokens seen in source-language text are the 'English' ones",
+             (("source_tokens", "english-only"), ("english_tokens", "source-corpus"))),
+        Need(("english_tokenizer",), "an English tokenizer (directory or hub id) whose vocabulary defines which source "
+             "tokens are English (the FOCUS paper's definition); or keep the source tokens seen in --source-corpus "
+             "instead: --config english_tokens=source-corpus",
+             (("source_tokens", "english-only"), ("english_tokens", "tokenizer-overlap"))),
+    )
+    """What WECHSEL reads besides the tokenizers and source embeddings (``tokxfer init`` and the runner read it)."""
 
     def __init__(self, config: WechselConfig) -> None:
         self.config = config

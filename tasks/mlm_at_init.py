@@ -184,15 +184,28 @@ def build_masked_examples(tokenizer: Any, texts: list[str], cfg: MlmAtInitConfig
 
 
 def _collate(examples: Sequence[tuple[Sequence[int], Sequence[int]]], pad_id: int) -> dict[str, torch.Tensor]:
-    width = max(len(ids) for ids, _ in examples)
-    input_ids = torch.full((len(examples), width), pad_id, dtype=torch.long)
-    labels = torch.full((len(examples), width), IGNORE_INDEX, dtype=torch.long)
-    attention = torch.zeros((len(examples), width), dtype=torch.long)
-    for row, (ids, lab) in enumerate(examples):
-        input_ids[row, : len(ids)] = torch.tensor(ids)
-        labels[row, : len(lab)] = torch.tensor(lab)
-        attention[row, : len(ids)] = 1
-    return {"input_ids": input_ids, "attention_mask": attention, "labels": labels}
+    """Right-padded ``input_ids`` (``pad_id``), ``attention_mask`` and ``labels`` (``-100``) of a batch.
+
+    Filled with one numpy assignment per array (a tensor per row cost more than the rest of the batch's
+    bookkeeping); the integers are the same either way.
+
+    Example:
+        >>> b = _collate([((5, 6, 7), (-100, 6, -100)), ((8,), (8,))], pad_id=1)
+        >>> b["input_ids"].tolist(), b["attention_mask"].tolist(), b["labels"].tolist()
+        ([[5, 6, 7], [8, 1, 1]], [[1, 1, 1], [1, 0, 0]], [[-100, 6, -100], [8, -100, -100]])
+    """
+    n = len(examples)
+    id_lens = np.fromiter((len(ids) for ids, _ in examples), dtype=np.int64, count=n)
+    lab_lens = np.fromiter((len(lab) for _, lab in examples), dtype=np.int64, count=n)
+    width = int(id_lens.max())
+    cols = np.arange(width)
+    in_ids, in_lab = cols < id_lens[:, None], cols < lab_lens[:, None]
+    input_ids = np.full((n, width), pad_id, dtype=np.int64)
+    labels = np.full((n, width), IGNORE_INDEX, dtype=np.int64)
+    input_ids[in_ids] = np.fromiter((t for ids, _ in examples for t in ids), dtype=np.int64, count=int(id_lens.sum()))
+    labels[in_lab] = np.fromiter((t for _, lab in examples for t in lab), dtype=np.int64, count=int(lab_lens.sum()))
+    return {"input_ids": torch.from_numpy(input_ids), "attention_mask": torch.from_numpy(in_ids.astype(np.int64)),
+            "labels": torch.from_numpy(labels)}
 
 
 def masked_lm_scores(

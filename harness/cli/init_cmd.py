@@ -35,21 +35,22 @@ from harness.cli.init_flags import (
     CONFIG_FLAGS,
     INPUT_BY_FIELD,
     INPUT_FLAGS,
-    METHOD_NEEDS,
-    Need,
     _config_has,
     _default,
     _flag_of,
     explain,
     flag_wording,
+    method_needs,
     method_reads,
+    need_condition,
 )
 from harness.extension import DEFAULT_EXTEND_TOP_N
 from harness.model.heads import HeadError, missing_head
 from harness.model.provenance import MAX_RANDOM_ROWS, PROVENANCE_CATEGORIES, provenance_summary, random_rows_warning
+from harness.protocols import Need
 
-__all__ = ["INPUT_FLAGS", "CONFIG_FLAGS", "METHOD_NEEDS", "PROVENANCE_CATEGORIES", "InitInputError", "add_arguments",
-           "explain", "flag_wording", "method_reads", "missing_inputs", "run"]
+__all__ = ["INPUT_FLAGS", "CONFIG_FLAGS", "PROVENANCE_CATEGORIES", "InitInputError", "add_arguments",
+           "explain", "flag_wording", "method_needs", "method_reads", "missing_inputs", "run"]
 
 log = logging.getLogger("tokxfer.init")
 
@@ -148,17 +149,18 @@ def missing_inputs(name: str, cfg: Any, given: set[str], typed: dict[str, str] |
 
     ``given``: the input and config fields that have a value; ``typed``: how the user spelled the
     options they set (``{"source_tokens": "--source-tokens english-only"}``), so a condition is told in
-    the user's own words; ``needs``: only these requirements (default: all of :data:`METHOD_NEEDS`).
+    the user's own words; ``needs``: only these requirements (default: all the method declares, :func:`method_needs`).
     """
     from harness import registry
 
-    cfg_cls = registry.get("method", name).config_cls if name in METHOD_NEEDS else type(cfg)
+    declared = method_needs(name)
+    cfg_cls = registry.get("method", name).config_cls if declared is not None else type(cfg)
     out = []
-    for n in METHOD_NEEDS.get(name, ()) if needs is None else needs:
+    for n in (declared or ()) if needs is None else needs:
         if not n.applies(cfg) or any(i in given for i in n.inputs):
             continue
         alts = " or ".join(_flag_of(i) for i in n.inputs)
-        cond = f" with {n.condition(cfg_cls, typed)}" if n.when else ""
+        cond = f" with {need_condition(n, cfg_cls, typed)}" if n.when else ""
         out.append(f"--method {name}{cond} needs {alts}: {n.why}")
     return out
 
@@ -373,7 +375,7 @@ def _method_config(args: argparse.Namespace, cfg_cls: type, cfg_values: dict, pa
         return build_config(cfg_cls, cfg_values, where=where)
     except ValueError as e:
         # the config names the option-input it lacks (english_tokenizer): say which flag is missing, and when
-        about = tuple(n for n in METHOD_NEEDS.get(args.method, ())
+        about = tuple(n for n in method_needs(args.method) or ()
                       if any(i not in INPUT_BY_FIELD and re.search(rf"\b{i}\b", str(e)) for i in n.inputs))
         provisional = types.SimpleNamespace(**{**{f.name: _default(f) for f in dataclasses.fields(cfg_cls)}, **cfg_values})
         given = {k for k, v in paths.items() if v is not None} | {k for k, v in cfg_values.items() if v}

@@ -1,5 +1,5 @@
 """What ``tokxfer init`` knows about methods before running one: the flag of every input, which
-method reads which input and when (:data:`METHOD_NEEDS`), and ``--explain``'s text from a method's
+method reads which input and when (the method class's ``needs``), and ``--explain``'s text from a method's
 config dataclass. Read by :mod:`harness.cli.init_cmd` (the command) and by ``tokxfer ls``; imports no
 model and no tokenizer."""
 
@@ -14,6 +14,8 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from typing import Any
+
+from harness.protocols import Need
 
 # --------------------------------------------------------------------------------------------
 # inputs and their flags
@@ -91,31 +93,19 @@ def _config_has(cfg_cls: type, field: str) -> bool:
 # what each method needs
 
 
-@dataclass(frozen=True)
-class Need:
-    """One requirement of a method: any one of ``inputs`` (input fields or config fields), when every
-    ``(config field, value)`` of ``when`` holds (always, when empty)."""
-
-    inputs: tuple[str, ...]
-    why: str
-    when: tuple[tuple[str, Any], ...] = ()
-
-    def applies(self, cfg: Any) -> bool:
-        return all(getattr(cfg, f) == v for f, v in self.when)
-
-    def condition(self, cfg_cls: type, typed: dict[str, str] | None = None) -> str:
-        """The condition in the user's words: as typed (``typed``: field -> spelling), else as a flag, else
-        ``field=value``, marked ``(the default)`` where it is the config's default."""
-        defaults = {f.name: _default(f) for f in dataclasses.fields(cfg_cls)}
-        parts = []
-        for f, v in self.when:
-            if typed and f in typed:
-                parts.append(typed[f])
-                continue
-            flag = next((c.flag for c in CONFIG_FLAGS if c.field == f), None)
-            text = f"{flag} {v}" if flag else f"{f}={v}"
-            parts.append(text + (" (the default)" if defaults.get(f) == v else ""))
-        return " and ".join(parts)
+def need_condition(need: Need, cfg_cls: type, typed: dict[str, str] | None = None) -> str:
+    """The condition of ``need`` in the user's words: as typed (``typed``: field -> spelling), else as a flag, else
+    ``field=value``, marked ``(the default)`` where it is the config's default."""
+    defaults = {f.name: _default(f) for f in dataclasses.fields(cfg_cls)}
+    parts = []
+    for f, v in need.when:
+        if typed and f in typed:
+            parts.append(typed[f])
+            continue
+        flag = next((c.flag for c in CONFIG_FLAGS if c.field == f), None)
+        text = f"{flag} {v}" if flag else f"{f}={v}"
+        parts.append(text + (" (the default)" if defaults.get(f) == v else ""))
+    return " and ".join(parts)
 
 
 def _flag_of(name: str) -> str:
@@ -127,58 +117,28 @@ def _flag_of(name: str) -> str:
     return f"--config {name}=…"
 
 
-METHOD_NEEDS: dict[str, tuple[Need, ...]] = {
-    "focus": (
-        Need(("target_corpus", "aux_model_path"), "text to train the auxiliary token-level fastText on (or a trained one)",
-             (("aux", "token-fasttext"),)),
-        Need(("target_word_vectors", "aux_model_path", "target_corpus"),
-             "word-level fastText vectors of the target language (or text to train them on)", (("aux", "word-fasttext"),)),
-    ),
-    "wechsel": (
-        Need(("source_word_vectors", "source_corpus"), "source-language word vectors (trained on the corpus if no vectors)"),
-        Need(("target_word_vectors", "target_corpus"), "target-language word vectors (trained on the corpus if no vectors)"),
-        Need(("dictionary",), "word pairs for the Procrustes alignment of the two vector spaces",
-             (("alignment", "procrustes"),)),
-        Need(("source_corpus",), "the source tokens seen in source-language text are the 'English' ones",
-             (("source_tokens", "english-only"), ("english_tokens", "source-corpus"))),
-        Need(("english_tokenizer",), "an English tokenizer (directory or hub id) whose vocabulary defines which source "
-             "tokens are English (the FOCUS paper's definition); or keep the source tokens seen in --source-corpus "
-             "instead: --config english_tokens=source-corpus",
-             (("source_tokens", "english-only"), ("english_tokens", "tokenizer-overlap"))),
-    ),
-    "tiktotok": (
-        Need(("parallel_corpus",), "sentence pairs to word-align"),
-    ),
-    "omp": (
-        Need(("target_corpus", "aux_model_path"), "text to train the donor space, FOCUS's token-level fastText, on "
-             "(or a trained one)", (("donor", "fasttext"),)),
-        Need(("helper_model",), "a model trained in the target vocabulary: its embeddings are the donor space",
-             (("donor", "helper"),)),
-    ),
-    "clp": (
-        Need(("helper_model",), "a small model trained in the target vocabulary: its embedding cosines weight the "
-             "overlap rows"),
-    ),
-    "ofa": (
-        Need(("parallel_corpus",), "sentence pairs to build multilingual word vectors from", (("vectors", "parallel"),)),
-        Need(("source_word_vectors",), "source-language word vectors in the same space as the target's",
-             (("vectors", "given"),)),
-        Need(("target_word_vectors",), "target-language word vectors in the same space as the source's",
-             (("vectors", "given"),)),
-    ),
-}
-"""Requirements of the built-in methods that read more than the two tokenizers and the source embeddings.
+def method_needs(name: str) -> tuple[Need, ...] | None:
+    """The requirements method ``name`` declares (its class's ``needs``, the one place they are written
+    down), ``None`` when it declares none: then it reads what its module's source reads (:func:`method_reads`;
+    the test suite checks the declared needs against the ``inputs.<field>`` each module reads). Every
+    method also needs ``--target-corpus`` with ``--mode extend``.
 
-A method not listed reads nothing else (the test suite checks this against the ``inputs.<field>``
-each method's module reads). Every method also needs ``--target-corpus`` with ``--mode extend``."""
+    Example:
+        >>> [n.inputs for n in method_needs("tiktotok")], method_needs("overlap")
+        ([('parallel_corpus',)], None)
+    """
+    from harness import registry
+
+    return registry.method_needs(registry.get("method", name).cls)
 
 
 def method_reads(name: str, cls: type) -> list[str]:
-    """The file inputs a method reads: from :data:`METHOD_NEEDS`, else found in its module's source."""
-    if name in METHOD_NEEDS:
-        seen = [i for n in METHOD_NEEDS[name] for i in n.inputs if i in INPUT_BY_FIELD]
-        return list(dict.fromkeys(seen))
+    """The file inputs a method reads: from its declared needs (:func:`method_needs`), else found in its module's source."""
     from harness import registry
+
+    needs = registry.method_needs(cls)
+    if needs is not None:
+        return list(dict.fromkeys(i for n in needs for i in n.inputs if i in INPUT_BY_FIELD))
 
     return registry.module_reads(cls, [f.field for f in INPUT_FLAGS]) or []
 
@@ -226,7 +186,7 @@ def _option_wording(doc: str) -> str:
 def explain(name: str, width: int = 100) -> str:
     """What ``tokxfer init --method NAME`` needs, its options with defaults, and the paper behind them.
 
-    Generated from the registry entry, the method module's docstring, :data:`METHOD_NEEDS` and the
+    Generated from the registry entry, the method module's docstring, its declared needs and the
     attribute docstrings of the method's config dataclass.
 
     Example:
@@ -239,17 +199,18 @@ def explain(name: str, width: int = 100) -> str:
     wrap = lambda text, ind: textwrap.fill(text, width, initial_indent=ind, subsequent_indent=ind,  # noqa: E731
                                            break_on_hyphens=False, break_long_words=False)
     lines = [f"{name}: {entry.description}", "", wrap(_paper(entry.cls), "  "), "", "Inputs (besides --source and --target-tokenizer):"]
-    if name in METHOD_NEEDS:
-        for n in METHOD_NEEDS[name]:
+    needs = registry.method_needs(entry.cls)
+    if needs is not None:
+        for n in needs:
             alts = " or ".join(_flag_of(i) for i in n.inputs)
-            cond = f" [when {n.condition(entry.config_cls)}]" if n.when else " [always]"
+            cond = f" [when {need_condition(n, entry.config_cls)}]" if n.when else " [always]"
             lines.append(wrap(f"{alts}: {n.why}{cond}", "  "))
     else:
         reads = method_reads(name, entry.cls)
         lines.append("  " + (", ".join(INPUT_BY_FIELD[r].flag for r in reads) + " (read by the method; requirements "
                                 "not declared)" if reads else "none: only the two tokenizers and the source embeddings"))
     lines.append("  --target-corpus [when --mode extend: ranks the target tokens to add]")
-    used = {i for n in METHOD_NEEDS.get(name, ()) for i in n.inputs} | set(method_reads(name, entry.cls))
+    used = {i for n in needs or () for i in n.inputs} | set(method_reads(name, entry.cls))
     formats = [f for f in INPUT_FLAGS if f.field in used]
     if formats:
         lines += ["", "Formats:"]

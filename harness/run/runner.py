@@ -40,15 +40,11 @@ __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run
 
 
 def _reads_helper_model(spec) -> bool:
-    """Whether the trial's method reads ``targets[].helper_model``: what the method class says
-    (``reads_helper_model(config)``: CLP always, OMP with ``donor: helper``), else whether its module
-    reads ``inputs.helper_model`` at all (a plugin that says nothing gets the helper)."""
+    """Whether the trial's method reads ``targets[].helper_model``: what the method class declares in its
+    ``needs`` (CLP always, OMP with ``donor: helper``), else whether its module reads ``inputs.helper_model``
+    at all (:func:`harness.registry.reads_input`; a plugin that says nothing gets the helper)."""
     entry = registry.get("method", spec.method.name)
-    says = getattr(entry.cls, "reads_helper_model", None)
-    if says is not None:
-        return bool(says(component_config("method", spec.method)))
-    found = registry.module_reads(entry.cls, ["helper_model"])
-    return True if found is None else bool(found)
+    return registry.reads_input(entry.cls, component_config("method", spec.method), "helper_model")
 
 
 def device() -> str:

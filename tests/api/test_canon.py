@@ -278,6 +278,18 @@ def test_is_symbolic_reference_rule_is_the_default(text, reference, wide):
         assert is_symbolic(canon, "wide") is wide
 
 
+def test_is_symbolic_reference_rule_is_the_reference_codes_character_test():
+    """The reference rule's punctuation test (all characters ASCII punctuation, as deepfocus checks them
+    one by one) on strings that end, start or are made of punctuation, and the empty text."""
+    import string
+
+    texts = ["", " ", "..", "!?", "a.", ".a", "-a-", "1,5", "…", "«»", "$", "a", "(x)", "((", ".1.", "\t", "é!",
+             *[c for c in string.printable], *[a + b for a in string.punctuation[:12] for b in "a .!1é"]]
+    for t in texts:
+        want = t.isnumeric() or all(c in set(string.punctuation) for c in t) or t.isspace()
+        assert is_symbolic(Canon(t.encode(), False)) is want, t
+
+
 def test_is_symbolic_rejects_invalid_utf8_and_unknown_rules():
     assert is_symbolic(Canon(b"\xc3", False)) is False and is_symbolic(Canon(b"\xc3", False), "wide") is False
     with pytest.raises(ValueError, match="rule must be one of"):
@@ -462,13 +474,17 @@ def test_canonical_forms_of_some_ids_equal_the_canonical_vocabulary(family):
 
     tok = FAMILY_BUILDERS[family]()
     tok.add_tokens(["zzqx", "▁yyqx"])
-    ids = [len(tok) + 5, *range(len(tok) - 1, -1, -3), 0, -1]
+    ids = [len(tok) + 5, *range(len(tok) - 1, -1, -7), 0, -1]  # under a quarter of the vocabulary
     vocab._DETAIL_MEMO.clear()
     piecewise = vocab.canonical_forms(tok, ids)  # nothing canonicalized yet: only these ids
     assert tok not in vocab._DETAIL_MEMO
     full = canonical_vocab(tok)
     assert piecewise == [full[i] if 0 <= i < len(full) else None for i in ids] == vocab.canonical_forms(tok, ids)
     assert piecewise[1] == Canon(b"yyqx", True) and None in piecewise
+    dense = [len(tok) + 5, *range(len(tok) - 1, -1, -3), 0, -1]
+    vocab._DETAIL_MEMO.clear()
+    assert vocab.canonical_forms(tok, dense) == [full[i] if 0 <= i < len(full) else None for i in dense]
+    assert tok in vocab._DETAIL_MEMO  # a third of the vocabulary: canonicalized whole, once (and by content)
 
 
 # ---------------------------------------------------------------------------- encode_canon
@@ -502,3 +518,28 @@ def test_encode_canon_falls_back_to_bytes_and_unk():
     assert sp.convert_ids_to_tokens(ids) == ["▁", "<0xE2>", "<0x88>", "<0x91>"]
     wp = wordpiece()
     assert encode_canon(wp, Canon("∑".encode(), True)) == [wp.unk_token_id]
+
+
+def test_bytelevel_pieces_read_through_the_byte_table_as_byte_by_byte():
+    """A byte-level piece's bytes come from one ``str.translate``; a piece with any character that is not a
+    stand-in (a literal space, a control character, a CJK character) is taken as UTF-8, as looking each
+    character up in the byte map did."""
+    from harness import vocab
+    from harness.families import FamilySpec, bytes_to_unicode, unicode_to_bytes
+
+    spec = vocab.family_spec(FAMILY_BUILDERS["bytelevel"]())
+    assert isinstance(spec, FamilySpec) and spec.family == "bytelevel"
+    u2b = unicode_to_bytes()
+
+    def byte_by_byte(piece: str) -> Canon:
+        try:
+            raw = bytes(u2b[c] for c in piece)
+        except KeyError:
+            raw = piece.encode("utf-8")
+        return Canon(raw[1:], True) if raw.startswith(b" ") else Canon(raw, False)
+
+    stand_ins = "".join(bytes_to_unicode()[b] for b in range(256))
+    pieces = ["", "Ġ", "Ġhello", "Ã©", "hello world", "a\x7fb", "中文", "Ġ中", "\xad", "é", stand_ins, stand_ins[::-1],
+              *(stand_ins[i:i + 3] for i in range(0, 256, 3)), *(chr(c) for c in range(0, 600, 7))]
+    for piece in pieces:
+        assert vocab._canon_one(piece, spec, vocab._byte_table()) == (byte_by_byte(piece), False), repr(piece)

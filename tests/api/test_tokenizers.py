@@ -338,3 +338,50 @@ def test_cached_dir_atomic_and_concurrent(tmp_path: Path) -> None:
     assert cache.cached_dir("k", {"a": 1}, failing, root=root) == path  # hit: build_fn not called
     with pytest.raises(ValueError, match="kind"):
         cache.cached_dir("../escape", {}, failing, root=root)
+
+
+def _state_as_computed_before_the_memo(tok) -> str:
+    """:func:`tk.tokenizer_state` as it was computed on every call (the JSON round trip): the digest is a
+    key of the init cache on disk, so the memo must give exactly this."""
+    import hashlib
+
+    state = json.loads(tok.backend_tokenizer.to_str())
+    state.pop("truncation", None)
+    state.pop("padding", None)
+    facts = {"backend": state, "class": type(tok).__name__, "n": len(tok), "special_ids": sorted(tok.all_special_ids),
+             "mask": tok.mask_token_id, "pad": tok.pad_token_id, "truncation_side": getattr(tok, "truncation_side", None)}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
+
+
+def test_tokenizer_state_is_kept_per_content_and_unchanged_by_the_memo(corpus: Path, tmp_path: Path, monkeypatch) -> None:
+    path = tmp_path / "tok"
+    tk.train_tokenizer([corpus], "unigram", vocab_size=300).save_pretrained(path)
+    a, b = tk.load_tokenizer(path), tk.load_tokenizer(path)  # two fresh objects of one content, as two trials load
+    digests = []
+    real = tk._state_digest
+    monkeypatch.setattr(tk, "_state_digest", lambda raw, facts: digests.append(1) or real(raw, facts))
+    tk._STATE_MEMO.clear()
+    b.backend_tokenizer.enable_truncation(16)  # set by encoding calls: not part of the state
+    assert tk.tokenizer_state(a) == tk.tokenizer_state(b) == _state_as_computed_before_the_memo(a)
+    assert len(digests) == 2  # b's serialized backend differs (truncation), its state does not
+    assert tk.tokenizer_state(a) == tk.tokenizer_state(a) and len(digests) == 2  # asked again: from the memo
+    a.add_tokens(["zzqx"])
+    assert tk.tokenizer_state(a) == _state_as_computed_before_the_memo(a) != tk.tokenizer_state(b)
+    b.truncation_side = "left"
+    assert tk.tokenizer_state(b) == _state_as_computed_before_the_memo(b)
+
+
+def test_a_trained_tokenizer_is_read_once_per_process_and_copied_per_call(corpus: Path, monkeypatch) -> None:
+    """Every trial of a grid asks for its target tokenizer again: the cache entry is read once, and each
+    call gets its own copy (an encoding call's truncation state on one is not the other's)."""
+    reads = []
+    real = tk.AutoTokenizer.from_pretrained
+    monkeypatch.setattr(tk.AutoTokenizer, "from_pretrained", lambda path, **kw: reads.append(path) or real(path, **kw))
+    tk._TRAINED_MEMO.clear()
+    a = tk.train_tokenizer([corpus], "unigram", vocab_size=300)
+    b = tk.train_tokenizer([corpus], "unigram", vocab_size=300)
+    assert len(reads) == 1 and a is not b and a.backend_tokenizer is not b.backend_tokenizer
+    a.backend_tokenizer.enable_truncation(4)
+    assert b.backend_tokenizer.truncation is None
+    assert a.get_vocab() == b.get_vocab() and tk.tokenizer_state(a) == tk.tokenizer_state(b)
+    assert b(SENTENCES[0])["input_ids"] == real(reads[0])(SENTENCES[0])["input_ids"]

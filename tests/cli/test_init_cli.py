@@ -19,7 +19,7 @@ import torch
 
 from harness.cli import main
 from harness.cli.init_checks import orientation
-from harness.cli.init_flags import CONFIG_FLAGS, INPUT_FLAGS, METHOD_NEEDS, flag_wording, method_reads
+from harness.cli.init_flags import CONFIG_FLAGS, INPUT_FLAGS, flag_wording, method_needs, method_reads
 from harness.model.provenance import PROVENANCE_CATEGORIES, categorize
 from methods._wechsel_checks import fasttext_bin_words, ngram_coverage
 
@@ -375,12 +375,12 @@ def test_s08_explain_is_generated_from_the_config_docstrings(name, capfd):
         assert f"{f.name} = " in out
         if f.name in docs:
             assert " ".join(flag_wording(docs[f.name]).split())[:40] in flat
-    for need in METHOD_NEEDS.get(name, ()):
+    for need in method_needs(name) or ():
         assert need.why in flat
 
 
 def test_s08_method_needs_match_what_the_methods_read():
-    """:data:`METHOD_NEEDS` lists exactly the inputs each built-in method's module reads."""
+    """The needs each built-in method class declares list exactly the inputs its module reads."""
     from harness import registry
 
     for e in registry.entries("method"):
@@ -393,6 +393,37 @@ def test_s08_method_needs_match_what_the_methods_read():
         src = inspect.getsource(sys.modules[e.cls.__module__])
         read = {f.field for f in INPUT_FLAGS if re.search(rf"\binputs\.{f.field}\b", src)}
         assert set(method_reads(e.name, e.cls)) == read, e.name
+
+
+def test_s08_the_method_class_is_the_one_place_its_needs_are_written(tmp_path, capfd):
+    """A method's ``needs`` drive both what ``tokxfer init`` asks for and whether the runner pretrains a
+    trial's helper model: a plugin declaring a conditional helper gets both from the one declaration."""
+    import dataclasses
+
+    from harness import registry
+    from harness.cli.init_cmd import missing_inputs
+    from harness.protocols import Need
+
+    @dataclasses.dataclass(frozen=True)
+    class Cfg:
+        donor: str = "none"
+
+    @registry.register_method("test-needs-one-truth", config=Cfg, description="x")
+    class M:
+        needs = (Need(("helper_model",), "its embeddings, when asked", (("donor", "helper"),)),)
+
+        def __init__(self, config):
+            self.config = config
+
+    assert method_needs("test-needs-one-truth") == M.needs and method_reads("test-needs-one-truth", M) == ["helper_model"]
+    assert missing_inputs("test-needs-one-truth", Cfg("helper"), set()) == [
+        "--method test-needs-one-truth with donor=helper needs --helper-model: its embeddings, when asked"]
+    assert missing_inputs("test-needs-one-truth", Cfg(), set()) == []
+    assert registry.reads_input(M, Cfg("helper"), "helper_model") and not registry.reads_input(M, Cfg(), "helper_model")
+    code, out, _ = cli(capfd, "init", "--method", "test-needs-one-truth", "--explain")
+    assert code == 0 and "--helper-model: its embeddings, when asked [when donor=helper]" in out
+    for e in registry.entries("method"):  # no second list beside the declaration
+        assert not hasattr(e.cls, "reads_helper_model"), e.name
 
 
 # ---------------------------------------------------------------------------------------------

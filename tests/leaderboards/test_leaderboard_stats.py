@@ -340,3 +340,60 @@ def test_check_regression_cli_statistical_mode(tmp_path, capsys):
     assert "regression check passed" in capsys.readouterr().out
     assert main(["check-regression", "--records", str(runs), "--golden", str(golden),
                  "--mode", "statistical", "--alpha", "0"]) == 2
+
+
+def _multi_bootstrap_se_as_drawn_per_call(blocks, n_resamples, rng):
+    """:func:`leaderboards.intervals.multi_bootstrap_se` as it was before its draws were kept: every call
+    draws its resamples (the reference the memo must reproduce bit for bit)."""
+    from leaderboards.intervals import _CHUNK, _block, _counts
+
+    blocks = [_block(b) for b in blocks]
+    n_s = len(blocks[0])
+    stat = np.empty(n_resamples)
+    for start in range(0, n_resamples, _CHUNK):
+        size = min(_CHUNK, n_resamples - start)
+        weights = _counts(rng.integers(0, n_s, size=(size, n_s)), n_s) / n_s
+        total = np.zeros(size)
+        for block in blocks:
+            n_e = block[0].n
+            draws = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
+            total += (weights * np.stack([ex.resampled(draws) for ex in block], axis=1)).sum(axis=1)
+        stat[start:start + size] = total / len(blocks)
+    return float(stat.std(ddof=1))
+
+
+def test_multi_bootstrap_draws_are_kept_per_generator_state_and_give_the_same_bits(monkeypatch):
+    """A table's comparisons each start a generator with the same seed: their resamples are drawn once,
+    every SE equals the one drawn afresh bit for bit, and the generator ends where the draws leave it."""
+    from leaderboards import intervals
+    from leaderboards.intervals import _Difference, multi_bootstrap_se
+
+    g = np.random.default_rng(3)
+    ratio = [ExampleScores("ratio", np.c_[g.random(40) * 3, g.integers(1, 4, 40)]) for _ in range(3)]
+    other = [ExampleScores("ratio", np.c_[g.random(40) * 3, g.integers(1, 4, 40)]) for _ in range(3)]
+    acc = [ExampleScores("mean", g.integers(0, 2, 25).astype(float)) for _ in range(3)]
+    cases = [[tuple(_Difference(a, b) for a, b in zip(ratio, other)), tuple(acc)], [g.random((3, 30))]]
+    monkeypatch.setattr(intervals, "_DRAWS_MEMO", intervals.OrderedDict())
+    drawn = []
+    real = intervals._counts
+    monkeypatch.setattr(intervals, "_counts", lambda idx, n: drawn.append(n) or real(idx, n))
+    for blocks in cases:
+        want = _multi_bootstrap_se_as_drawn_per_call(blocks, 600, np.random.default_rng(0))
+        assert multi_bootstrap_se(blocks, 600) == want  # default generator, drawn: a miss
+        n_draws = len(drawn)
+        scored: list = []
+        real_resampled = ExampleScores.resampled
+        monkeypatch.setattr(ExampleScores, "resampled",
+                            lambda self, *a, seen=scored, real=real_resampled: seen.append(1) or real(self, *a))
+        assert multi_bootstrap_se(blocks, 600) == want and len(drawn) == n_draws  # kept: nothing drawn again
+        monkeypatch.setattr(ExampleScores, "resampled", real_resampled)
+        assert not scored or isinstance(blocks[0], np.ndarray)  # a seed's scores on kept draws are kept too
+        ref, rng, again = (np.random.default_rng(7) for _ in range(3))
+        for r in (ref, rng, again):
+            r.random(5)  # a generator used before (P(A > B) draws first in a comparison)
+        want = _multi_bootstrap_se_as_drawn_per_call(blocks, 600, ref)
+        assert multi_bootstrap_se(blocks, 600, rng) == want  # drawn
+        n_draws = len(drawn)
+        assert multi_bootstrap_se(blocks, 600, again) == want and len(drawn) == n_draws  # kept
+        assert again.bit_generator.state == rng.bit_generator.state == ref.bit_generator.state  # left where drawing leaves it
+        assert again.random() == ref.random()

@@ -4,6 +4,8 @@ correspondence at least as well as IBM Model 1, and every aligner option keys th
 from __future__ import annotations
 
 import random
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -227,3 +229,37 @@ def test_plain_em_and_ibm1_warmup_options(corpus):
         a = _fresh(src, tgt, fast_align_options=options)
         p, r = link_scores(a.links, gold)
         assert p > 0.9 and r > 0.9, (options, p, r)
+
+
+def race_two(monkeypatch, call, module, name: str, wait_s: float = 1.0) -> tuple[list, int]:
+    """Run ``call()`` in two threads at once, with the expensive build ``module.name`` slowed down: a
+    builder waits up to ``wait_s`` for a second one to start building too, so builders that do not
+    lock each other out both build. Returns both results and how many builds ran."""
+    real, guard, both, built = getattr(module, name), threading.Lock(), threading.Event(), []
+
+    def slow(*a, **k):
+        with guard:
+            built.append(name)
+            if len(built) >= 2:
+                both.set()
+        both.wait(wait_s)
+        return real(*a, **k)
+
+    monkeypatch.setattr(module, name, slow)
+    with ThreadPoolExecutor(2) as pool:
+        results = [f.result() for f in [pool.submit(call) for _ in range(2)]]
+    return results, len(built)
+
+
+def test_two_workers_aligning_one_corpus_align_it_once(corpus, tmp_path, monkeypatch):
+    """Two workers of a grid asking for the same uncached alignment: one aligns, the other waits on the
+    entry's build lock (<cache>/.locks/alignments-*) and reads the stored links."""
+    src, tgt = corpus[0][:200], corpus[1][:200]
+    _align._MEMO.clear()
+    results, built = race_two(monkeypatch, lambda: _align.align_corpus(src, tgt, aligner="ibm1", cache_dir=tmp_path),
+                              _align, "_directional_links")
+    assert built == 1
+    assert sorted(r.info["links_from"] for r in results) in (["cache", "computed"], ["computed", "memo"])
+    assert results[0].links == results[1].links
+    assert len(list((tmp_path / "alignments").glob("*.npz"))) == 1
+    assert list((tmp_path / ".locks").glob("alignments-*.lock"))

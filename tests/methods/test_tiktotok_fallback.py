@@ -28,6 +28,7 @@ from methods.tiktotok import (
     tiktotok_mapping,
 )
 from tests._tokfixtures import from_vocab
+from tests.methods.test_align import race_two
 
 SPECIALS = ["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
 SRC_ALPHABET, TGT_ALPHABET = "abcdefgh", "pqrstuvw"
@@ -291,6 +292,18 @@ def test_the_cached_token_space_is_bit_identical_to_the_trained_model(world, ref
         assert first.info[side]["cache"] == "miss" and again.info[side]["cache"] == "hit"
         kept = ("params", "n_words", "deterministic", "in_vocabulary", "ngrams", "no_vector", "path", "bytes")
         assert {k: again.info[side][k] for k in kept} == {k: first.info[side][k] for k in kept}
+
+
+def test_two_workers_wanting_one_uncached_token_space_train_it_once(world, reference, tmp_path, monkeypatch):
+    """A held fastText seed makes two workers ask for the same token spaces at once: per side one trains
+    and stores, the other waits on the entry's build lock (<cache>/.locks/tokspace-*) and reads it."""
+    spaces, built = race_two(monkeypatch, lambda: _fallback_space(world, tmp_path), _fasttext, "_train_unsupervised")
+    assert built == 2  # one training per side, not per worker
+    for side in ("target", "source"):
+        assert sorted(s.info[side]["cache"] for s in spaces) == ["hit", "miss"]
+    assert all(_same_space(s, reference["space"]) for s in spaces)
+    assert len(list((tmp_path / "fasttext").glob(f"{_tiktotok_knn.TOKEN_SPACE_PREFIX}*.npz"))) == 2
+    assert len(list((tmp_path / ".locks").glob("tokspace-*.lock"))) == 2
 
 
 def test_the_cache_keeps_token_spaces_and_no_fasttext_model(world, runs, cached_space, monkeypatch):

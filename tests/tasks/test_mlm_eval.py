@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -221,3 +222,26 @@ def test_predict_with_lengths_keeps_feature_order(tmp_path):
         predict(model, feats, pad_collate(tok.pad_token_id), per_feature, lengths=[1, 2], **kw)
     with pytest.raises(ValueError, match="output_fn returned"):
         predict(model, feats, pad_collate(tok.pad_token_id), lambda b, o: [0], **kw)
+
+
+def test_collate_gives_the_tensors_of_the_row_by_row_fill():
+    """The vectorized batch is the one the row-by-row fill gave: same integers, dtypes and shapes."""
+    from tasks.mlm_at_init import IGNORE_INDEX, _collate
+
+    rng = np.random.default_rng(0)
+    examples = []
+    for n in rng.integers(1, 40, size=33):
+        ids = rng.integers(0, 5000, size=n).tolist()
+        labels = np.where(rng.random(n) < 0.15, ids, IGNORE_INDEX).tolist()
+        examples.append((tuple(ids), tuple(labels)))
+    width = max(len(ids) for ids, _ in examples)
+    want = {"input_ids": torch.full((33, width), 3, dtype=torch.long), "attention_mask": torch.zeros((33, width), dtype=torch.long),
+            "labels": torch.full((33, width), IGNORE_INDEX, dtype=torch.long)}
+    for row, (ids, lab) in enumerate(examples):
+        want["input_ids"][row, : len(ids)] = torch.tensor(ids)
+        want["labels"][row, : len(lab)] = torch.tensor(lab)
+        want["attention_mask"][row, : len(ids)] = 1
+    got = _collate(examples, pad_id=3)
+    assert list(got) == list(want)
+    for k in want:
+        assert got[k].dtype == torch.long and torch.equal(got[k], want[k]), k
