@@ -136,7 +136,8 @@ def code_hash(kind: str, name: str) -> str:
 
     The component's top-level package (every ``*.py`` under it: ``methods/`` for a built-in method,
     whose private helpers it shares) or, for a plugin module outside a package, its file; plus the
-    harness's vocabulary helpers, which every method's canonical forms come from. Part of the init
+    harness modules a method's numbers are computed with (:data:`RESULT_HELPERS`: canonical forms,
+    word splitting, seeding, random rows). Part of the init
     cache key, so a change to a method's code never serves a mapping computed by the old code (any
     edit counts, a comment too: a cache miss costs time, a stale hit costs correctness).
     """
@@ -152,7 +153,7 @@ def code_hash(kind: str, name: str) -> str:
         files = sorted(p for d in top.__path__ for p in Path(d).rglob("*.py"))
     else:
         files = [Path(module.__file__)]
-    files.append(Path(__file__).with_name("vocab.py"))
+    files += [Path(__file__).with_name(name) for name in RESULT_HELPERS]
     sources = tuple(files)
     if sources not in _SOURCE_HASHES:  # the built-in methods share one package: read it once
         h = hashlib.sha256()
@@ -163,6 +164,9 @@ def code_hash(kind: str, name: str) -> str:
     return _CODE_HASHES[key]
 
 
+RESULT_HELPERS = ("vocab.py", "families.py", "words.py", "seeding.py", "random_rows.py")
+"""The harness files every method's output may depend on, hashed into :func:`code_hash` (``families.py``
+holds the canonical forms behind ``harness.vocab``: an edit there must not serve an old initialization)."""
 _CODE_HASHES: dict[tuple[str, str], str] = {}
 _SOURCE_HASHES: dict[tuple[Path, ...], str] = {}
 

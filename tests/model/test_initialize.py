@@ -111,6 +111,30 @@ def test_the_method_code_is_part_of_the_init_cache_key(tmp_path):
     assert registry.code_hash("method", "focus") == registry.code_hash("method", "wechsel")
 
 
+def test_the_code_hash_covers_the_harness_helpers_a_method_computes_with(monkeypatch):
+    """canonical forms live in harness/families.py behind harness.vocab: an edit there changes the key."""
+    from pathlib import Path
+
+    from harness import registry
+
+    harness_dir = Path(registry.__file__).parent
+    for name in ("vocab.py", "families.py", "words.py", "seeding.py", "random_rows.py"):
+        assert name in registry.RESULT_HELPERS and (harness_dir / name).is_file()
+    monkeypatch.setattr(registry, "_CODE_HASHES", {})
+    monkeypatch.setattr(registry, "_SOURCE_HASHES", {})
+    before = registry.code_hash("method", "random")
+    real = Path.read_bytes
+
+    def edited(self):  # families.py read as if a comment had been added
+        data = real(self)
+        return data + b"# edit\n" if self.name == "families.py" and self.parent == harness_dir else data
+
+    monkeypatch.setattr(Path, "read_bytes", edited)
+    monkeypatch.setattr(registry, "_CODE_HASHES", {})
+    monkeypatch.setattr(registry, "_SOURCE_HASHES", {})
+    assert registry.code_hash("method", "random") != before
+
+
 def test_the_init_cache_key_covers_the_content_of_the_files_the_method_reads(tmp_path):
     """A corpus edited in place (or a world rebuilt by another generator version under the same
     spec) gives another key; the same content under another path name gives the same files part."""
