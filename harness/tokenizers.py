@@ -56,6 +56,7 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 from harness import progress as _progress
 from harness.cache import ProcessMemo, cached_dir, file_hash
 from harness.errors import TokxferError
+from harness.families import ALGORITHMS
 from harness.files import text_lines
 
 __all__ = [
@@ -72,7 +73,6 @@ __all__ = [
 ]
 
 Algorithm = Literal["unigram", "bpe", "bytelevel-bpe", "wordpiece"]
-ALGORITHMS: tuple[str, ...] = ("unigram", "bpe", "bytelevel-bpe", "wordpiece")
 """The accepted values of ``algorithm``."""
 
 CODE_VERSION = 1

@@ -21,8 +21,14 @@ CACHE_COMMANDS = frozenset({"run", "validate", "init", "tokenizer", "cache", "wo
 """Commands that use the cache (:func:`harness.cache.cache_root`): its location is checked before they start."""
 
 
-def _quiet_libraries() -> None:
+LIGHT_COMMANDS = frozenset({"leaderboard", "compare", "check-regression"})
+"""Commands that read records and specs only: they do not import transformers/datasets (seconds of start-up)."""
+
+
+def _quiet_libraries(command: str | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if command in LIGHT_COMMANDS:
+        return
     # "Creating initial MLflow database tables…" is noise here; mlflow resets its logger level on
     # import from MLFLOW_LOGGING_LEVEL, so set that (users can still override it)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
@@ -502,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--golden", default=None, help="default: leaderboards/golden/<spec name>.json")
     sp.set_defaults(fn=cmd_golden)
 
-    sp = sub.add_parser("compare", help="a method against baselines: difference, 95 % CI, Holm-adjusted p and "
+    sp = sub.add_parser("compare", help="a method against baselines: difference, 95 %% CI, Holm-adjusted p and "
                                          "P(A > B) per column (paired by seed)")
     sp.add_argument("experiment_dir")
     sp.add_argument("--method", required=True)
@@ -619,7 +625,7 @@ def _main(argv: list[str], debug: bool, dog) -> int:
     args.argv = argv  # the command as given, for provenance (init_info.json)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING, format=LOG_FORMAT)
     try:
-        _quiet_libraries()
+        _quiet_libraries(args.command)
         if args.command in CACHE_COMMANDS:
             from harness.cache import cache_root
 

@@ -26,7 +26,7 @@ def add_tokenizer_arguments(sp: argparse.ArgumentParser) -> None:
         "WordPiece: [PAD] [UNK] [CLS] [SEP] [MASK], as BERT). Trained tokenizers are cached by content."
     )
     t.formatter_class = argparse.RawDescriptionHelpFormatter
-    from harness.tokenizers import ALGORITHMS
+    from harness.families import ALGORITHMS  # not harness.tokenizers: building the parser must not import transformers
 
     t.add_argument("corpus", nargs="+", help="UTF-8 text files, one sentence or document per line")
     t.add_argument("--algorithm", choices=ALGORITHMS, default=None,

@@ -33,6 +33,48 @@ def test_ls_lists_every_kind(capsys):
         assert name in out
 
 
+def test_every_command_prints_its_help():
+    """`tokxfer --help` and every subcommand's --help format (a bare % in a help string broke the top level)."""
+    import argparse
+
+    from harness.cli.main import build_parser
+
+    seen = []
+
+    def walk(parser, path):
+        text = parser.format_help()
+        assert text.startswith("usage: "), path
+        seen.append(path)
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{path} {name}")
+
+    walk(build_parser(), "tokxfer")
+    assert {"tokxfer compare", "tokxfer leaderboard", "tokxfer run"} <= set(seen)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+
+
+def test_light_commands_do_not_import_transformers(tmp_path):
+    """leaderboard / compare / check-regression read records only: no seconds spent importing transformers."""
+    import subprocess
+    import sys
+
+    from leaderboards.cli import RECORDS_DIR, SPECS_DIR
+
+    out = tmp_path / "tables"
+    argv = ["leaderboard", str(SPECS_DIR / "quickstart-tiny.yaml"), "--runs-dir", str(RECORDS_DIR), "--out", str(out)]
+    code = ("import sys; from harness.cli.main import main\n"
+            f"try:\n    main({argv!r})\n"
+            "except SystemExit as e:\n    assert not e.code, e.code\n"
+            "print('transformers' in sys.modules, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip().splitlines()[-1] == "False False"
+    assert (out / "quickstart-tiny.md").is_file()
+
+
 def test_validate_and_bad_experiment(tmp_path, capsys):
     from harness.cli import CONFIG_DIR
 
