@@ -163,7 +163,8 @@ class TransferInputs(TransferResources):
     Attributes:
         source_tokenizer: the source model's tokenizer (a ``PreTrainedTokenizerBase``).
         target_tokenizer: the new tokenizer whose rows are to be initialized.
-        source_embeddings: float32 CPU tensor ``|Vs| x d`` (input embeddings of the source).
+        source_embeddings: float32 CPU tensor ``|Vs| x d`` (input embeddings of the source); read-only: it may share
+            the source model's storage, so a method never writes into it (the contract tests check).
         source_language / target_language: language codes (world names or ISO codes).
         cache_dir: directory for content-hashed intermediate artifacts (aux embeddings …).
         extension_tokenizer: in extension mode (``target_tokenizer`` is the source tokenizer

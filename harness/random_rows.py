@@ -136,7 +136,7 @@ def draw(matrix: torch.Tensor, n: int, generator: torch.Generator, spec: RandomR
     if spec.distribution == "diagonal":
         src = matrix.detach().to("cpu", torch.float32)
         mean, std = src.mean(0), src.std(0)
-        return mean + std * torch.randn(n, d, generator=generator, dtype=torch.float32)
+        return torch.randn(n, d, generator=generator, dtype=torch.float32).mul_(std).add_(mean)  # = mean + std * z
     f = covariance_factor(matrix, spec)
     if f.root is None:
         return f.mean.to(torch.float32).expand(n, d).clone()

@@ -112,7 +112,8 @@ class Initialized:
 
 def load_source(source_model: str, source_tokenizer: str | None, model_kind: str, *,
                 head_needed_by: str | None = None) -> tuple[Any, Any, torch.Tensor]:
-    """``(model, tokenizer, input embeddings as a float32 CPU copy)`` of a source model.
+    """``(model, tokenizer, input embeddings in float32 on the CPU)`` of a source model (the embeddings share the
+    model's storage when its weights are float32 on the CPU already, else they are a converted copy).
 
     Raises:
         SurgeryError: the tokenizer has more tokens than the model has embedding rows.
@@ -124,7 +125,9 @@ def load_source(source_model: str, source_tokenizer: str | None, model_kind: str
     with progress.step(f"loading the source model {source_model}"):
         model = resources.load_source_model(source_model, model_kind)
         tok = resources.load_tokenizer(source_tokenizer or source_model)
-    emb = model.get_input_embeddings().weight.detach().float().cpu().clone()
+    # no copy when the weights are float32 on the CPU already (2 GB at 256k x 2048): methods read it and never
+    # write it (tests/methods/test_contract.py checks every registered method), and install() swaps in a new tensor
+    emb = model.get_input_embeddings().weight.detach().float().cpu()
     if emb.shape[0] < len(tok):
         raise surgery.SurgeryError(
             f"source tokenizer has {len(tok)} tokens but the model has only {emb.shape[0]} embedding rows"

@@ -62,7 +62,11 @@ def _run(name: str, t, seed: int = 1):
 def test_method_contract(name, transfer):
     from harness.vocab import compute_overlap
 
+    before = transfer["emb"].clone()
     res = _run(name, transfer)
+    # the loader hands methods the model's own embedding storage (no 2 GB copy at XLM-R size): a method
+    # that wrote into source_embeddings would change the rows install() reads
+    assert torch.equal(transfer["emb"], before), f"{name} modified inputs.source_embeddings in place"
     m = res.mapping
     n_t = len(res.tokenizer)
     assert m.n_target == n_t and m.n_source == transfer["emb"].shape[0]
