@@ -610,9 +610,28 @@ def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "meth
     def varies(get: Callable[[TrialRecord], Any]) -> bool:
         return any(len({repr(get(r)) for r in g}) > 1 for g in groups.values() if len({r.trial_seed for r in g}) > 1)
 
-    vary = [k for k in keys if varies(lambda r, k=k: (r.seeds or {}).get(k))]
+    def spread(k: str) -> tuple[set, set]:
+        """Rows where component ``k``'s seed varies in a cell of several trial seeds, and rows where it never does."""
+        on: set = set()
+        held: set = set()
+        for key, g in groups.items():
+            if len({r.trial_seed for r in g}) > 1:
+                (on if len({repr((r.seeds or {}).get(k)) for r in g}) > 1 else held).add(str(key[0]))
+        return on, held - on
+
+    def covered_name(k: str, on: set, held: set) -> str:
+        # a table mixing protocols (e.g. rows run before sources followed the seed, beside new rows) says
+        # which rows a source covers instead of claiming it for all of them
+        label = SEED_COMPONENTS.get(k, k)
+        if not held:
+            return label
+        rows = f": {', '.join(sorted(on))}" if len(on) <= 8 else ""
+        return f"{label} (only in {len(on)} of {len(on | held)} rows{rows}; held fixed in the others)"
+
+    spreads = {k: spread(k) for k in keys}
+    vary = [k for k in keys if spreads[k][0]]
     fixed = [k for k in keys if k not in vary]
-    names = [SEED_COMPONENTS.get(k, k) for k in vary]
+    names = [covered_name(k, *spreads[k]) for k in vary]
     source_key = next((k for k in ("source", "pretrain") if k in keys), None)
     if source_key is None:
         src_varies = varies(lambda r: (r.revisions or {}).get("source_model"))

@@ -201,6 +201,12 @@ def test_random_sources_footnote_reads_the_records():
     for r in recs:
         r["seeds"]["source"] = r["seed"]
     assert "source pretraining, initialization, fine-tuning" in random_sources(recs)
+    # rows of two protocols in one table (a source per seed in some rows only): the footnote names those rows
+    for r in recs:
+        r["seeds"]["source"] = r["seed"] if r["config"]["method"]["id"] == "focus" else 0
+    text = random_sources(recs)
+    assert "source pretraining (only in 1 of 3 rows: focus; held fixed in the others), initialization" in text, text
+    assert "held fixed across seeds" not in text
     # a model tokxfer did not pretrain has no source seed: not a random source of the table
     for r in recs:
         r["seeds"] = {"source": None, "init": r["seed"], "stages": r["seed"], "task": r["seed"]}
