@@ -210,6 +210,12 @@ def pretokenize_cached(
         "\0".join([file_sha256(corpus), tokenizer_fingerprint(tokenizer), token_format, str(CACHE_VERSION)]).encode()
     ).hexdigest()
     out = Path(cache) / "fasttext" / f"pretok-{key[:24]}.txt"
-    if not out.is_file():
-        pretokenize(corpus, tokenizer, out, token_format=token_format)
+    if out.is_file():
+        return out
+    from harness.cache import build_lock
+
+    # two workers pre-tokenizing one corpus do it once: the second waits on the entry's lock, then reads the file
+    with build_lock(Path(cache), "pretok", key):
+        if not out.is_file():
+            pretokenize(corpus, tokenizer, out, token_format=token_format)
     return out

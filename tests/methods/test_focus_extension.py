@@ -117,6 +117,21 @@ def test_extension_trains_aux_on_the_language_tokenizer(setup, tmp_path):
     assert res.info["aux"]["matched_language_tokens"] > 0 and res.mapping.counts()["combined"] == len(s["new_ids"])
 
 
+def test_two_workers_pretokenizing_one_corpus_do_it_once(setup, tmp_path, monkeypatch):
+    """The pre-tokenized corpus cache builds under <cache>/.locks/pretok-*: the second worker waits, then reads."""
+    from methods import _fasttext_words
+    from tests.methods.test_align import race_two
+
+    s = setup
+    results, built = race_two(
+        monkeypatch, lambda: _fasttext.pretokenize_cached(s["corpus"], s["lang"], tmp_path, tmp_path / "scratch"),
+        _fasttext_words, "pretokenize",
+    )
+    assert built == 1 and results[0] == results[1] and results[0].is_file()
+    assert len(list((tmp_path / "fasttext").glob("pretok-*.txt"))) == 1
+    assert list((tmp_path / ".locks").glob("pretok-*.lock"))
+
+
 def test_extension_refuses_a_target_that_moves_source_ids(setup):
     s = setup
     inputs = dataclasses.replace(_inputs(s), target_tokenizer=s["lang"])
