@@ -22,10 +22,11 @@ from typing import Any, NamedTuple
 from harness.cache import ProcessMemo
 
 FAMILIES = ("sentencepiece", "bytelevel", "wordpiece")
+"""The tokenizer families this module understands."""
+
 ALGORITHMS: tuple[str, ...] = ("unigram", "bpe", "bytelevel-bpe", "wordpiece")
 """The subword algorithms ``harness.tokenizers.train_tokenizer`` trains (here, free of transformers, for the
 command line's choices; ``harness.tokenizers.ALGORITHMS`` is the same tuple)."""
-"""The tokenizer families this module understands."""
 
 ROLES = ("bos", "eos", "unk", "pad", "mask", "cls", "sep")
 """Special-token roles, in the order they are tried when matching."""
