@@ -8,7 +8,6 @@ the choices); also the defaults every statistic shares (α, confidence, power, r
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -16,6 +15,7 @@ from typing import Any, Protocol
 import numpy as np
 from scipy import stats
 
+from harness.cache import ProcessMemo
 from harness.examples import ExampleScores
 
 ALPHA = 0.05
@@ -190,10 +190,10 @@ _KNOWN_MAX = 4096
 """Resampled values kept per draw (beyond this many scorers, for the largest tables, they are computed)."""
 
 
-_DRAWS_MEMO: OrderedDict = OrderedDict()
-"""Draws of :func:`_resample_draws` by the generator's state and the shapes: a table's comparisons each
-start a fresh generator with the same seed, so they draw the same resamples (hundreds of times)."""
-_DRAWS_MEMO_ENTRIES = 4
+_DRAWS_MEMO = ProcessMemo(4)
+"""Draws of :func:`_resample_draws` (and the generator state they end in) by the generator's state and the
+shapes: a table's comparisons each start a fresh generator with the same seed, so they draw the same
+resamples (hundreds of times)."""
 _DRAWS_MEMO_MAX_BYTES = 256 << 20
 """Draws larger than this (resamples × examples × 8 bytes) are drawn again on every call instead of kept."""
 
@@ -206,12 +206,15 @@ def _resample_draws(rng: np.random.Generator, n_resamples: int, n_s: int, n_exam
     A call that starts from a generator state seen before (with the same shapes) gets the same arrays
     without drawing them again, and leaves ``rng`` in the state the draws would have left it in.
     """
-    key = (repr(rng.bit_generator.state), n_resamples, n_s, tuple(n_examples))
-    if key in _DRAWS_MEMO:
-        chunks, end = _DRAWS_MEMO[key]
-        _DRAWS_MEMO.move_to_end(key)
-        rng.bit_generator.state = end
-        return chunks
+    small = n_resamples * (sum(n_examples) + n_s) * 8 <= _DRAWS_MEMO_MAX_BYTES
+    key = (repr(rng.bit_generator.state), n_resamples, n_s, tuple(n_examples)) if small else None  # None: not kept
+    chunks, end = _DRAWS_MEMO.get(key, lambda: _draw_chunks(rng, n_resamples, n_s, n_examples))
+    rng.bit_generator.state = end
+    return chunks
+
+
+def _draw_chunks(rng: np.random.Generator, n_resamples: int, n_s: int, n_examples: Sequence[int]) -> tuple[list, dict]:
+    """:func:`_resample_draws`'s arrays drawn from ``rng``, and the generator state they leave."""
     chunks = []
     for start in range(0, n_resamples, _CHUNK):
         size = min(_CHUNK, n_resamples - start)
@@ -221,14 +224,10 @@ def _resample_draws(rng: np.random.Generator, n_resamples: int, n_s: int, n_exam
             counts = _counts(rng.integers(0, n_e, size=(size, n_e)), n_e)
             draws.append((counts, counts.sum(axis=1), {}))
         chunks.append((weights, draws))
-    if n_resamples * (sum(n_examples) + n_s) * 8 <= _DRAWS_MEMO_MAX_BYTES:
-        for weights, draws in chunks:
-            for a in (weights, *(x for counts, sums, _ in draws for x in (counts, sums))):
-                a.flags.writeable = False  # shared by later calls: never changed in place
-        _DRAWS_MEMO[key] = (chunks, rng.bit_generator.state)
-        while len(_DRAWS_MEMO) > _DRAWS_MEMO_ENTRIES:
-            _DRAWS_MEMO.popitem(last=False)
-    return chunks
+    for weights, draws in chunks:
+        for a in (weights, *(x for counts, sums, _ in draws for x in (counts, sums))):
+            a.flags.writeable = False  # may be shared by later calls: never changed in place
+    return chunks, rng.bit_generator.state
 
 
 def _t_from_se(estimate: float, se: float, df: float, confidence: float) -> tuple[float, float, float]:

@@ -379,7 +379,7 @@ def test_multi_bootstrap_draws_are_kept_per_generator_state_and_give_the_same_bi
     other = [ExampleScores("ratio", np.c_[g.random(40) * 3, g.integers(1, 4, 40)]) for _ in range(3)]
     acc = [ExampleScores("mean", g.integers(0, 2, 25).astype(float)) for _ in range(3)]
     cases = [[tuple(_Difference(a, b) for a, b in zip(ratio, other)), tuple(acc)], [g.random((3, 30))]]
-    monkeypatch.setattr(intervals, "_DRAWS_MEMO", intervals.OrderedDict())
+    monkeypatch.setattr(intervals, "_DRAWS_MEMO", intervals.ProcessMemo(4))
     drawn = []
     real = intervals._counts
     monkeypatch.setattr(intervals, "_counts", lambda idx, n: drawn.append(n) or real(idx, n))
