@@ -394,6 +394,27 @@ def _only_locks(path: Path) -> bool:
             and all(q.is_file() and not q.is_symlink() and q.name.endswith(".lock") for q in path.iterdir()))
 
 
+def build_once(root: str | os.PathLike, kind: str, name: str, find: Callable[[], Any], build: Callable[[], Any]) -> Any:
+    """``find()`` if it finds the entry (not ``None``), else ``build()`` under :func:`build_lock`, looking again
+    once the lock is held: two workers wanting one uncached file entry build it once, the second waits and
+    finds the first's. For caches that store a file rather than a :func:`cached_dir` folder.
+
+    Example:
+        >>> import tempfile
+        >>> root, store = Path(tempfile.mkdtemp()), {}
+        >>> build_once(root, "x", "k1", lambda: store.get("k1"), lambda: store.setdefault("k1", "built"))
+        'built'
+        >>> build_once(root, "x", "k1", lambda: store.get("k1"), lambda: "built again")
+        'built'
+    """
+    found = find()
+    if found is not None:
+        return found
+    with build_lock(root, kind, name):
+        found = find()  # stored by the worker we waited for
+        return found if found is not None else build()
+
+
 @contextlib.contextmanager
 def _build_lock(path: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` while one process builds an entry (others wait, then reuse it).

@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from harness import progress as _progress
-from harness.cache import build_lock
+from harness.cache import build_once
 from methods._aligners import (
     FAST_ALIGN_DEFAULTS,
     Link,
@@ -310,14 +310,13 @@ def _cached_links(path: Path, key: str, src: Sequence[Sequence[str]], tgt: Seque
     Built under the cache's build lock (``<cache>/.locks/alignments-<key>.lock``, as :func:`harness.cache.cached_dir`
     builds): two workers aligning the same corpus align it once; the second waits, then reads the first's file.
     """
-    if path.is_file():
-        return (*_load_links(path), "cache")
-    with build_lock(path.parent.parent, "alignments", key):
-        if path.is_file():  # stored by the worker we waited for
-            return (*_load_links(path), "cache")
+    def build() -> tuple[list[list[Link]], list[list[Link]], dict, str]:
         fwd, rev, facts = _directional_links(src, tgt, aligner, options)
         _save_links(path, fwd, rev, facts)
-    return fwd, rev, facts, "computed"
+        return fwd, rev, facts, "computed"
+
+    return build_once(path.parent.parent, "alignments", key,
+                      lambda: (*_load_links(path), "cache") if path.is_file() else None, build)
 
 
 def _check_corpus(src: Sequence[Sequence[str]], tgt: Sequence[Sequence[str]], aligner: str, symmetrization: str) -> None:

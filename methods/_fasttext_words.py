@@ -210,12 +210,8 @@ def pretokenize_cached(
         "\0".join([file_sha256(corpus), tokenizer_fingerprint(tokenizer), token_format, str(CACHE_VERSION)]).encode()
     ).hexdigest()
     out = Path(cache) / "fasttext" / f"pretok-{key[:24]}.txt"
-    if out.is_file():
-        return out
-    from harness.cache import build_lock
+    from harness.cache import build_once
 
     # two workers pre-tokenizing one corpus do it once: the second waits on the entry's lock, then reads the file
-    with build_lock(Path(cache), "pretok", key):
-        if not out.is_file():
-            pretokenize(corpus, tokenizer, out, token_format=token_format)
-    return out
+    return build_once(Path(cache), "pretok", key, lambda: out if out.is_file() else None,
+                      lambda: pretokenize(corpus, tokenizer, out, token_format=token_format))

@@ -32,7 +32,7 @@ import numpy as np
 
 from harness import progress as _progress
 from harness import vocab as _canon
-from harness.cache import build_lock, content_hash
+from harness.cache import build_once, content_hash
 from harness.protocols import TransferInputs
 from methods import _fasttext
 from methods._similarity import DEFAULT_CHUNK_ROWS, chunked_topk_cosine
@@ -486,14 +486,11 @@ def _side_space(
         _fasttext.fasttext_cache_key(text, _fasttext.training_params(**params)), tok, n_rows, skip, ngrams
     )
     path = cache / "fasttext" / f"{TOKEN_SPACE_PREFIX}{key[:32]}.npz"
-    hit = _cached_space(path, key, n_rows, int(params["dim"]), skip, report, t0, who, consequence)
-    if hit is not None:
-        return hit
     # two workers wanting one uncached token space (a held fastText seed) build it once: the second
     # waits on the entry's build lock (<cache>/.locks/tokspace-<key>.lock), then reads the first's file
-    with build_lock(cache, "tokspace", key):
-        hit = _cached_space(path, key, n_rows, int(params["dim"]), skip, report, t0, who, consequence)
-        return hit if hit is not None else _build_space(text, path, key, params, cache, report, computed, who, consequence)
+    return build_once(cache, "tokspace", key,
+                      lambda: _cached_space(path, key, n_rows, int(params["dim"]), skip, report, t0, who, consequence),
+                      lambda: _build_space(text, path, key, params, cache, report, computed, who, consequence))
 
 
 def _cached_space(path: Path, key: str, n_rows: int, dim: int, skip: np.ndarray, report: dict, t0: float, who: str,
