@@ -318,8 +318,8 @@ class Distill:
 
         Args:
             ctx: the trial's context (model, tokenizer, languages, seed, device, source_model/tokenizer).
-            directives: the method's directives (unused: TransInner's phases belong to LAPT; ``train``
-                chooses what trains here).
+            directives: the method's directives: not used (TransInner's phases belong to LAPT; ``train``
+                chooses what trains here), recorded in ``info["ignored_directives"]``.
             cache_key: the caller's key of the initialized model; when given (and ``config.cache``) the
                 distilled model is cached under :func:`distill_cache_key` and a later identical call loads it.
             cache_root: cache root (default :func:`harness.cache.cache_root`).
@@ -334,7 +334,7 @@ class Distill:
         self._check(ctx)
         paths = self.train_paths(ctx)
         if cache_key is None or not self.config.cache or not isinstance(ctx.model, PreTrainedModel):
-            model, result = self._train(ctx, paths)
+            model, result = self._train(ctx, paths, directives)
             result.info["cache"] = None if cache_key is None or not self.config.cache else "skipped: not a transformers model"
             return model, result
         from harness.cache import cached_dir
@@ -345,7 +345,7 @@ class Distill:
         trained: dict[str, Any] = {}
 
         def build(out: Path) -> None:
-            trained["model"], trained["result"] = self._train(ctx, paths)
+            trained["model"], trained["result"] = self._train(ctx, paths, directives)
             save_lapt(out, trained["model"], trained["result"])
             # A cache hit must give the very weights a miss gives; refuse to cache otherwise.
             check_reload(trained["model"], load_lapt(out, type(ctx.model))[0])
@@ -363,9 +363,9 @@ class Distill:
 
     # -- training
 
-    def _train(self, ctx: TaskContext, paths: list[Path]) -> tuple[Any, TaskResult]:
+    def _train(self, ctx: TaskContext, paths: list[Path], directives: dict) -> tuple[Any, TaskResult]:
         cfg = self.config
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         device = resolve_device(ctx.device)
         model = ctx.model
         sentence = cfg.sentence_config()
@@ -377,7 +377,7 @@ class Distill:
             train_lines += train
             held_lines.append(held)
         teacher = np.concatenate(teacher_rows).astype(np.float32)
-        t_teacher = time.perf_counter() - t0
+        t_teacher, c_teacher = time.perf_counter() - t0, time.process_time() - c0
 
         def held_out_loss() -> float:
             losses = [float(distill_loss(torch.from_numpy(embed(model, ctx.tokenizer, held, sentence, device=device)),
@@ -394,7 +394,7 @@ class Distill:
         saved = {name: p.requires_grad for name, p in model.named_parameters()}
         frozen = {name: p for name, p in model.named_parameters() if p is not embedding} if cfg.train == "embeddings" else {}
         fingerprints = _fingerprints(frozen)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         try:
             for p in model.parameters():
                 p.requires_grad_(cfg.train == "all" or p is embedding)
@@ -405,7 +405,7 @@ class Distill:
         finally:
             for name, p in model.named_parameters():
                 p.requires_grad_(saved[name])
-        t_train = time.perf_counter() - t1
+        t_train, c_train = time.perf_counter() - t1, time.process_time() - c1
         changed = [name for name, fp in _fingerprints(frozen).items() if fp != fingerprints[name]]
         if changed:
             raise RuntimeError(f"distill: frozen parameters changed while training the embeddings only: {changed[:5]}")
@@ -422,10 +422,12 @@ class Distill:
             "trained": "input embedding matrix" if cfg.train == "embeddings" else "all parameters",
             "trainable_parameters": trainable,
             "freeze_verified": True if cfg.train == "embeddings" else None,
+            "ignored_directives": dict(directives) or None,
             "steps": res.steps,
             "epochs": round(res.steps * cfg.batch_size / len(features), 3),
             "timings": {"teacher_s": round(t_teacher, 3), "train_s": round(t_train, 3),
-                        "total_s": round(time.perf_counter() - t0, 3)},
+                        "total_s": round(time.perf_counter() - t0, 3), "teacher_cpu_s": round(c_teacher, 3),
+                        "train_cpu_s": round(c_train, 3), "total_cpu_s": round(time.process_time() - c0, 3)},
         }
         result = TaskResult(
             metrics={key: {"distill_loss_before": before, "distill_loss_after": after}},

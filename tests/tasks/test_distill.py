@@ -89,6 +89,7 @@ def test_distillation_lowers_the_held_out_loss(bert_dir, student_tok, train_file
     assert res.curves["loss"][-1][1] < res.curves["loss"][0][1]
     assert res.info["hyperparameters"]["max_steps"] == 30 and res.info["cache"] is None
     assert "never trained on" in res.info["held_out"] and not model.training
+    assert res.info["timings"]["train_cpu_s"] > 0 and res.info["ignored_directives"] is None
 
 
 def test_embeddings_only_leaves_every_other_parameter_bit_identical(bert_dir, student_tok, train_file):  # noqa: F811
