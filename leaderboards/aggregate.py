@@ -610,26 +610,34 @@ def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "meth
     def varies(get: Callable[[TrialRecord], Any]) -> bool:
         return any(len({repr(get(r)) for r in g}) > 1 for g in groups.values() if len({r.trial_seed for r in g}) > 1)
 
-    def spread(k: str) -> tuple[set, set]:
-        """Rows where component ``k``'s seed varies in a cell of several trial seeds, and rows where it never does."""
-        on: set = set()
-        held: set = set()
+    def spread(k: str) -> tuple[dict, dict]:
+        """Per row, the cells (of several trial seeds) where component ``k``'s seed varies, and those where it does not."""
+        on: dict = defaultdict(set)
+        held: dict = defaultdict(set)
         for key, g in groups.items():
             if len({r.trial_seed for r in g}) > 1:
-                (on if len({repr((r.seeds or {}).get(k)) for r in g}) > 1 else held).add(str(key[0]))
-        return on, held - on
+                row, task, task_id, lang = key
+                cell = f"{row} [{task_id or task}{f' {lang}' if lang else ''}]"
+                (on if len({repr((r.seeds or {}).get(k)) for r in g}) > 1 else held)[str(row)].add(cell)
+        return on, held
 
-    def covered_name(k: str, on: set, held: set) -> str:
-        # a table mixing protocols (e.g. rows run before sources followed the seed, beside new rows) says
-        # which rows a source covers instead of claiming it for all of them
+    def covered_name(k: str, on: dict, held: dict) -> str:
+        # a table mixing protocols (e.g. rows or columns run before sources followed the seed, beside new
+        # ones) says which rows, or where a row is mixed which cells, a source covers instead of claiming
+        # it for all of them
         label = SEED_COMPONENTS.get(k, k)
-        if not held:
+        if not any(held.values()):
             return label
-        rows = f": {', '.join(sorted(on))}" if len(on) <= 8 else ""
-        return f"{label} (only in {len(on)} of {len(on | held)} rows{rows}; held fixed in the others)"
+        if not set(on) & set(held):  # every row is one protocol: name the rows
+            rows = f": {', '.join(sorted(on))}" if len(on) <= 8 else ""
+            return f"{label} (only in {len(on)} of {len(set(on) | set(held))} rows{rows}; held fixed in the others)"
+        on_cells = sorted(c for cells in on.values() for c in cells)
+        n_cells = len(on_cells) + sum(len(c) for c in held.values())
+        cells = f": {', '.join(on_cells)}" if len(on_cells) <= 8 else ""
+        return f"{label} (only in {len(on_cells)} of {n_cells} cells{cells}; held fixed in the others)"
 
     spreads = {k: spread(k) for k in keys}
-    vary = [k for k in keys if spreads[k][0]]
+    vary = [k for k in keys if any(spreads[k][0].values())]
     fixed = [k for k in keys if k not in vary]
     names = [covered_name(k, *spreads[k]) for k in vary]
     source_key = next((k for k in ("source", "pretrain") if k in keys), None)

@@ -207,6 +207,13 @@ def test_random_sources_footnote_reads_the_records():
     text = random_sources(recs)
     assert "source pretraining (only in 1 of 3 rows: focus; held fixed in the others), initialization" in text, text
     assert "held fixed across seeds" not in text
+    # a row of two protocols (one column re-run with a source per seed, beside older held-source cells): the
+    # footnote names the cells, not the row, so it never claims source pretraining for the held cells
+    for r in recs:
+        on = r["config"]["method"]["id"] == "focus" and r["config"]["target"]["language"] == "near"
+        r["seeds"]["source"] = r["seed"] if on else 0
+    text = random_sources(recs)
+    assert "source pretraining (only in 1 of 6 cells: focus [mlm-at-init near]; held fixed in the others)" in text, text
     # a model tokxfer did not pretrain has no source seed: not a random source of the table
     for r in recs:
         r["seeds"] = {"source": None, "init": r["seed"], "stages": r["seed"], "task": r["seed"]}
