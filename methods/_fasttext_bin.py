@@ -100,7 +100,13 @@ class BinVectors:
 
     def vectors(self, strings: Sequence[str]) -> np.ndarray:
         """``get_word_vector`` of every string, float32 ``len(strings) x dim``, the same bits as fastText's
-        (in batches of :data:`_BATCH` strings: the n-gram lists of a 250k vocabulary stay ~100 MB)."""
+        (in batches of :data:`_BATCH` strings: the n-gram lists of a 250k vocabulary stay ~100 MB). A string asked
+        for more than once (``▁x`` and ``x`` share one; a dictionary's case-expanded pairs repeat words) is computed once."""
+        index = dict.fromkeys(strings)
+        if len(index) < len(strings):
+            unique = list(index)
+            index = dict(zip(unique, range(len(unique))))
+            return self.vectors(unique)[np.fromiter(map(index.__getitem__, strings), dtype=np.int64, count=len(strings))]
         out = np.empty((len(strings), self.get_dimension()), dtype=np.float32)
         for a in range(0, len(strings), _BATCH):
             out[a : a + _BATCH] = self._vectors(strings[a : a + _BATCH])
