@@ -20,6 +20,7 @@ from __future__ import annotations
 import mmap
 import struct
 from collections.abc import Sequence
+from itertools import repeat
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,13 @@ class BinVectors:
 
     def vectors(self, strings: Sequence[str]) -> np.ndarray:
         """``get_word_vector`` of every string, float32 ``len(strings) x dim``, the same bits as fastText's
-        (in batches of :data:`_BATCH` strings: the n-gram lists of a 250k vocabulary stay ~100 MB)."""
+        (in batches of :data:`_BATCH` strings: the n-gram lists of a 250k vocabulary stay ~100 MB). A string asked
+        for more than once (``▁x`` and ``x`` share one; a dictionary's case-expanded pairs repeat words) is computed once."""
+        index = dict.fromkeys(strings)
+        if len(index) < len(strings):
+            unique = list(index)
+            index = dict(zip(unique, range(len(unique))))
+            return self.vectors(unique)[np.fromiter(map(index.__getitem__, strings), dtype=np.int64, count=len(strings))]
         out = np.empty((len(strings), self.get_dimension()), dtype=np.float32)
         for a in range(0, len(strings), _BATCH):
             out[a : a + _BATCH] = self._vectors(strings[a : a + _BATCH])
@@ -129,14 +136,12 @@ class BinVectors:
     def _rows(self, strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """The input-matrix rows of every string in fastText's order (``getSubwords``), as ``(owner, row)`` pairs."""
         nwords = len(self.words)
-        wid = np.array([self._vocab.get(s, -1) for s in strings], dtype=np.int64)
-        # n-grams of "<" + s + ">" (fastText's BOW/EOW), for every string except EOS
-        wrapped = [b"<" + s.encode("utf-8") + b">" for s in strings]
+        wid = np.fromiter(map(self._vocab.get, strings, repeat(-1)), dtype=np.int64, count=len(strings))
         ngram_owner = np.zeros(0, dtype=np.int64)
         ngram_key = np.zeros(0, dtype=np.int64)
         ngram_row = np.zeros(0, dtype=np.int64)
         if self.maxn > 0:
-            ngram_owner, ngram_key, ngram_row = self._ngrams(wrapped, [s == _EOS for s in strings])
+            ngram_owner, ngram_key, ngram_row = self._ngrams(strings)
             ngram_row += nwords
         word_owner = np.flatnonzero(wid >= 0)
         owner = np.concatenate([word_owner, ngram_owner])
@@ -146,38 +151,54 @@ class BinVectors:
         order = np.lexsort((key, owner))
         return owner[order], row[order]
 
-    def _ngrams(self, wrapped: list[bytes], skip: list[bool]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Owner, order key and bucket of every character n-gram of the wrapped strings (``computeSubwords``)."""
-        lens = np.fromiter((len(w) for w in wrapped), dtype=np.int64, count=len(wrapped))
-        buf = np.frombuffer(b"".join(wrapped), dtype=np.uint8)
+    def _ngrams(self, strings: Sequence[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Owner, order key and bucket of every character n-gram of ``"<" + s + ">"`` (fastText's BOW/EOW;
+        ``computeSubwords``) for every string but EOS. All strings are encoded at once: a string's characters
+        are its code points, so the characters of the wrapped strings follow from ``len`` alone."""
+        n_str = len(strings)
+        if n_str == 0:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+        buf = np.frombuffer(("<" + "><".join(strings) + ">").encode("utf-8"), dtype=np.uint8)
         starts = np.flatnonzero((buf & 0xC0) != 0x80)  # the first byte of every character
-        owner = np.repeat(np.arange(len(wrapped)), lens)[starts]
-        string_end = np.cumsum(lens)[owner]  # the byte end of each character's string
+        nchars = np.fromiter(map(len, strings), dtype=np.int64, count=n_str) + 2
+        owner = np.repeat(np.arange(n_str), nchars)
+        char_end = np.r_[starts[1:], len(buf)]  # the byte after each character
+        string_end = char_end[np.cumsum(nchars) - 1][owner]  # the byte end of each character's string
         first = np.r_[True, owner[1:] != owner[:-1]]  # the string's first character ("<")
         signed = buf.astype(np.int8).astype(np.int32).astype(np.uint32)  # fastText hashes uint32(int8(byte))
-        usable = ~np.asarray(skip, dtype=bool)[owner]
+        eos = np.fromiter(map(_EOS.__eq__, strings), dtype=bool, count=n_str)
+        usable = ~eos[owner]
         nchar, k = len(starts), np.arange(len(starts))
         owners, keys, buckets = [], [], []
         for n in range(max(self.minn, 1), self.maxn + 1):
             last = k + n - 1  # the n-gram's last character
             ok = usable & (last < nchar)
             ok[ok] = owner[last[ok]] == owner[k[ok]]
-            nxt = np.minimum(k + n, nchar - 1)
-            end = np.where((k + n < nchar) & (owner[nxt] == owner), starts[nxt], string_end)
+            end = char_end[np.minimum(last, nchar - 1)]
             if n == 1:  # fastText skips the single characters at either end ("<" and ">")
                 ok &= ~first & (end != string_end)
             sel = np.flatnonzero(ok)
-            b0, width = starts[sel], end[sel] - starts[sel]
-            h = np.full(len(sel), _FNV_OFFSET, dtype=np.uint32)
-            for t in range(int(width.max()) if len(sel) else 0):
-                live = width > t
-                h[live] = (h[live] ^ signed[b0[live] + t]) * _FNV_PRIME
             owners.append(owner[sel])
             keys.append(sel * (self.maxn + 1) + n)  # by start character, then length
-            buckets.append((h % np.uint32(self.bucket)).astype(np.int64))
+            buckets.append(_fnv_buckets(signed, starts[sel], end[sel] - starts[sel], self.bucket))
         if not owners:
             return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(owners), np.concatenate(keys), np.concatenate(buckets)
+
+
+def _fnv_buckets(signed: np.ndarray, b0: np.ndarray, width: np.ndarray, bucket: int) -> np.ndarray:
+    """fastText's bucket (FNV-1a of the bytes ``signed[b0 : b0 + width]``, modulo ``bucket``) of every n-gram. The
+    n-grams are hashed widest first, so the ones still hashing at byte ``t`` are a prefix (slices, no masks)."""
+    order = np.argsort(-width, kind="stable")
+    w_sorted, b_sorted = width[order], b0[order]
+    h = np.full(len(order), _FNV_OFFSET, dtype=np.uint32)
+    for t in range(int(w_sorted[0]) if len(order) else 0):
+        live = int(np.searchsorted(-w_sorted, -t, side="left"))  # n-grams wider than t bytes
+        h[:live] ^= signed[b_sorted[:live] + t]
+        h[:live] *= _FNV_PRIME
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = h % np.uint32(bucket)
+    return out
 
 
 def open_bin(path: str | Path) -> BinVectors | None:
