@@ -34,6 +34,7 @@ import re
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
@@ -415,6 +416,27 @@ def build_once(root: str | os.PathLike, kind: str, name: str, find: Callable[[],
         return found if found is not None else build()
 
 
+QUIET_WAIT_S = 2.0
+"""How long a process waits for another's build lock before saying so: two workers of a grid often ask
+for one small entry (a memoized embedding, a tokenizer) a moment apart, and a warning for each such wait
+buried the lines that matter; a longer wait is still said, with a heartbeat."""
+
+
+def _lock_within(fd: int, seconds: float) -> bool:
+    """Take the exclusive ``flock`` on ``fd`` if it comes free within ``seconds`` (polling); False if not."""
+    import fcntl
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.05)
+
+
 @contextlib.contextmanager
 def _build_lock(path: Path, what: str) -> Iterator[None]:
     """Hold an exclusive lock on ``path`` while one process builds an entry (others wait, then reuse it).
@@ -436,9 +458,7 @@ def _build_lock(path: Path, what: str) -> Iterator[None]:
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     held.add(str(path))
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # said once, then a heartbeat while we wait: never a silent stall
+        if not _lock_within(fd, QUIET_WAIT_S):  # said once, then a heartbeat while we wait: never a silent stall
             from harness import progress
 
             log.warning("waiting for another process building the %s (lock %s)", what, path)
