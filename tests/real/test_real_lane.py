@@ -518,6 +518,14 @@ def test_agreement_counts_identical_methods_once_and_widens_with_examples(tmp_pa
     assert row["ci"][0] <= row["tau"] <= row["ci"][1]
     md = agreement.format_markdown([row], world="w", real="r", n_boot=300, excluded=("original",))
     assert "| acc | 4 | 0.67 |" in md and "transinner = random" in md and "| focus | 2 → 3 |" in md
+    assert row["incomplete"] == [] and "not ranked" not in md
+    # a method with results in one lane only (its trials of a language failed in the other): named, not dropped silently
+    lanes["world"] += [_Rec("wechsel", seed, {"xx": (rng.random(60) < 0.5).astype(float)}) for seed in (1, 2, 3)]
+    (row,) = agreement.agreement_from_records(tmp_path / "world", tmp_path / "real", n_boot=300,
+                                              comparable=(("bitext-retrieval", "accuracy", "acc"),))
+    assert row["incomplete"] == ["wechsel"] and row["n"] == 4
+    md = agreement.format_markdown([row], world="w", real="r", n_boot=300, excluded=("original",))
+    assert "not ranked (no seed with a result in every language of one lane, e.g. failed trials): wechsel" in md
 
 
 def test_student_embeddings_are_shared_between_the_tasks_of_one_model(tmp_path, bert_dir, monkeypatch):
