@@ -23,7 +23,6 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout (tox installs the pac
 ALL_SPECS = sorted((ROOT / "leaderboards" / "specs").glob("*.yaml"))
 # World specs whose experiments have not been run yet, and why: no records, so no committed table.
 PENDING: dict[str, str] = {
-    "real-small-world": "the world column of the real lane (harness/configs/real-small-world.yaml) has not been run yet",
     # issue 28: the XLP tables on TLM-pretrained multilingual sources (the lead runs the 5-seed grids)
     "xlp-table1": "harness/configs/xlp-table1.yaml on the TLM-pretrained sources has not been run yet",
     "xlp-table1-translate-train": "harness/configs/xlp-table1-translate-train.yaml has not been run yet",
