@@ -26,8 +26,19 @@ def model_file(request, tmp_path_factory):
     d = tmp_path_factory.mktemp("ftbin")
     corpus = d / "corpus.txt"
     corpus.write_text("\n".join(LINES * 30) + "\n", encoding="utf-8")
-    model = fasttext.train_unsupervised(str(corpus), model="cbow", dim=8, epoch=1, minCount=1, minn=minn, maxn=maxn,
-                                        bucket=_fasttext.min_bucket(8), thread=1, verbose=0)
+    def train(lr: float):
+        return fasttext.train_unsupervised(str(corpus), model="cbow", dim=8, epoch=1, minCount=1, minn=minn, maxn=maxn,
+                                           bucket=_fasttext.min_bucket(8), thread=1, verbose=0, lr=lr)
+
+    try:
+        model = train(0.05)  # fastText's default
+    except RuntimeError as err:
+        # fastText once stopped with "Encountered NaN" on this 8-dimensional toy model inside the full
+        # suite (never alone); these tests are about reading the .bin it writes, not about its training,
+        # so a gentler learning rate is taken for the fixture, and any other error still fails it
+        if "NaN" not in str(err):
+            raise
+        model = train(0.01)
     path = d / "model.bin"
     model.save_model(str(path))
     return path, fasttext.load_model(str(path))
