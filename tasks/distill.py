@@ -47,7 +47,7 @@ from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_stage
 from tasks.lapt import _fingerprints, check_reload, hf_model, load_lapt, save_lapt
 from tasks.loop import TrainConfig, finetune, log, resolve_device
-from tasks.sentence_embeddings import POOLINGS, SentenceConfig, _hidden, embed, teacher_embeddings
+from tasks.sentence_embeddings import POOLINGS, SentenceConfig, _hidden, embed, pool, teacher_embeddings
 
 __all__ = ["DistillConfig", "Distill", "distill_cache_key", "distill_loss"]
 
@@ -175,17 +175,15 @@ def distill_loss(student: torch.Tensor, teacher: torch.Tensor, kind: str) -> tor
 
 class _Student(torch.nn.Module):
     """The trial's model as the loop trains it: ``forward(input_ids, attention_mask, teacher)`` returns
-    the distillation loss of the pooled, normalized last hidden states (:func:`tasks.sentence_embeddings.embed`'s pooling)."""
+    the distillation loss of the pooled, normalized last hidden states (:func:`tasks.sentence_embeddings.pool`, as ``embed``)."""
 
     def __init__(self, model: Any, pooling: str, loss: str) -> None:
         super().__init__()
         self.model, self.pooling, self.loss = model, pooling, loss
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, teacher: torch.Tensor) -> Any:
-        h = _hidden(self.model, {"input_ids": input_ids, "attention_mask": attention_mask}).float()
-        m = attention_mask.unsqueeze(-1).to(h.dtype)
-        pooled = h[:, 0] if self.pooling == "cls" else (h * m).sum(1) / m.sum(1).clamp(min=1.0)
-        student = torch.nn.functional.normalize(pooled, dim=-1)
+        student = pool(_hidden(self.model, {"input_ids": input_ids, "attention_mask": attention_mask}), attention_mask,
+                       self.pooling)
         return SimpleNamespace(loss=distill_loss(student, teacher.to(student.dtype), self.loss))
 
 

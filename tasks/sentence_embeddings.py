@@ -184,6 +184,16 @@ def _hidden(model: Any, inputs: dict) -> torch.Tensor:
     return h if h is not None else out.hidden_states[-1]
 
 
+def pool(hidden: torch.Tensor, attention_mask: torch.Tensor, pooling: str) -> torch.Tensor:
+    """L2-normalized sentence vectors (float32) from last hidden states: ``mean`` over the attention mask
+    (specials included) or ``cls`` (the first token) — what :func:`embed` returns and what a training loss
+    on sentence vectors (the ``distill`` stage) must compare with."""
+    h = hidden.float()
+    m = attention_mask.unsqueeze(-1).to(h.dtype)
+    pooled = h[:, 0] if pooling == "cls" else (h * m).sum(1) / m.sum(1).clamp(min=1.0)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
 def embed(model: Any, tokenizer: Any, texts: Sequence[str], cfg: SentenceConfig, *, device: str = "cpu",
           encoding: Any = None, language: str | None = None, show_progress: bool = False,
           description: str = "embed") -> np.ndarray:
@@ -216,10 +226,7 @@ def embed(model: Any, tokenizer: Any, texts: Sequence[str], cfg: SentenceConfig,
                 if encoded:
                     batch = prepare(batch, [language] * len(rows))
                 inputs = {k: v.to(device) if torch.is_tensor(v) else v for k, v in batch.items()}
-                h = _hidden(model, inputs).float()
-                m = inputs["attention_mask"].unsqueeze(-1).to(h.dtype)
-                pooled = h[:, 0] if cfg.pooling == "cls" else (h * m).sum(1) / m.sum(1).clamp(min=1.0)
-                pooled = torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
+                pooled = pool(_hidden(model, inputs), inputs["attention_mask"], cfg.pooling).cpu().numpy()
                 if out.shape[1] == 0:
                     out = np.zeros((len(texts), pooled.shape[1]), dtype=np.float32)
                 out[np.asarray(rows)] = pooled
