@@ -194,6 +194,7 @@ def agreement_from_records(world_dir: str | Path, real_dir: str | Path, *,
     from harness.run.records import read_records
 
     world, real = read_records(world_dir), read_records(real_dir)
+    exclude = set(exclude)  # read more than once below (an iterator would be spent after the first metric)
     out = []
     for k, (task, metric, display) in enumerate(comparable):
         w, r = lane_scores(world, task, metric), lane_scores(real, task, metric)
@@ -202,9 +203,9 @@ def agreement_from_records(world_dir: str | Path, real_dir: str | Path, *,
         wd = lane_draws(world, task, metric, n_boot=n_boot, rng=rng)
         rd = lane_draws(real, task, metric, n_boot=n_boot, rng=rng)
         res = kendall_agreement(w, r, n_boot=n_boot, seed=seed, exclude={*exclude, *same}, world_draws=wd, real_draws=rd)
-        # a method with no seed that has every language in one lane (e.g. its trials of one language failed)
-        # has no mean there: it cannot be ranked, and the table says so rather than dropping it silently
-        incomplete = sorted(m for m in {*w, *r} if m not in set(exclude) and (not w.get(m) or not r.get(m)))
+        # what kendall_agreement could not rank (no seed with every language in one lane, e.g. failed trials):
+        # the table names it rather than dropping it silently
+        incomplete = sorted({*w, *r} - exclude - set(same) - set(res["methods"]))
         out.append({"task": task, "metric": metric, "display": display, "identical": same, "incomplete": incomplete, **res})
     return out
 
