@@ -239,13 +239,18 @@ class TargetSpec:
     helper_model: str | None = None
     """A small model in the target vocabulary (CLP's helper; OMP's donor space): a local model
     directory, a ``real:`` name, or ``world:mlm`` / ``world:clm`` — pretrained by the harness on this
-    target's corpus with this target's tokenizer settings and the source's ``pretrain`` settings
-    (:func:`harness.run.resources.helper_model_dir`; cached)."""
+    target's corpus (the world's, or ``corpus``) with this target's tokenizer settings and the
+    source's ``pretrain`` settings (:func:`harness.run.resources.helper_model_dir`; cached)."""
+    helper_pretrain: dict | None = None
+    """Overrides of :class:`harness.world.pretrain.PretrainConfig` for a ``world:`` helper, over the
+    source's ``pretrain`` settings (e.g. a helper smaller than the source: a real source model has no
+    pretraining settings, so its helper starts from the defaults). A ``seed`` here holds the helper's
+    pretraining seed; else it follows the source's (built-in source) or the trial's init seed."""
 
     CORPORA = ("corpus", "source_corpus", "parallel_corpus")
     """Fields naming text corpora (checked to start with text); the other path fields name files."""
     FILES = ("dictionary", "source_word_vectors", "target_word_vectors")
-    NEW_FIELDS_OMITTED_WHEN_NONE = ("helper_model",)
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("helper_model", "helper_pretrain")
     """Left out of the resolved config while unset, so targets written before the field keep their trial ids."""
     WORLD_HELPERS = ("world:mlm", "world:clm")
 
@@ -257,6 +262,8 @@ class TargetSpec:
                 if getattr(self, name) is not None:
                     _check(functools.partial(check, missing_ok=True), getattr(self, name), name)
         helper = self.helper_model
+        if self.helper_pretrain is not None:
+            self.helper_pretrain_config()  # a dict of known PretrainConfig keys, and only for a world: helper
         if helper is None:
             return
         if not isinstance(helper, str) or not helper:
@@ -272,6 +279,36 @@ class TargetSpec:
                 )
         elif not helper.startswith("real:"):
             _check(functools.partial(inputs.check_model_dir, missing_ok=True), helper, "helper_model")
+
+    def helper_pretrain_config(self, base: dict | None = None) -> Any:
+        """The :class:`harness.world.pretrain.PretrainConfig` of a ``world:`` helper: ``base`` (the
+        source's pretraining settings), then ``helper_pretrain``, with the helper's kind and this
+        target's tokenizer settings.
+
+        Raises:
+            ConfigError: ``helper_pretrain`` without a ``world:`` helper, not a mapping, or an unknown
+                or invalid key (named as ``helper_pretrain.<key>``).
+        """
+        from harness.world.pretrain import PretrainConfig
+
+        extra = self.helper_pretrain or {}
+        if self.helper_pretrain is not None:
+            if not isinstance(extra, dict):
+                raise ConfigError(f"helper_pretrain: expected a mapping of pretraining settings, got {extra!r}")
+            if self.helper_model not in self.WORLD_HELPERS:
+                raise ConfigError(f"helper_pretrain: only a helper the harness pretrains (helper_model: world:mlm or "
+                                  f"world:clm) has pretraining settings, got helper_model {self.helper_model!r}")
+            fixed = sorted(set(extra) & {"kind", "vocab_size", "tokenizer_algorithm"})
+            if fixed:
+                raise ConfigError(f"helper_pretrain.{fixed[0]}: set by helper_model and the target's tokenizer, not here")
+        kind = (self.helper_model or "world:mlm").split(":", 1)[1]
+        values = {**(base or {}), **extra, "kind": kind, "vocab_size": self.tokenizer.vocab_size,
+                  "tokenizer_algorithm": self.tokenizer.algorithm}
+        try:
+            return registry.build_config(PretrainConfig, values, where="helper_pretrain")
+        except ValueError as e:
+            msg = str(e).replace("PretrainConfig.", "")
+            raise ConfigError(msg if msg.startswith("helper_pretrain") else f"helper_pretrain: {msg}") from None
 
     def resolved(self) -> dict:
         """The target as the resolved trial config (and the init cache key) hold it (see
@@ -343,8 +380,9 @@ class ExperimentConfig:
             raise ConfigError(f"extend_top_n: expected a positive integer of at most {MAX_VOCAB_SIZE} "
                               f"(MAX_VOCAB_SIZE), got {n!r}")
         for i, t in enumerate(self.targets):
-            if self.world is None and t.helper_model in TargetSpec.WORLD_HELPERS:
-                raise ConfigError(f"targets.{i}.helper_model: {t.helper_model!r} needs a 'world:' section in the experiment")
+            if self.world is None and t.helper_model in TargetSpec.WORLD_HELPERS and t.corpus is None:
+                raise ConfigError(f"targets.{i}.helper_model: {t.helper_model!r} is pretrained on the target's corpus: "
+                                  "give targets[].corpus or a 'world:' section in the experiment")
         if self.world is not None:
             known = self.world.languages
             for i, t in enumerate(self.targets):
@@ -422,13 +460,26 @@ class TrialSpec:
         """Every component's seed (what the record's ``seeds`` holds)."""
         return {c: self.component_seed(c) for c in SEED_COMPONENTS}
 
+    def reads_helper_model(self) -> bool:
+        """Whether the method reads ``targets[].helper_model``: what its class declares in ``needs`` (CLP
+        always, OMP with ``donor: helper``), else whether its module reads ``inputs.helper_model`` at all
+        (:func:`harness.registry.reads_input`; a plugin that says nothing gets the helper). ``False``
+        without a helper."""
+        if self.target.helper_model is None:
+            return False
+        entry = registry.get("method", self.method.name)
+        return registry.reads_input(entry.cls, component_config("method", self.method), "helper_model")
+
     def resolved(self) -> dict:
         """The canonical resolved config (JSON-able), stored in the record. ``hold_seeds`` appears only
         when a component is held, so every trial that holds none keeps its id."""
+        target = self.target.resolved()
+        if not self.reads_helper_model():  # a helper the method never reads does not move the trial's id
+            target = {k: v for k, v in target.items() if k not in ("helper_model", "helper_pretrain")}
         out = {
             "world": dataclasses.asdict(self.world) if self.world else None,
             "source": dataclasses.asdict(self.source),
-            "target": self.target.resolved(),
+            "target": target,
             "method": self.method.as_dict(),
             "mode": self.mode,
             "extend_top_n": self.extend_top_n if self.mode == "extend" else None,

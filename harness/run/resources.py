@@ -260,15 +260,18 @@ def check_corpus(path: Path, *, chunk_size: int = 1 << 20) -> Path:
 
 
 def helper_model_dir(target: TargetSpec, world: Any, source: SourceSpec | None = None, *,
-                     progress: bool = True) -> Path | None:
+                     progress: bool = True, seed: int | None = None) -> Path | None:
     """The target's helper model (``targets[].helper_model``) as a local directory, ``None`` if unset.
 
-    ``world:mlm`` / ``world:clm``: a RoBERTa/GPT-2-like model pretrained on the target's corpus (its
-    dev text for the held-out loss) with a tokenizer trained exactly as the target tokenizer is
-    (same corpus, algorithm and size: the same vocabulary), with the source's ``pretrain`` settings
-    (architecture, steps, seed; ``PretrainConfig`` defaults for a source that is not a world model),
-    cached by content (:func:`harness.world.pretrain.pretrain_on_files`). Anything else is a local
-    model directory or a ``real:`` name.
+    ``world:mlm`` / ``world:clm``: a RoBERTa/GPT-2-like model pretrained on the target's corpus (the
+    world's, or ``targets[].corpus``; the world's dev text for the held-out loss where there is one)
+    with a tokenizer trained exactly as the target tokenizer is (same corpus, algorithm and size: the
+    same vocabulary), with the source's ``pretrain`` settings (architecture, steps, seed) for a
+    built-in source, ``PretrainConfig`` defaults for any other source, then the target's
+    ``helper_pretrain`` overrides; cached by content (:func:`harness.world.pretrain.pretrain_on_files`).
+    For a source that is not a built-in model the helper's seed is ``seed`` (the trial's init seed)
+    unless ``helper_pretrain`` holds one, so each seed of a grid trains its own helper as each seed
+    of a world grid pretrains its own source. Anything else is a local model directory or a ``real:`` name.
 
     Raises:
         ResourceError: no corpus to pretrain on, or a directory that is not a model.
@@ -281,14 +284,14 @@ def helper_model_dir(target: TargetSpec, world: Any, source: SourceSpec | None =
         corpus = target_corpus(target, world)
         if corpus is None:
             raise ResourceError(f"{field}: {value} is pretrained on the target's corpus, and there is none")
-        from harness import registry
-        from harness.world.pretrain import PretrainConfig, pretrain_on_files
+        from harness.world.pretrain import pretrain_on_files
 
-        keep = {k: v for k, v in (source.pretrain if source is not None and source.world_kind else {}).items()
-                if k not in ("extra_languages", "extra_fraction", "encoding", "kind")}  # one language, plain
-        cfg = registry.build_config(PretrainConfig, {**keep, "kind": value.split(":", 1)[1],
-                                                     "vocab_size": target.tokenizer.vocab_size,
-                                                     "tokenizer_algorithm": target.tokenizer.algorithm}, where=field)
+        if source is not None and source.world_kind:
+            base = {k: v for k, v in source.pretrain.items()
+                    if k not in ("extra_languages", "extra_fraction", "encoding", "kind")}  # one language, plain
+        else:
+            base = {} if seed is None else {"seed": seed}
+        cfg = target.helper_pretrain_config(base)
         dev = [world.text(target.language, "dev")] if world is not None and target.language in world.languages else []
         return Path(pretrain_on_files([corpus], cfg, dev_files=dev, cache_dir=cache_dir(), progress=progress))
     path = local_name(value)
@@ -302,14 +305,14 @@ def helper_model_dir(target: TargetSpec, world: Any, source: SourceSpec | None =
 
 
 def transfer_resources(target: TargetSpec, world: Any, *, source: SourceSpec | None = None,
-                       progress: bool = True, helper: bool = True) -> TransferResources:
+                       progress: bool = True, helper: bool = True, seed: int | None = None) -> TransferResources:
     """The corpora, dictionary, word vectors and helper model of a target, as local paths.
 
     Paths named in the target's config are checked to exist; a world target language gets the
     world's source corpus, parallel corpus and gold dictionary where the config names none. A
     ``world:`` helper model is pretrained here on first use (:func:`helper_model_dir`, which reads
-    ``source``'s pretraining settings) — only with ``helper`` (the trial's method reads it): a grid
-    whose other methods share the target does not pretrain one for them.
+    ``source``'s pretraining settings, or ``seed`` for another source) — only with ``helper`` (the
+    trial's method reads it): a grid whose other methods share the target does not pretrain one for them.
 
     Raises:
         ResourceError: a named file does not exist (naming the field), or a corpus is empty or
@@ -323,7 +326,7 @@ def transfer_resources(target: TargetSpec, world: Any, *, source: SourceSpec | N
         dictionary=_file(target.dictionary, f"targets[{lang}].dictionary"),
         source_word_vectors=_file(target.source_word_vectors, f"targets[{lang}].source_word_vectors"),
         target_word_vectors=_file(target.target_word_vectors, f"targets[{lang}].target_word_vectors"),
-        helper_model=helper_model_dir(target, world, source, progress=progress) if helper else None,
+        helper_model=helper_model_dir(target, world, source, progress=progress, seed=seed) if helper else None,
     )
     if world is not None and lang in world.languages and lang != world.source_language:
         res = dataclasses.replace(

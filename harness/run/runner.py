@@ -39,14 +39,6 @@ __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run
            "execute", "prepare_shared"]
 
 
-def _reads_helper_model(spec) -> bool:
-    """Whether the trial's method reads ``targets[].helper_model``: what the method class declares in its
-    ``needs`` (CLP always, OMP with ``donor: helper``), else whether its module reads ``inputs.helper_model``
-    at all (:func:`harness.registry.reads_input`; a plugin that says nothing gets the helper)."""
-    entry = registry.get("method", spec.method.name)
-    return registry.reads_input(entry.cls, component_config("method", spec.method), "helper_model")
-
-
 def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -119,11 +111,11 @@ def run_trial(spec: TrialSpec, *, progress: bool = True, artifacts_dir: Path | N
     t0 = time.perf_counter()
     src_path = resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
     tgt_tok = resources.target_tokenizer(spec.target, world, progress=progress)
+    seeds = spec.component_seeds()
     transfer = resources.transfer_resources(spec.target, world, source=spec.source, progress=progress,
-                                            helper=_reads_helper_model(spec))
+                                            helper=spec.reads_helper_model(), seed=seeds["init"])
     t_resources = time.perf_counter() - t0
 
-    seeds = spec.component_seeds()
     init_key = init_cache_key(spec, src_path, kind, init_inputs(tgt_tok, transfer))
     init = initialize(InitRequest(
         source_model=src_path, target_tokenizer=tgt_tok, method=spec.method.name,

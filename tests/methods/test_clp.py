@@ -192,8 +192,24 @@ def test_helper_model_in_the_config():
 
     raw = {"name": "x", "source": {"model": "/no/such/model"}, "targets": [{"language": "de", "helper_model": "world:mlm"}],
            "methods": ["clp"], "tasks": ["mlm-at-init"]}
-    with pytest.raises(ConfigError, match="needs a 'world:' section"):
+    with pytest.raises(ConfigError, match="give targets\\[\\].corpus or a 'world:' section"):
         parse_experiment(raw, where="x.yaml")
+    # a real source: the helper is pretrained on the target's own corpus
+    raw["targets"][0]["corpus"] = "/no/such/train.txt"
+    assert parse_experiment(raw, where="x.yaml").targets[0].helper_model == "world:mlm"
+    # helper_pretrain: PretrainConfig keys, only for a helper the harness pretrains, omitted while unset
+    assert "helper_pretrain" not in TargetSpec("near", helper_model="world:mlm").resolved()
+    small = TargetSpec("near", helper_model="world:mlm", helper_pretrain={"hidden_size": 32, "num_heads": 2})
+    assert small.resolved()["helper_pretrain"] == {"hidden_size": 32, "num_heads": 2}
+    assert small.helper_pretrain_config({"steps": 7, "hidden_size": 64}).hidden_size == 32  # over the source's
+    for bad, words in (({"hiden_size": 32}, ["helper_pretrain", "hiden_size", "hidden_size"]),
+                       ({"vocab_size": 10}, ["helper_pretrain.vocab_size", "tokenizer"]),
+                       ({"steps": -1}, ["helper_pretrain", "steps", "-1"])):
+        with pytest.raises(ConfigError) as e:
+            TargetSpec("near", helper_model="world:mlm", helper_pretrain=bad)
+        assert all(w in str(e.value) for w in words), str(e.value)
+    with pytest.raises(ConfigError, match="helper_pretrain: only a helper the harness pretrains"):
+        TargetSpec("near", helper_model="/some/dir", helper_pretrain={"steps": 5})
 
 
 def test_the_init_cache_key_hashes_the_helper_directory(tiny_helper, tmp_path):
@@ -253,11 +269,37 @@ def test_world_helper_uses_the_sources_pretraining_settings(tiny_world, tiny_pre
     assert [p.name for p in seen["files"]] == ["train.txt"] and [p.name for p in seen["dev_files"]] == ["dev.txt"]
 
 
+def test_helper_of_a_real_source_follows_the_trial_seed(tmp_path, monkeypatch):
+    """A source that is not a built-in model has no pretraining settings: the helper starts from the
+    defaults, takes ``helper_pretrain``, and its seed is the trial's init seed (one helper per seed,
+    as a world grid pretrains one source per seed) unless ``helper_pretrain`` holds it; no world, so
+    no dev text."""
+    from harness.run import resources
+
+    corpus = tmp_path / "train.txt"
+    corpus.write_text("ein satz\nnoch ein satz\n", encoding="utf-8")
+    seen = []
+    monkeypatch.setattr("harness.world.pretrain.pretrain_on_files",
+                        lambda files, cfg, **kw: seen.append((files, cfg, kw)) or "/helper")
+    target = TargetSpec("de", tokenizer=TokenizerSpec(vocab_size=99), corpus=str(corpus), helper_model="world:mlm",
+                        helper_pretrain={"hidden_size": 32, "num_heads": 2, "steps": 9})
+    real = SourceSpec(model="/models/e5")
+    for seed in (3, 4):
+        assert str(resources.transfer_resources(target, None, source=real, seed=seed).helper_model) == "/helper"
+    held = dataclasses.replace(target, helper_pretrain={**target.helper_pretrain, "seed": 0})
+    resources.helper_model_dir(held, None, real, seed=5)
+    (files, cfg, kw), (_, cfg4, _), (_, cfg_held, _) = seen
+    assert files == [corpus] and kw["dev_files"] == []
+    assert (cfg.hidden_size, cfg.num_heads, cfg.steps, cfg.vocab_size, cfg.seed) == (32, 2, 9, 99, 3)
+    assert (cfg4.seed, cfg_held.seed) == (4, 0)
+    assert resources.transfer_resources(target, None, source=real, seed=3, helper=False).helper_model is None
+
+
 def test_only_trials_whose_method_reads_the_helper_pretrain_it():
     """A target with ``helper_model: world:mlm`` shared by several methods (harness/configs/new-methods.yaml):
-    the helper is resolved (pretrained) only for CLP and OMP with ``donor: helper``, not for every trial."""
+    the helper is resolved (pretrained) only for CLP and OMP with ``donor: helper``, not for every trial,
+    and it is part of the trial id only for them: adding a helper to a target keeps the other methods' ids."""
     from harness.run.config import parse_experiment
-    from harness.run.runner import _reads_helper_model
 
     exp = parse_experiment({
         "name": "h", "world": {"size": "tiny", "seed": 0}, "source": {"model": "world:mlm"},
@@ -265,5 +307,14 @@ def test_only_trials_whose_method_reads_the_helper_pretrain_it():
         "methods": ["clp", "random", "multivariate", "omp", {"id": "omp-helper", "name": "omp", "config": {"donor": "helper"}}],
         "tasks": ["mlm-at-init"], "seeds": [1],
     })
-    assert {t.method.id: _reads_helper_model(t) for t in exp.trials()} == {
+    assert {t.method.id: t.reads_helper_model() for t in exp.trials()} == {
         "clp": True, "random": False, "multivariate": False, "omp": False, "omp-helper": True}
+    plain = parse_experiment({
+        "name": "h", "world": {"size": "tiny", "seed": 0}, "source": {"model": "world:mlm"},
+        "targets": [{"language": "near"}], "methods": ["clp", "random", "multivariate", "omp"],
+        "tasks": ["mlm-at-init"], "seeds": [1]})
+    ids = {t.method.id: t.trial_id for t in plain.trials()}
+    for t in exp.trials():
+        if t.method.id in ids:
+            assert (t.trial_id == ids[t.method.id]) == (not t.reads_helper_model()), t.method.id
+            assert ("helper_model" in t.resolved()["target"]) == t.reads_helper_model()

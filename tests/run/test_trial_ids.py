@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from harness.run.config import TRIAL_ID_VERSION, load_experiment
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,7 +28,10 @@ def test_trial_ids_of_a_packaged_config_are_pinned():
     assert held.trials()[0].trial_id == "78c1a21f87e58391"  # the experiment's name is not part of the id
 
 
-def test_every_committed_quickstart_tiny_record_is_named_by_a_current_trial_id():
-    ids = {t.trial_id for t in load_experiment(ROOT / "harness/configs/quickstart-tiny.yaml").trials()}
-    names = {p.name.split(".")[0] for p in (ROOT / "leaderboards/records/quickstart-tiny/records").glob("*.json")}
+@pytest.mark.parametrize("name", ["quickstart-tiny", "real-small"])
+def test_every_committed_record_is_named_by_a_current_trial_id(name):
+    """real-small gained a helper model on its targets (CLP's) after 440 records were committed: only the
+    trials whose method reads the helper hash it, so those records keep their names."""
+    ids = {t.trial_id for t in load_experiment(ROOT / f"harness/configs/{name}.yaml").trials()}
+    names = {p.name.split(".")[0] for p in (ROOT / f"leaderboards/records/{name}/records").glob("*.json")}
     assert names and names <= ids, sorted(names - ids)[:3]
