@@ -28,7 +28,7 @@ def test_trial_ids_of_a_packaged_config_are_pinned():
     assert held.trials()[0].trial_id == "78c1a21f87e58391"  # the experiment's name is not part of the id
 
 
-@pytest.mark.parametrize("name", ["quickstart-tiny", "real-small"])
+@pytest.mark.parametrize("name", ["quickstart-tiny", "real-small", "real-small-world"])
 def test_every_committed_record_is_named_by_a_current_trial_id(name):
     """real-small gained a helper model on its targets (CLP's) after 440 records were committed: only the
     trials whose method reads the helper hash it, so those records keep their names."""
