@@ -21,8 +21,9 @@ __all__ = ["LiveRows", "method_order"]
 
 def method_order(specs: Sequence, workers: int = 1) -> Callable:
     """A sort key (for :func:`harness.run.experiment.run_experiment`'s ``order``): the methods in waves
-    of ``workers`` methods, in the order the experiment lists them; within a wave seed by seed, target
-    by target, the wave's methods taking turns.
+    of ``workers`` methods (the last wave takes the methods left over, so none runs alone beside
+    itself), in the order the experiment lists them; within a wave seed by seed, target by target,
+    task by task, the wave's methods taking turns.
 
     Why turns: a method's first trial on a target may train what its other seeds then read from the
     cache (a fastText model whose seed the config holds: FOCUS's ``aux_seed``, WECHSEL's
@@ -30,7 +31,11 @@ def method_order(specs: Sequence, workers: int = 1) -> Callable:
     both do it; with the wave's methods alternating, the trials running side by side are of different
     methods, and a method's next seed usually starts after its first one has filled the cache. With
     one worker the waves are single methods: method by method, so the rows still come one after
-    another. The order changes no number (each trial is seeded on its own), only when rows print.
+    another. The same holds for the tasks of one initialization (real-small: bitext retrieval and
+    teacher agreement read one cached init and the student's cached embeddings): task by task with the
+    methods alternating, the second task of an init starts after the first has filled the cache,
+    instead of its worker waiting on the other's build lock. The order changes no number (each trial
+    is seeded on its own), only when rows print.
 
     Example:
         >>> from types import SimpleNamespace as NS
@@ -38,22 +43,34 @@ def method_order(specs: Sequence, workers: int = 1) -> Callable:
         ...          for m in ("a", "b") for t in ("x", "y") for s in (1, 2)]
         >>> [(s.method.id, s.target.language, s.seed) for s in sorted(specs, key=method_order(specs, 2))][:4]
         [('a', 'x', 1), ('b', 'x', 1), ('a', 'y', 1), ('b', 'y', 1)]
+        >>> specs = [NS(method=NS(id=m), target=NS(language="x"), task=NS(id=t), seed=1) for m in "ab" for t in "PQ"]
+        >>> [(s.method.id, s.task.id) for s in sorted(specs, key=method_order(specs, 2))]
+        [('a', 'P'), ('b', 'P'), ('a', 'Q'), ('b', 'Q')]
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"method_order: workers must be a positive int, got {workers!r}")
     rank: dict[str, int] = {}
     seeds: dict[int, int] = {}
     targets: dict[str, int] = {}
+    tasks: dict[str | None, int] = {}
     for s in specs:
         rank.setdefault(s.method.id, len(rank))
         seeds.setdefault(s.seed, len(seeds))
         targets.setdefault(s.target.language, len(targets))
+        tasks.setdefault(_task_id(s), len(tasks))
 
-    def key(spec) -> tuple[int, int, int, int]:
+    last = max(1, len(rank) // workers) - 1  # a last wave short of methods joins the one before it
+
+    def key(spec) -> tuple[int, int, int, int, int]:
         r = rank[spec.method.id]
-        return r // workers, seeds[spec.seed], targets[spec.target.language], r
+        return min(r // workers, last), seeds[spec.seed], targets[spec.target.language], tasks[_task_id(spec)], r
 
     return key
+
+
+def _task_id(spec) -> str | None:
+    task = getattr(spec, "task", None)
+    return None if task is None else task.id
 
 
 class LiveRows:
