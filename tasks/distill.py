@@ -16,7 +16,7 @@ embeddings) learns to put each target-language line where the *teacher* (the ori
   so they are shared per process and in tokxfer's cache with every method and seed of a grid.
 * ``train: embeddings`` (default) trains only the input embedding matrix (TransInner's phase 1 as a
   stage); every other parameter has ``requires_grad=False`` and is checked bit-identical afterwards
-  by fingerprint (:func:`tasks.lapt._fingerprints`). ``all`` trains the whole encoder.
+  by fingerprint (:func:`tasks.lapt.parameter_fingerprints`). ``all`` trains the whole encoder.
 * Held out: the *last* ``held_out_lines`` lines of each language's training file are never trained
   on; ``distill_loss_before`` / ``distill_loss_after`` are the mean loss on them (student in eval
   mode, no dropout) before and after training.
@@ -45,8 +45,8 @@ import torch
 
 from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_stage
-from tasks.lapt import _fingerprints, check_reload, hf_model, load_lapt, save_lapt
-from tasks.loop import TrainConfig, finetune, log, resolve_device
+from tasks.lapt import cached_stage, hf_model, parameter_fingerprints
+from tasks.loop import TrainConfig, finetune, resolve_device
 from tasks.sentence_embeddings import POOLINGS, SentenceConfig, _hidden, embed, pool, teacher_embeddings
 
 __all__ = ["DistillConfig", "Distill", "distill_cache_key", "distill_loss"]
@@ -335,28 +335,14 @@ class Distill:
             model, result = self._train(ctx, paths, directives)
             result.info["cache"] = None if cache_key is None or not self.config.cache else "skipped: not a transformers model"
             return model, result
-        from harness.cache import cached_dir
-
         t0 = time.perf_counter()
         key = distill_cache_key(cache_key, self.config, teacher=teacher_identity(ctx), data_files=paths, seed=ctx.seed,
                                 languages=ctx.languages)
-        trained: dict[str, Any] = {}
-
-        def build(out: Path) -> None:
-            trained["model"], trained["result"] = self._train(ctx, paths, directives)
-            save_lapt(out, trained["model"], trained["result"])
-            # A cache hit must give the very weights a miss gives; refuse to cache otherwise.
-            check_reload(trained["model"], load_lapt(out, type(ctx.model))[0])
-
-        entry = cached_dir("distill", {"distill_key": key}, build, root=Path(cache_root) if cache_root is not None else None)
-        if "model" in trained:
-            model, result = trained["model"], trained["result"]
-            result.info["cache"] = {"hit": False, "key": key, "path": str(entry)}
-            return model, result
-        model, result = load_lapt(entry, type(ctx.model), resolve_device(ctx.device))
-        result.info["cache"] = {"hit": True, "key": key, "path": str(entry)}
-        result.info["timings"] = {**result.info.get("timings", {}), "cache_hit_s": round(time.perf_counter() - t0, 3)}
-        log(f"[bold]distill[/]: reused the cached distilled model {entry}", ctx.progress)
+        model, result = cached_stage("distill", key, lambda: self._train(ctx, paths, directives), type(ctx.model),
+                                     resolve_device(ctx.device), cache_root=cache_root, progress=ctx.progress,
+                                     what="distilled")
+        if result.info["cache"]["hit"]:
+            result.info["timings"] = {**result.info.get("timings", {}), "cache_hit_s": round(time.perf_counter() - t0, 3)}
         return model, result
 
     # -- training
@@ -391,7 +377,7 @@ class Distill:
         embedding = hf.get_input_embeddings().weight
         saved = {name: p.requires_grad for name, p in model.named_parameters()}
         frozen = {name: p for name, p in model.named_parameters() if p is not embedding} if cfg.train == "embeddings" else {}
-        fingerprints = _fingerprints(frozen)
+        fingerprints = parameter_fingerprints(frozen)
         t1, c1 = time.perf_counter(), time.process_time()
         try:
             for p in model.parameters():
@@ -404,7 +390,7 @@ class Distill:
             for name, p in model.named_parameters():
                 p.requires_grad_(saved[name])
         t_train, c_train = time.perf_counter() - t1, time.process_time() - c1
-        changed = [name for name, fp in _fingerprints(frozen).items() if fp != fingerprints[name]]
+        changed = [name for name, fp in parameter_fingerprints(frozen).items() if fp != fingerprints[name]]
         if changed:
             raise RuntimeError(f"distill: frozen parameters changed while training the embeddings only: {changed[:5]}")
         model.eval()

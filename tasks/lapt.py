@@ -342,7 +342,7 @@ def lexical_parameters(model: Any) -> dict[str, torch.nn.Parameter]:
     return {name: p for name, p in model.named_parameters() if id(p) in ids}
 
 
-def _fingerprints(params: dict[str, torch.nn.Parameter]) -> dict[str, str]:
+def parameter_fingerprints(params: dict[str, torch.nn.Parameter]) -> dict[str, str]:
     """sha256 of the exact bytes of each parameter: detects any change without keeping a copy."""
     return {
         name: hashlib.sha256(
@@ -482,6 +482,35 @@ def load_lapt(path: str | Path, model_cls: type, device: str = "cpu") -> tuple[A
     return model, TaskResult(payload["metrics"], payload["counts"], curves, payload["info"])
 
 
+def cached_stage(kind: str, key: dict, train: Callable[[], tuple[Any, TaskResult]], model_cls: type, device: str, *,
+                 cache_root: str | Path | None, progress: bool, what: str = "adapted") -> tuple[Any, TaskResult]:
+    """A trained stage through tokxfer's cache (kind ``kind``, :func:`harness.cache.cached_dir` under
+    ``{"<kind>_key": key}``): on a miss ``train()``'s model and result, saved with :func:`save_lapt` and
+    cached only when they reload identically (:func:`check_reload`: a hit must give the very weights a
+    miss gives); on a hit the saved ones (:func:`load_lapt`). ``result.info["cache"]`` says which, with
+    the key and the entry; a hit is logged as "reused the cached <what> model". Shared by LAPT and the
+    distill stage.
+    """
+    from harness.cache import cached_dir
+
+    trained: dict[str, Any] = {}
+
+    def build(out: Path) -> None:
+        trained["model"], trained["result"] = train()
+        save_lapt(out, trained["model"], trained["result"])
+        check_reload(trained["model"], load_lapt(out, model_cls)[0])
+
+    entry = cached_dir(kind, {f"{kind}_key": key}, build, root=Path(cache_root) if cache_root is not None else None)
+    if "model" in trained:
+        model, result = trained["model"], trained["result"]
+        result.info["cache"] = {"hit": False, "key": key, "path": str(entry)}
+        return model, result
+    model, result = load_lapt(entry, model_cls, device)
+    result.info["cache"] = {"hit": True, "key": key, "path": str(entry)}
+    log(f"[bold]{kind}[/]: reused the cached {what} model {entry}", progress)
+    return model, result
+
+
 def check_reload(trained: Any, reloaded: Any) -> None:
     """Raise unless ``reloaded`` has exactly the parameters and buffers of ``trained``.
 
@@ -583,28 +612,11 @@ class Lapt:
                 None if cache_key is None or not self.config.cache else "skipped: not a plain transformers model"
             )
             return model, result
-        from harness.cache import cached_dir
-
         key = lapt_cache_key(
             cache_key, self.config, directives=directives, data_files=paths, seed=ctx.seed, languages=ctx.languages
         )
-        trained: dict[str, Any] = {}
-
-        def build(out: Path) -> None:
-            trained["model"], trained["result"] = self._train(ctx, directives, paths)
-            save_lapt(out, trained["model"], trained["result"])
-            # A cache hit must give the very weights a miss gives; refuse to cache otherwise.
-            check_reload(trained["model"], load_lapt(out, type(hf_model(ctx.model)))[0])
-
-        entry = cached_dir("lapt", {"lapt_key": key}, build, root=Path(cache_root) if cache_root is not None else None)
-        if "model" in trained:
-            model, result = trained["model"], trained["result"]
-            result.info["cache"] = {"hit": False, "key": key, "path": str(entry)}
-            return model, result
-        model, result = load_lapt(entry, type(hf_model(ctx.model)), resolve_device(ctx.device))
-        result.info["cache"] = {"hit": True, "key": key, "path": str(entry)}
-        log(f"[bold]lapt[/]: reused the cached adapted model {entry}", ctx.progress)
-        return model, result
+        return cached_stage("lapt", key, lambda: self._train(ctx, directives, paths), type(hf_model(ctx.model)),
+                            resolve_device(ctx.device), cache_root=cache_root, progress=ctx.progress)
 
     # -- training
 
@@ -736,7 +748,7 @@ class Lapt:
         lexical_ids = {id(p) for p in lexical.values()}
         saved = {name: p.requires_grad for name, p in model.named_parameters()}
         frozen = {name: p for name, p in model.named_parameters() if id(p) not in lexical_ids}
-        before = _fingerprints(frozen)
+        before = parameter_fingerprints(frozen)
         try:
             for p in model.parameters():
                 p.requires_grad_(id(p) in lexical_ids)
@@ -745,7 +757,7 @@ class Lapt:
         finally:
             for name, p in model.named_parameters():
                 p.requires_grad_(saved[name])
-        after = _fingerprints(frozen)
+        after = parameter_fingerprints(frozen)
         changed = [name for name in frozen if after[name] != before[name]]
         if changed:
             raise RuntimeError(f"lapt: frozen parameters changed during the embeddings-only phase: {changed[:5]}")
