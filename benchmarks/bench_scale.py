@@ -360,7 +360,7 @@ def method_inputs(method: str, values: dict[str, Any], paths: dict) -> list[str]
     entry = registry.get("method", method)
     needs = method_needs(method)
     if needs is None:
-        return [f for f in method_reads(method, entry.cls) if f in paths]
+        return [f for f in method_reads(entry.cls) if f in paths]
     cfg = registry.build_config(entry.config_cls, values, where=f"--methods {method}")
     picked = [next((i for i in n.inputs if i in paths), None) for n in needs if n.applies(cfg)]
     return list(dict.fromkeys(i for i in picked if i is not None))

@@ -402,7 +402,7 @@ def _check_files(args: argparse.Namespace, entry: Any, cfg: Any, cfg_values: dic
         problems.append("--mode extend needs --target-corpus (it ranks the target tokens to add)")
     if problems:
         raise InitInputError(_missing_line(problems, args.method))
-    reads = set(method_reads(args.method, entry.cls)) | ({"target_corpus"} if args.mode == "extend" else set())
+    reads = set(method_reads(entry.cls)) | ({"target_corpus"} if args.mode == "extend" else set())
     method_paths = {k: (v if k in reads else None) for k, v in paths.items()}
     for k, v in paths.items():
         if v is not None and k not in reads:

@@ -132,7 +132,7 @@ def method_needs(name: str) -> tuple[Need, ...] | None:
     return registry.method_needs(registry.get("method", name).cls)
 
 
-def method_reads(name: str, cls: type) -> list[str]:
+def method_reads(cls: type) -> list[str]:
     """The file inputs a method reads: from its declared needs (:func:`method_needs`), else found in its module's source."""
     from harness import registry
 
@@ -206,11 +206,11 @@ def explain(name: str, width: int = 100) -> str:
             cond = f" [when {need_condition(n, entry.config_cls)}]" if n.when else " [always]"
             lines.append(wrap(f"{alts}: {n.why}{cond}", "  "))
     else:
-        reads = method_reads(name, entry.cls)
+        reads = method_reads(entry.cls)
         lines.append("  " + (", ".join(INPUT_BY_FIELD[r].flag for r in reads) + " (read by the method; requirements "
                                 "not declared)" if reads else "none: only the two tokenizers and the source embeddings"))
     lines.append("  --target-corpus [when --mode extend: ranks the target tokens to add]")
-    used = {i for n in needs or () for i in n.inputs} | set(method_reads(name, entry.cls))
+    used = {i for n in needs or () for i in n.inputs} | set(method_reads(entry.cls))
     formats = [f for f in INPUT_FLAGS if f.field in used]
     if formats:
         lines += ["", "Formats:"]

@@ -392,7 +392,7 @@ def test_s08_method_needs_match_what_the_methods_read():
 
         src = inspect.getsource(sys.modules[e.cls.__module__])
         read = {f.field for f in INPUT_FLAGS if re.search(rf"\binputs\.{f.field}\b", src)}
-        assert set(method_reads(e.name, e.cls)) == read, e.name
+        assert set(method_reads(e.cls)) == read, e.name
 
 
 def test_s08_the_method_class_is_the_one_place_its_needs_are_written(tmp_path, capfd):
@@ -415,7 +415,7 @@ def test_s08_the_method_class_is_the_one_place_its_needs_are_written(tmp_path, c
         def __init__(self, config):
             self.config = config
 
-    assert method_needs("test-needs-one-truth") == M.needs and method_reads("test-needs-one-truth", M) == ["helper_model"]
+    assert method_needs("test-needs-one-truth") == M.needs and method_reads(M) == ["helper_model"]
     assert missing_inputs("test-needs-one-truth", Cfg("helper"), set()) == [
         "--method test-needs-one-truth with donor=helper needs --helper-model: its embeddings, when asked"]
     assert missing_inputs("test-needs-one-truth", Cfg(), set()) == []
