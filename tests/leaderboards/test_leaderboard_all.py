@@ -28,7 +28,6 @@ PENDING: dict[str, str] = {
     "xlp-table1-translate-train": "harness/configs/xlp-table1-translate-train.yaml has not been run yet",
     "xlp-table2": "harness/configs/xlp-table2.yaml on the TLM-pretrained sources has not been run yet",
     "methods-x-encodings-new-downstream": "harness/configs/methods-x-encodings-new-downstream.yaml has not been run yet",
-    "new-methods": "harness/configs/new-methods.yaml (issue 30's methods, 5 seeds) has not been run yet",
 }
 SPECS = [p for p in ALL_SPECS if p.stem not in PENDING]
 RECORDS = ROOT / "leaderboards" / "records"
