@@ -34,7 +34,8 @@ def method_order(specs: Sequence, workers: int = 1) -> Callable:
     another. The same holds for the tasks of one initialization (real-small: bitext retrieval and
     teacher agreement read one cached init and the student's cached embeddings): task by task with the
     methods alternating, the second task of an init starts after the first has filled the cache,
-    instead of its worker waiting on the other's build lock. The order changes no number (each trial
+    instead of its worker waiting on the other's build lock (and where methods' costs differ so much that
+    it would, the worker pool passes over it: :func:`harness.run.executors.next_spec`). The order changes no number (each trial
     is seeded on its own), only when rows print.
 
     Example:

@@ -47,6 +47,17 @@ def waits_for_a_second_worker(spec, runs_dir, progress=False):
     return ok_execute(spec, runs_dir, progress)
 
 
+def logs_its_interval(spec, runs_dir, progress=False):
+    """:func:`waits_for_a_second_worker` that also writes when it ran and which initialization it reads."""
+    start = time.time()
+    rec = waits_for_a_second_worker(spec, runs_dir, progress)
+    time.sleep(0.3)
+    log = Path(runs_dir) / "intervals"
+    log.mkdir(exist_ok=True)
+    (log / spec.trial_id).write_text(f"{spec.method.id}/{spec.target.language}/{spec.seed} {start} {time.time()}")
+    return rec
+
+
 @pytest.fixture()
 def importable(monkeypatch):
     """Worker processes import the stand-ins from the checkout (as ``tests.run.test_workers``)."""
@@ -120,6 +131,24 @@ def test_workers_split_the_grid_and_never_outnumber_its_trials(tmp_path, importa
     pids = {r["environment"]["pid"] for r in records.iter_records(tmp_path / "exp")}
     assert summary.ran == 6 and len(pids) == 2 and os.getpid() not in pids
     assert len(WorkerPoolExecutor(8, progress=False)._slots(3)) == 3
+
+
+def test_two_workers_never_run_two_tasks_of_one_initialization_at_once(tmp_path, importable):
+    # listed task by task (the tasks of an initialization side by side, as method_order lists them): handed
+    # out in that order, the second worker would take the first one's sibling and wait on its build lock
+    cfg = parse_experiment({"name": "exp", "world": {"size": "tiny"}, "targets": [{"language": "near"}],
+                            "methods": ["random", "overlap"], "seeds": [1],
+                            "tasks": [{"id": "p", "name": "mlm-at-init", "config": {"max_eval_examples": 8}},
+                                      {"id": "q", "name": "mlm-at-init", "config": {"max_eval_examples": 16}}]})
+    order = {(m, t): i for i, (m, t) in enumerate([("random", "p"), ("random", "q"), ("overlap", "p"), ("overlap", "q")])}
+    summary = run_experiment(cfg, tmp_path, executor=WorkerPoolExecutor(2, progress=False), progress=False,
+                             trial_fn=logs_its_interval, order=lambda s: order[(s.method.id, s.task.id)])
+    assert summary.ran == 4 and summary.failed == 0
+    spans = [f.read_text().split() for f in (tmp_path / "intervals").iterdir()]
+    assert len(spans) == 4 and len({g for g, _, _ in spans}) == 2
+    for i, (g, a, b) in enumerate(spans):
+        for h, c, d in spans[i + 1:]:
+            assert g != h or float(b) <= float(c) or float(d) <= float(a), "two tasks of one init ran at once"
 
 
 def test_a_worker_that_cannot_load_a_plugin_is_a_clear_error(tmp_path, importable):
