@@ -257,3 +257,27 @@ def test_draws_depend_on_the_generator_only(spec):
     _ = torch.randn(10), np.random.rand(4)
     assert torch.equal(a, draw(E, 50, torch.Generator().manual_seed(9), spec))
     assert not torch.equal(a, draw(E, 50, torch.Generator().manual_seed(10), spec))
+
+
+def test_the_covariance_factor_is_computed_once_per_content(monkeypatch):
+    """The method reports the factor and the harness draws from it in every trial of a grid: it is kept
+    per process by the rows' bytes, and a matrix whose content differs gets its own."""
+    from harness import random_rows
+
+    monkeypatch.setattr(random_rows, "_FACTOR_MEMO", random_rows.ProcessMemo(2))
+    calls = []
+    real = random_rows.moments
+    monkeypatch.setattr(random_rows, "moments", lambda m, **k: calls.append(1) or real(m, **k))
+    g = torch.Generator().manual_seed(0)
+    e = torch.randn(50, 4, generator=g)
+    spec = RandomRows("full", 1.0)
+    a = random_rows.covariance_factor(e, spec)
+    b = random_rows.covariance_factor(e.clone(), spec)  # another tensor, same bytes
+    assert len(calls) == 1 and torch.equal(a.root, b.root)
+    e2 = e.clone()
+    e2[3, 1] += 1e-3
+    c = random_rows.covariance_factor(e2, spec)
+    random_rows.covariance_factor(e, RandomRows("full", 0.5))
+    assert len(calls) == 3 and not torch.equal(a.root, c.root)
+    expect = torch.linalg.cholesky(torch.cov(e2.double().T, correction=0))
+    assert torch.allclose(c.root, expect, atol=1e-10)

@@ -586,7 +586,7 @@ def test_source_model_is_loaded_once_per_process_and_handed_out_as_copies(tmp_pa
     assert len(loads) == 4
 
 
-def test_source_tokenizer_is_read_once_per_process_and_never_shared(bert_dir, monkeypatch):
+def test_source_tokenizer_is_read_once_per_process_and_no_change_reaches_a_later_copy(bert_dir, monkeypatch):
     import harness.tokenizers
     from harness.run import resources
 
@@ -595,10 +595,20 @@ def test_source_tokenizer_is_read_once_per_process_and_never_shared(bert_dir, mo
     real = harness.tokenizers.load_tokenizer
     monkeypatch.setattr(harness.tokenizers, "load_tokenizer", lambda p: loads.append(p) or real(p))
     a = resources.load_tokenizer(str(bert_dir))
-    a.backend_tokenizer.enable_truncation(2)  # a caller's truncation state stays its own
     b = resources.load_tokenizer(str(bert_dir))
-    assert len(loads) == 1 and b is not a and b.backend_tokenizer.truncation is None
-    assert b(EN[0])["input_ids"] == real(str(bert_dir))(EN[0])["input_ids"]
+    assert len(loads) == 1 and b is not a
+    assert b.backend_tokenizer is a.backend_tokenizer  # unchanged since loaded: shared, not rebuilt
+    a.backend_tokenizer.enable_truncation(2)  # a caller's truncation state stays its own …
+    c = resources.load_tokenizer(str(bert_dir))
+    assert c.backend_tokenizer is not a.backend_tokenizer and c.backend_tokenizer.truncation is None
+    assert a.backend_tokenizer.truncation["max_length"] == 2  # … and is not undone under it
+    assert c(EN[0])["input_ids"] == real(str(bert_dir))(EN[0])["input_ids"]
+    c(EN, truncation=True, max_length=3, padding="max_length")  # what a call leaves on the backend
+    c.add_tokens(["zzqqxx"])
+    d = resources.load_tokenizer(str(bert_dir))
+    assert len(loads) == 1 and len(d) == len(a) == len(c) - 1 and d.backend_tokenizer.padding is None
+    assert d(EN[0])["input_ids"] == real(str(bert_dir))(EN[0])["input_ids"]
+    assert d.backend_tokenizer.to_str() == real(str(bert_dir)).backend_tokenizer.to_str()
 
 
 def test_embeddings_are_found_in_the_cache_by_another_process(tmp_path, bert_dir, monkeypatch):
