@@ -28,7 +28,6 @@ PENDING: dict[str, str] = {
     "xlp-table1-translate-train": "harness/configs/xlp-table1-translate-train.yaml has not been run yet",
     "xlp-table2": "harness/configs/xlp-table2.yaml on the TLM-pretrained sources has not been run yet",
     "methods-x-encodings-new-downstream": "harness/configs/methods-x-encodings-new-downstream.yaml has not been run yet",
-    "real-small-distill": "harness/configs/real-small-distill.yaml is running (issue 29's continued-training subset)",
 }
 SPECS = [p for p in ALL_SPECS if p.stem not in PENDING]
 RECORDS = ROOT / "leaderboards" / "records"
