@@ -83,6 +83,42 @@ def _tracking_summary(errors: list[str]) -> str:
     return f"tracking: {len(errors)} mirror(s) failed; every record is safe on disk. Last error: {last}"
 
 
+def failure_summary(records_dir: Path, trial_ids: set[str], *, shown: int = 5) -> list[str]:
+    """The failed records among ``trial_ids``, grouped by method, target language and the error's first
+    sentence, largest group first: what ``tokxfer run`` prints under its count, so a known failure (a
+    method the data cannot serve) reads as one line and a new one stands out.
+
+    Example:
+        >>> import json, tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> for i in range(3):
+        ...     _ = (d / f"t{i}.json").write_text(json.dumps({"status": "failed", "config": {"method": {"id": "wechsel"},
+        ...         "target": {"language": "ta"}}, "error": {"type": "DictionaryError", "message": "no pairs. Check it"}}))
+        >>> failure_summary(d, {"t0", "t1", "t2"})
+        ['wechsel → ta × 3: DictionaryError: no pairs.']
+    """
+    groups: dict[tuple, int] = {}
+    for tid in sorted(trial_ids):
+        try:
+            rec = json.loads((records_dir / f"{tid}.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if rec.get("status") != "failed":
+            continue
+        cfg, err = rec.get("config") or {}, rec.get("error") or {}
+        method = (cfg.get("method") or {}).get("id") or (cfg.get("method") or {}).get("name")
+        lang = (cfg.get("target") or {}).get("language")
+        first = str(err.get("message", "")).split(". ")[0].strip()
+        first = first[:157] + "…" if len(first) > 160 else first.rstrip(".") + "."
+        key = (method, lang, err.get("type", "error"), first)
+        groups[key] = groups.get(key, 0) + 1
+    ordered = sorted(groups.items(), key=lambda kv: -kv[1])
+    lines = [f"{m} → {lang} × {n}: {kind}: {msg}" for (m, lang, kind, msg), n in ordered[:shown]]
+    if len(ordered) > shown:
+        lines.append(f"… and {len(ordered) - shown} more kinds of failure (the records' 'error' fields)")
+    return lines
+
+
 # --------------------------------------------------------------------------------------------
 # commands
 
@@ -156,6 +192,9 @@ def cmd_run(args) -> int:
     others = f", {summary.by_others} run by other processes" if summary.by_others else ""
     print(f"{cfg.name}: ran {summary.ran}, skipped {summary.skipped} (already recorded){others}, failed "
           f"{summary.failed} in {time.perf_counter() - t0:.1f}s; records in {summary.records_dir}")
+    if summary.failed:
+        for line in failure_summary(Path(summary.records_dir), {t.trial_id for t in cfg.trials()}):
+            print(f"  failed: {line}", file=sys.stderr)
     if summary.tracking_errors:
         print(_tracking_summary(summary.tracking_errors), file=sys.stderr)
     return 1 if summary.failed else 0

@@ -122,3 +122,21 @@ def test_full_disk_while_writing_a_record_is_one_line_and_leaves_no_partial_reco
     assert str(runs / "exp" / "records") in err[0]
     assert not list((runs / "exp" / "records").iterdir()), "no record and no temp file is left behind"
     assert not list((runs / "exp" / "claims").glob("*.claim"))
+
+
+def test_failed_trials_are_summarized_by_kind_under_the_count(exp, tmp_path, capsys, monkeypatch):
+    """A run with failures exits 1 and says, one line per kind, which method and language failed and why,
+    so a failure the data explains (the real lane's WECHSEL on Tamil) is not mistaken for a new one."""
+    import harness.run.runner as runner
+
+    def flaky(spec, **kw):
+        if spec.seed > 1:
+            raise ValueError(f"bilingual dictionary /x/ta.tsv: no usable word pairs. Read {spec.seed} pairs")
+        return _ok_trial(spec)
+
+    monkeypatch.setattr(runner, "run_trial", flaky)
+    assert main(["run", str(exp), "--runs-dir", str(tmp_path / "runs"), "--no-tracking", "--quiet"]) == 1
+    out = capsys.readouterr()
+    assert "failed 2 in" in out.out
+    lines = [x for x in out.err.splitlines() if x.startswith("  failed: ")]
+    assert lines == ["  failed: random → near × 2: ValueError: bilingual dictionary /x/ta.tsv: no usable word pairs."]
