@@ -37,7 +37,7 @@ import torch
 from harness.cache import ProcessMemo
 from harness.protocols import RandomRows
 
-__all__ = ["Factor", "moments", "covariance_factor", "draw"]
+__all__ = ["Factor", "moments", "covariance_factor", "draw", "content_key"]
 
 CHUNK_ELEMENTS = 1 << 24
 """Matrix elements per chunk when accumulating the covariance (128 MiB of float64)."""
@@ -98,6 +98,19 @@ class Factor:
 _FACTOR_MEMO = ProcessMemo(2)
 
 
+def content_key(matrix: torch.Tensor) -> tuple:
+    """``(dtype, shape, sha256 of the bytes)`` of a tensor: a per-process memo key for what is derived from a
+    matrix's content (every trial of a grid gets its own copy of the same source rows). ~0.3 s for e5's
+    250k x 384 float32 rows.
+
+    Example:
+        >>> content_key(torch.zeros(2, 3)) == content_key(torch.zeros(2, 3)), content_key(torch.zeros(3, 2))[1]
+        (True, (3, 2))
+    """
+    flat = matrix.detach().to("cpu").contiguous()
+    return str(flat.dtype), tuple(flat.shape), hashlib.sha256(memoryview(flat.view(-1).view(torch.uint8).numpy())).hexdigest()
+
+
 def covariance_factor(matrix: torch.Tensor, spec: RandomRows) -> Factor:
     """The sampling factor of ``spec`` (``full`` or ``transformers``) for the rows of ``matrix``.
 
@@ -110,10 +123,8 @@ def covariance_factor(matrix: torch.Tensor, spec: RandomRows) -> Factor:
     """
     if spec.distribution not in ("full", "transformers"):
         raise ValueError(f"covariance_factor: distribution {spec.distribution!r} has no covariance factor")
-    flat = matrix.detach().to("cpu").contiguous()
-    key = (spec.distribution, float(spec.covariance_scale), str(flat.dtype), tuple(flat.shape),
-           hashlib.sha256(memoryview(flat.view(-1).view(torch.uint8).numpy())).hexdigest())
-    return _FACTOR_MEMO.get(key, lambda: _factor(flat, spec))
+    key = (spec.distribution, float(spec.covariance_scale), *content_key(matrix))
+    return _FACTOR_MEMO.get(key, lambda: _factor(matrix.detach().to("cpu"), spec))
 
 
 def _factor(matrix: torch.Tensor, spec: RandomRows) -> Factor:

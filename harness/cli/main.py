@@ -90,27 +90,29 @@ def failure_summary(records_dir: Path, trial_ids: set[str], *, shown: int = 5) -
 
     Example:
         >>> import json, tempfile
+        >>> from harness.run.records import SCHEMA_VERSION
         >>> d = Path(tempfile.mkdtemp())
         >>> for i in range(3):
-        ...     _ = (d / f"t{i}.json").write_text(json.dumps({"status": "failed", "config": {"method": {"id": "wechsel"},
-        ...         "target": {"language": "ta"}}, "error": {"type": "DictionaryError", "message": "no pairs. Check it"}}))
+        ...     _ = (d / f"t{i}.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "trial_id": f"t{i}", "status": "failed",
+        ...         "config": {"method": {"id": "wechsel"}, "target": {"language": "ta"}},
+        ...         "error": {"type": "DictionaryError", "message": "no pairs. Check it"}}))
         >>> failure_summary(d, {"t0", "t1", "t2"})
         ['wechsel → ta × 3: DictionaryError: no pairs.']
     """
+    from harness.run import records
+
     groups: dict[tuple, int] = {}
     for tid in sorted(trial_ids):
         try:
-            rec = json.loads((records_dir / f"{tid}.json").read_text())
-        except (OSError, ValueError):
+            rec = records.read_record(records_dir / f"{tid}.json")
+        except (OSError, records.RecordError):
             continue
-        if rec.get("status") != "failed":
+        if rec.status != "failed":
             continue
-        cfg, err = rec.get("config") or {}, rec.get("error") or {}
-        method = (cfg.get("method") or {}).get("id") or (cfg.get("method") or {}).get("name")
-        lang = (cfg.get("target") or {}).get("language")
+        err = rec.error if isinstance(rec.error, dict) else {}
         first = str(err.get("message", "")).split(". ")[0].strip()
         first = first[:157] + "…" if len(first) > 160 else first.rstrip(".") + "."
-        key = (method, lang, err.get("type", "error"), first)
+        key = (rec.method_id, rec.target_language, err.get("type", "error"), first)
         groups[key] = groups.get(key, 0) + 1
     ordered = sorted(groups.items(), key=lambda kv: -kv[1])
     lines = [f"{m} → {lang} × {n}: {kind}: {msg}" for (m, lang, kind, msg), n in ordered[:shown]]

@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 
 import numpy as np
@@ -30,7 +29,7 @@ from torch import nn
 from harness.cache import ProcessMemo
 from harness.errors import TokxferError
 from harness.protocols import FALLBACK, SPECIAL, InitResult, LowRank, RandomRows, TokenMapping
-from harness.random_rows import CHUNK_ELEMENTS, draw
+from harness.random_rows import CHUNK_ELEMENTS, content_key, draw
 
 
 class SurgeryError(TokxferError, ValueError):
@@ -113,9 +112,7 @@ def _column_stats(src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``(src.mean(0), src.std(0))`` of a float32 CPU matrix, kept per process by its content: every
     trial of a grid draws fallback rows from the same source rows, and ``std`` over XLM-R's 250k rows
     costs ~2 s of CPU where hashing them costs ~0.3 s."""
-    arr = src.contiguous().numpy()
-    key = (arr.shape, hashlib.sha256(memoryview(arr).cast("B")).hexdigest())
-    mean, std = _STATS_MEMO.get(key, lambda: (src.mean(0), src.std(0)))
+    mean, std = _STATS_MEMO.get(content_key(src), lambda: (src.mean(0), src.std(0)))
     return mean.clone(), std.clone()
 
 
