@@ -87,6 +87,7 @@ __all__ = [
     "check_dimensions",
     "read_dictionary",
     "match_dictionary",
+    "no_pairs_error",
     "procrustes",
     "align_word_vectors",
 ]
@@ -643,6 +644,19 @@ def procrustes(x: np.ndarray, y: np.ndarray, *, precision: str = "float64") -> n
     return u @ vt
 
 
+def no_pairs_error(where: str, match: DictionaryMatch, target_vocabulary: str, source: WordVectors) -> DictionaryError:
+    """The :class:`DictionaryError` for a dictionary ``match`` without a usable pair (``target_vocabulary``
+    says which target words were looked in), with the counts that tell a wrong file from wrong languages."""
+    return DictionaryError(
+        f"bilingual dictionary {where}: no usable word pairs. Read {match.n_read} pairs "
+        f"({match.n_malformed} malformed lines skipped); {match.n_in_vocab} had both words in the vocabularies "
+        f"as written and {match.n_usable} with lower/title-case variants ({match.n_target_in_vocab} target words in "
+        f"{target_vocabulary}, {match.n_source_in_vocab} source words in "
+        f"the source vocabulary of {source.origin} ({len(source)} words)). The file must be "
+        "target_word<TAB>source_word; check the column order and the languages."
+    )
+
+
 @dataclass
 class Alignment:
     """An orthogonal map from the target word-vector space into the source space.
@@ -715,14 +729,7 @@ def align_word_vectors(
     match = match_dictionary(pairs, target.__contains__, source.__contains__, n_malformed=malformed,
                              case_expansion=case_expansion)
     if not match.pairs:
-        raise DictionaryError(
-            f"bilingual dictionary {where}: no usable word pairs. Read {match.n_read} pairs "
-            f"({match.n_malformed} malformed lines skipped); {match.n_in_vocab} had both words in the vocabularies "
-            f"as written and {match.n_usable} with lower/title-case variants ({match.n_target_in_vocab} target words in "
-            f"the target vocabulary of {target.origin} ({len(target)} words), {match.n_source_in_vocab} source words in "
-            f"the source vocabulary of {source.origin} ({len(source)} words)). The file must be "
-            "target_word<TAB>source_word; check the column order and the languages."
-        )
+        raise no_pairs_error(where, match, f"the target vocabulary of {target.origin} ({len(target)} words)", source)
     x32 = target.word_vectors(t for t, _ in match.pairs)
     y32 = source.word_vectors(s for _, s in match.pairs)
     w = procrustes(x32, y32, precision=precision)

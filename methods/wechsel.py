@@ -523,6 +523,12 @@ class Wechsel:
             inputs.target_tokenizer, _canon.vocab_size(inputs.target_tokenizer))
         src_wv, src_info = self._word_vectors("source", inputs.source_word_vectors, inputs.source_corpus, int(seeds[0]), cache,
                                               src_strings)
+        if cfg.alignment == "procrustes" and inputs.target_word_vectors is None and inputs.target_corpus is not None:
+            # a dictionary no target vector could align fails now, not after training them
+            from methods._wechsel_checks import check_dictionary_reachable
+
+            check_dictionary_reachable(Path(inputs.dictionary), src_wv, Path(inputs.target_corpus), min_count=cfg.min_count,
+                                       case_expansion=cfg.case_expansion)
         tgt_wv, tgt_info = self._word_vectors("target", inputs.target_word_vectors, inputs.target_corpus, int(seeds[1]), cache,
                                               tgt_strings)
         timings["word_vectors_s"] = time.perf_counter() - t0

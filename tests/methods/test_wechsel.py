@@ -413,6 +413,56 @@ def test_missing_inputs_are_clear_errors(corpora):
         _run(_inputs(corpora, target_corpus=None))
 
 
+def test_a_dictionary_no_target_vector_could_align_fails_before_target_vectors_are_trained(corpora, tmp_path, monkeypatch):
+    import methods._wordvectors as wv_mod
+
+    trained: list[Path] = []
+    real = wv_mod.train_word_vectors
+
+    def spy(corpus, **kw):
+        trained.append(Path(corpus))
+        return real(corpus, **kw)
+
+    monkeypatch.setattr(wv_mod, "train_word_vectors", spy)
+    bad = tmp_path / "ta.tsv"
+    bad.write_text("nichtimkorpus\tdog\nauchnicht\tcat\n", encoding="utf-8")  # target words absent from the corpus
+    with pytest.raises(DictionaryError, match=r"ta\.tsv: no usable word pairs.*0 target words in the words of tgt\.txt "
+                                              r"occurring at least 1 times \(counted before training"):
+        _run(_inputs(corpora, dictionary=bad, cache=False))
+    assert trained == [corpora["source"]]  # the source vectors were made; the target's never were
+    trained.clear()
+    res = _run(_inputs(corpora, cache=False))  # a usable dictionary: both trained, as before
+    assert trained == [corpora["source"], corpora["target"]] and res.info["alignment"]["pairs_used"] >= 8
+
+
+@pytest.mark.parametrize("min_count", [1, 2, 3])
+def test_the_early_dictionary_check_fails_exactly_where_the_trained_vocabulary_has_no_pair(corpora, tmp_path, min_count):
+    """One-pair dictionaries, one per target-corpus word (upper-cased, so only its case variants can match): the early
+    check passes where the word is in fastText's trained vocabulary and fails where it is not."""
+    from harness.words import word_tokenize
+    from methods._wechsel_checks import check_dictionary_reachable
+    from methods._wordvectors import _case_variants, train_word_vectors
+
+    text = corpora["target"].read_text(encoding="utf-8")
+    words = sorted({w for line in text.splitlines() for w in word_tokenize(line) if w.isalpha()})
+    ft = {k: v for k, v in FT.items() if k != "epochs"}
+    wv = train_word_vectors(corpora["target"], **{**ft, "epoch": 1, "min_count": min_count})
+    src = WordVectors.from_matrix(["dog"], np.ones((1, 2), dtype=np.float32), origin="src.vec")
+    verdicts = {True: 0, False: 0}
+    for w in words[:40]:
+        dic = tmp_path / "one.tsv"
+        dic.write_text(f"{w.upper()}\tdog\n", encoding="utf-8")
+        in_vocab = any(v in wv for v in _case_variants(w.upper()))
+        try:
+            check_dictionary_reachable(dic, src, corpora["target"], min_count=min_count, case_expansion="unique")
+            passed = True
+        except DictionaryError:
+            passed = False
+        assert passed == in_vocab, (w, min_count)
+        verdicts[passed] += 1
+    assert verdicts[True] > 0 and (min_count == 1 or verdicts[False] > 0)
+
+
 def test_non_finite_inputs_are_rejected():
     q = np.ones((2, 3), dtype=np.float32)
     keys = np.ones((4, 3), dtype=np.float32)
