@@ -272,9 +272,43 @@ class Output:
         return self.silences(end, 1)[0]
 
 
+def rss_floor_gb() -> float:
+    """This process's own peak RSS (GiB): the least peak RSS ``wait4`` reports for a child it starts now.
+
+    Linux carries a process's peak RSS across ``fork`` and ``exec`` (the larger of the parent's high-water mark
+    and the child's own), so a benchmark that holds gigabytes itself would report them as every child's peak.
+    The benchmarks build their inputs in a child (:func:`build_inputs_isolated`) and record this floor beside
+    each measurement (``rss_floor_gb``; ``peak_rss_floor_bound``: the figure may be the floor, not the child's).
+    """
+    import resource
+
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 2**30, 3)
+
+
+def build_inputs_isolated(work: Path, sizes: Sizes) -> dict:
+    """:func:`build_inputs` in a child process, so that this process stays small (see :func:`rss_floor_gb`)."""
+    import dataclasses
+
+    result = work.parent / f".{work.name}.built.json"
+    work.parent.mkdir(parents=True, exist_ok=True)
+    code = ("import json, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+            "from benchmarks.bench_scale import Sizes, build_inputs; a = json.loads(sys.argv[2]); "
+            "Path(a['out']).write_text(json.dumps(build_inputs(Path(a['work']), Sizes(**a['sizes']))))")
+    args = {"work": str(work), "sizes": dataclasses.asdict(sizes), "out": str(result)}
+    try:
+        subprocess.run([sys.executable, "-c", code, str(ROOT), json.dumps(args)], cwd=ROOT, check=True)
+        return json.loads(result.read_text())
+    except subprocess.CalledProcessError as e:
+        raise SystemExit(f"building the inputs in {work} failed (exit {e.returncode}); its output is above") from None
+    finally:
+        result.unlink(missing_ok=True)
+
+
 def run_child(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
-    """Run ``cmd``, timestamping its output; wall and CPU seconds, peak RSS (``wait4``), the longest silence."""
+    """Run ``cmd``, timestamping its output; wall and CPU seconds, peak RSS (``wait4``; ``rss_floor_gb`` is the
+    least it can be, :func:`rss_floor_gb`), the longest silence."""
     out = Output()
+    floor = rss_floor_gb()
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
@@ -308,6 +342,7 @@ def run_child(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
     return {
         "exit": proc.returncode, "timed_out": timed_out, "wall_s": round(end, 2),
         "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "peak_rss_gb": round(usage.ru_maxrss * 1024 / 2**30, 3),
+        "rss_floor_gb": floor, "peak_rss_floor_bound": usage.ru_maxrss * 1024 / 2**30 <= floor + 0.01,
         "longest_silence": out.longest_silence(end), "silences": out.silences(end),
         "longest_silence_outside_fasttext_training": next(
             (g for g in out.silences(end, None) if not g["fasttext_training"]), None),
@@ -411,7 +446,7 @@ def benchmark(args: argparse.Namespace) -> dict:
     try:
         print(f"building inputs in {work} ({sizes.source_vocab:,} x {sizes.target_vocab:,}, dim {sizes.dim}) ...", flush=True)
         t0 = time.perf_counter()
-        files = build_inputs(work, sizes)
+        files = build_inputs_isolated(work, sizes)  # in a child: this process stays small (rss_floor_gb)
         print(f"  inputs ready in {time.perf_counter() - t0:.1f} s: {json.dumps(files['sizes'])}", flush=True)
         (work / "logs").mkdir(exist_ok=True)
         results: dict[str, Any] = {}

@@ -629,6 +629,7 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
                                                                    "mean_pair_cosine_after")}
             res["screen"] = {k: info["wechsel"]["similarity"][k] for k in ("screen", "screen_switched", "candidates_per_row")}
             res["method_s_information_only"] = info["timings"]["total_s"]
+            res["method_timings_s"] = info["timings"]  # word vectors, alignment, subword embeddings, similarity
             for g in ("without_near_tie", "with_near_tie"):
                 ids = res[g].pop("beyond_ids")
                 res[g]["beyond_examples"] = [{"id": int(i), "token": tokens[i]} for i in ids[:10]]

@@ -4,6 +4,7 @@ silence measurement, and one method end to end through the command line (never i
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,13 +12,16 @@ import pytest
 
 from benchmarks import bench_scale as bs
 
+ROOT = Path(__file__).resolve().parents[2]
 TINY = bs.Sizes(source_vocab=2000, target_vocab=400, dim=16, lines=600, pairs=300, dictionary=200)
 
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> tuple[Path, dict]:
-    work = tmp_path_factory.mktemp("bench-scale")
-    return work, bs.build_inputs(work, TINY)
+    work = tmp_path_factory.mktemp("bench-scale") / "inputs"
+    files = bs.build_inputs_isolated(work, TINY)  # as the benchmarks build them: in a child process
+    assert files == bs.build_inputs(work, TINY)  # and the same manifest as in-process (reused, not rebuilt)
+    return work, files
 
 
 def test_inputs_are_shaped_like_xlmr(built):
@@ -115,6 +119,33 @@ def test_run_child_measures_the_longest_silence(tmp_path):
     assert res["peak_rss_gb"] > 0 and (tmp_path / "log").read_bytes() == b"a\nb\rc\n"
     slow = bs.run_child([sys.executable, "-c", "import time; time.sleep(30)"], {}, tmp_path / "log2", timeout=0.5)
     assert slow["timed_out"] and slow["exit"] != 0 and slow["wall_s"] < 20
+
+
+def test_a_child_reports_at_least_its_parents_peak_rss_and_the_floor_says_so(tmp_path):
+    """Linux carries a parent's peak RSS into the children it starts (fork + exec): a child measured from a parent
+    that once held more than the child needs reports the parent's peak — ``run_child`` records that floor and marks
+    the figure floor-bound. Why the benchmarks build their inputs in a child. (A process started from this test
+    inherits the test process's own peak, ``f0``; the sizes are relative to it.)"""
+    script = f"""
+import json, sys
+from pathlib import Path
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks import bench_scale as bs
+f0 = bs.rss_floor_gb()
+child = [sys.executable, "-c", f"x = bytearray(int(({{f0}} + 0.2) * 2**30))"]
+own = bs.run_child(child, {{}}, Path({str(tmp_path / "a")!r}), timeout=60)
+held = bytearray(int((f0 + 0.5) * 2**30))
+del held
+floored = bs.run_child(child, {{}}, Path({str(tmp_path / "b")!r}), timeout=60)
+print(json.dumps([f0, own, floored]))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=120)
+    f0, own, floored = json.loads(out.stdout.strip().splitlines()[-1])
+    assert own["exit"] == floored["exit"] == 0
+    # the child's own peak (its f0 + 0.2 GiB buffer), above the floor
+    assert own["rss_floor_gb"] == f0 and f0 + 0.2 <= own["peak_rss_gb"] < f0 + 0.35 and not own["peak_rss_floor_bound"]
+    # the same child after the parent held f0 + 0.5 GiB: the parent's peak, marked as such
+    assert floored["rss_floor_gb"] >= f0 + 0.5 and floored["peak_rss_gb"] >= f0 + 0.5 and floored["peak_rss_floor_bound"]
 
 
 def _tiny_argv(work: Path, methods: str, out: Path) -> list[str]:
