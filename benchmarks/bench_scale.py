@@ -339,10 +339,11 @@ def run_child(cmd: list[str], env: dict, log: Path, timeout: float) -> dict:
     proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here; Popen must not wait again
     reader.join(timeout=10)
     proc.stdout.close()
+    peak = usage.ru_maxrss * 1024 / 2**30
     return {
         "exit": proc.returncode, "timed_out": timed_out, "wall_s": round(end, 2),
-        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "peak_rss_gb": round(usage.ru_maxrss * 1024 / 2**30, 3),
-        "rss_floor_gb": floor, "peak_rss_floor_bound": usage.ru_maxrss * 1024 / 2**30 <= floor + 0.01,
+        "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "peak_rss_gb": round(peak, 3),
+        "rss_floor_gb": floor, "peak_rss_floor_bound": peak <= floor + 0.01,
         "longest_silence": out.longest_silence(end), "silences": out.silences(end),
         "longest_silence_outside_fasttext_training": next(
             (g for g in out.silences(end, None) if not g["fasttext_training"]), None),

@@ -170,15 +170,11 @@ def check_dictionary_reachable(dictionary: Path, source: Any, target_corpus: Pat
         ...     print("de.txt occurring at least 2 times" in str(e), "0 target words" in str(e))
         True True
     """
-    from methods._wordvectors import _case_variants, match_dictionary, no_pairs_error
+    from methods._wordvectors import _case_variants, match_dictionary, no_pairs_error, word_counts
 
     pairs, malformed = _canon.read_dictionary(dictionary)
     wanted = {v for t, _ in pairs for v in _case_variants(t)}
-    counts: Counter = Counter()
-    with open(target_corpus, encoding="utf-8", newline="\n") as f:
-        for line in f:
-            counts.update(w for w in _canon.word_tokenize(line) if w in wanted)
-    reachable = {w for w, c in counts.items() if c >= min_count}
+    reachable = {w for w, c in word_counts(target_corpus).items() if c >= min_count and w in wanted}
     match = match_dictionary(pairs, reachable.__contains__, source.__contains__, n_malformed=malformed,
                              case_expansion=case_expansion)
     if not match.pairs:
