@@ -169,11 +169,12 @@ def cmd_run(args) -> int:
     runs_dir = Path(args.runs_dir)
     tracker = _tracker(args, runs_dir)
     plugins = [str(Path(p).resolve()) for p in args.plugin or []]
-    if args.executor != "local" and args.workers is not None:
-        raise UserInputError(f"--workers applies to --executor local (worker processes on this machine's cores), not "
-                             f"--executor {args.executor}")
+    for flag, value in (("--workers", args.workers), ("--threads", args.threads)):
+        if args.executor != "local" and value is not None:
+            raise UserInputError(f"{flag} applies to --executor local (worker processes on this machine's cores), not "
+                                 f"--executor {args.executor}")
     init = functools.partial(worker_setup, args.verbose)
-    kw: dict = {"workers": _workers(args), "plugins": plugins, "worker_init": init}
+    kw: dict = {"workers": _workers(args), "threads": args.threads or 1, "plugins": plugins, "worker_init": init}
     if args.executor == "gpus":
         kw = {"plugins": plugins, "gpus": _gpu_list(args.gpus) if args.gpus else None, "worker_init": init}
     elif args.executor == "slurm":
@@ -222,13 +223,13 @@ def _workers(args) -> int:
 
 
 def _positive_int(text: str) -> int:
-    """``--workers``: a positive number of worker processes."""
+    """``--workers`` / ``--threads``: a positive whole number."""
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive number of worker processes, e.g. 2, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected a positive whole number, e.g. 2, got {text!r}")
     return value
 
 
@@ -450,7 +451,7 @@ def cmd_quickstart(args) -> int:
     tracker = _tracker(args, runs_dir)
     live = LiveRows(spec_path, specs, runs_dir / cfg.name / "records", con.print)
     live()
-    executor = make_executor("local", progress=not args.quiet, workers=workers,
+    executor = make_executor("local", progress=not args.quiet, workers=workers, threads=args.threads or 1,
                              plugins=[str(Path(p).resolve()) for p in args.plugin or []],
                              worker_init=functools.partial(worker_setup, args.verbose))
     summary = run_experiment(cfg, runs_dir, executor=executor, tracker=tracker, progress=not args.quiet,
@@ -491,6 +492,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="worker processes splitting the grid, one torch thread each (default: $"
                              f"{WORKERS_ENV}, else one per core; 1 where a CUDA device is visible); 1 runs the trials "
                              "in this process. Records are the same either way")
+        sp.add_argument("--threads", type=_positive_int, default=None, metavar="N",
+                        help="torch threads per trial (default 1, whatever --workers says, so that the worker count never "
+                             "moves a number: a float32 product's last bits can follow the thread count on some CPUs; every "
+                             "record carries it)")
 
     sp = sub.add_parser("run", help="run an experiment YAML (resumes: trials with records are skipped)")
     sp.add_argument("experiment")

@@ -30,7 +30,7 @@ from harness.errors import TokxferError
 from harness.run import records
 
 __all__ = ["ExecutorError", "LocalExecutor", "GpuPoolExecutor", "WorkerPoolExecutor", "SlurmExecutor", "make_executor",
-           "parse_gpu_ids", "run_with_plugins", "default_workers", "init_group", "next_spec"]
+           "parse_gpu_ids", "run_with_plugins", "default_workers", "init_group", "next_spec", "trial_threads"]
 
 GPUS_ENV = "TOKXFER_GPUS"
 """Comma-separated device ids for the ``gpus`` executor (default: every visible CUDA device).
@@ -87,11 +87,43 @@ def run_with_plugins(plugins: Sequence[str], execute: Callable, spec: Any, runs_
     return execute(spec, runs_dir, progress=progress)
 
 
-class LocalExecutor:
-    """Run trials one after another in this process (on its default device)."""
+@contextlib.contextmanager
+def trial_threads(threads: int | None):
+    """Run the body with ``threads`` torch threads (``None``: leave them), then restore the process's count.
 
-    def __init__(self, progress: bool = True):
+    A float32 matrix product's last bits can follow the thread count (on this project's 2026-11-28 CI
+    machine, an AMD EPYC, MLM loss at init moved by 1.5e-8 between 2 threads and 1), so every local
+    executor runs its trials at the same count, one by default (``--threads``), and a record's numbers do
+    not depend on ``--workers``; each record carries the count in ``environment.torch_threads``.
+    """
+    if threads is None:
+        yield
+        return
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _check_threads(threads: int | None, allow_none: bool = True) -> None:
+    if threads is None and allow_none:
+        return
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ExecutorError(f"--threads: expected a positive number of torch threads per trial, got {threads!r}")
+
+
+class LocalExecutor:
+    """Run trials one after another in this process (on its default device), at ``threads`` torch threads
+    each (default 1, as every worker of :class:`WorkerPoolExecutor`; ``None`` keeps the process's count)."""
+
+    def __init__(self, progress: bool = True, threads: int | None = 1):
+        _check_threads(threads)
         self.progress = progress
+        self.threads = threads
 
     def run(
         self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
@@ -104,7 +136,8 @@ class LocalExecutor:
             for spec in specs:
                 if claim(spec):
                     bar.describe(spec.describe())
-                    rec = execute(spec, runs_dir, progress=self.progress)
+                    with trial_threads(self.threads):
+                        rec = execute(spec, runs_dir, progress=self.progress)
                     on_record(rec)
                     out.append(rec)
                 bar.advance(1)
@@ -405,9 +438,9 @@ def default_workers() -> int:
 class WorkerPoolExecutor(_PoolExecutor):
     """``workers`` processes on this machine's CPU, ``threads`` torch (and BLAS) threads each (``--workers N``).
 
-    Every trial writes the same numbers as in a one-worker run: the torch thread count is not part
-    of a trial's identity, and the trials' computations do not depend on it on the CPU (the grid
-    equality test in ``tests/run/test_workers.py`` holds this); it is recorded in each record's
+    Every trial writes the same numbers as in a one-worker run at the same thread count (one by
+    default, for both: :func:`trial_threads`; the grid equality test in ``tests/run/test_workers.py``
+    holds this). The thread count is not part of a trial's identity; it is recorded in each record's
     ``environment.torch_threads``. What several trials share and whose result depends on the thread
     count (the built-in source model's pretraining) is built by the grid in this process before the
     workers start (:attr:`prepare_in_parent`). No more workers start than there are trials.
@@ -428,8 +461,7 @@ class WorkerPoolExecutor(_PoolExecutor):
                  worker_init: Callable[[], None] | None = None):
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise ExecutorError(f"--workers: expected a positive number of worker processes, got {workers!r}")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise ExecutorError(f"worker threads: expected a positive number, got {threads!r}")
+        _check_threads(threads, allow_none=False)
         self.workers, self.threads = workers, threads
         self.progress = progress
         self.plugins = tuple(str(p) for p in plugins)
@@ -542,13 +574,17 @@ def _first_line(e: BaseException) -> str:
 def make_executor(name: str, progress: bool = True, workers: int = 1, **kw) -> Any:
     """``local`` | ``gpus`` | ``slurm`` (keyword arguments go to the executor's constructor).
 
-    ``local`` with ``workers`` > 1 is a :class:`WorkerPoolExecutor` (one torch thread per worker);
-    with one worker the trials run in this process, as they always did.
+    ``local`` with ``workers`` > 1 is a :class:`WorkerPoolExecutor`; with one worker the trials run in
+    this process. Either way each trial runs at ``threads`` torch threads (default 1), so the worker
+    count never moves a number.
     """
     if name == "local":
+        threads = kw.pop("threads", 1)
         if workers != 1:
-            return WorkerPoolExecutor(workers, progress=progress, **kw)
-        return LocalExecutor(progress=progress)
+            return WorkerPoolExecutor(workers, progress=progress, threads=threads if threads is not None else 1, **kw)
+        kw.pop("plugins", None)
+        kw.pop("worker_init", None)
+        return LocalExecutor(progress=progress, threads=threads)
     if name == "gpus":
         return GpuPoolExecutor(progress=progress, **kw)
     if name == "slurm":

@@ -41,9 +41,11 @@ def test_rows_come_as_trials_finish_and_the_output_is_the_same_with_one_or_two_w
 
 
 @pytest.mark.parametrize("argv, needle", [
-    (["run", "x.yaml", "--workers", "0"], "--workers: expected a positive number of worker processes, e.g. 2, got '0'"),
-    (["quickstart", "--workers", "two"], "--workers: expected a positive number of worker processes"),
+    (["run", "x.yaml", "--workers", "0"], "--workers: expected a positive whole number, e.g. 2, got '0'"),
+    (["run", "x.yaml", "--threads", "0"], "--threads: expected a positive whole number, e.g. 2, got '0'"),
+    (["quickstart", "--workers", "two"], "--workers: expected a positive whole number"),
     (["run", "{cfg}", "--executor", "gpus", "--workers", "2"], "--workers applies to --executor local"),
+    (["run", "{cfg}", "--executor", "slurm", "--threads", "2"], "--threads applies to --executor local"),
 ])
 def test_bad_workers_are_one_line_errors(argv, needle, tmp_path, capsys):
     from harness.cli import CONFIG_DIR
@@ -63,7 +65,7 @@ def test_a_bad_workers_variable_names_itself(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setenv("TOKXFER_WORKERS", "many")
     assert main(["run", str(CONFIG_DIR / "quickstart-tiny.yaml"), "--runs-dir", str(tmp_path), "--no-tracking"]) == 2
-    assert "TOKXFER_WORKERS='many': expected a positive number" in capsys.readouterr().err
+    assert "TOKXFER_WORKERS='many': expected a positive whole number" in capsys.readouterr().err
 
 
 def test_two_workers_run_the_fasttext_methods_in_turns_and_one_worker_method_by_method():

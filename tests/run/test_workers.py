@@ -92,20 +92,21 @@ def _numbers(runs: Path, name: str) -> dict:
 def test_two_workers_write_the_same_numbers_as_one_process(tmp_path, tiny_source, tiny_pretrain_overrides):
     cfg = _tiny_grid(tiny_pretrain_overrides)
     threads = torch.get_num_threads()
-    # one process with the workers' thread count: the records carry torch's thread count because a float32 matrix
-    # product's last bits may change with it (on this project's 2026-11-28 CI machine, an AMD EPYC, MLM loss at init
-    # moved by 1.5e-8 between 2 threads and 1), so the worker count is what must not move a number
-    torch.set_num_threads(1)
+    # one process whose torch runs 2 threads: a float32 matrix product's last bits may change with the thread count
+    # (on this project's 2026-11-28 CI machine, an AMD EPYC, MLM loss at init moved by 1.5e-8 between 2 threads and
+    # 1), so the one-process executor runs its trials at the workers' count (1, --threads) and restores the process's
+    torch.set_num_threads(2)
     try:
         run_experiment(cfg, tmp_path / "one", executor=LocalExecutor(progress=False), progress=False)
+        assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(threads)
     summary = run_experiment(cfg, tmp_path / "two", executor=WorkerPoolExecutor(2, progress=False), progress=False)
     assert summary.ran == 12 and summary.failed == 0
     one, two = _numbers(tmp_path / "one", "grid"), _numbers(tmp_path / "two", "grid")
     assert len(one) == 12 and one == two  # bit for bit: every metric, diagnostic and count
-    envs = [r["environment"] for r in records.iter_records(tmp_path / "two" / "grid")]
-    assert {e["torch_threads"] for e in envs} == {1}
+    for runs in ("one", "two"):
+        assert {r["environment"]["torch_threads"] for r in records.iter_records(tmp_path / runs / "grid")} == {1}
     assert not list((tmp_path / "two" / "grid" / "claims").glob("*.claim"))
 
 
@@ -176,3 +177,13 @@ def test_one_worker_per_core_by_default_and_one_on_a_gpu_machine(monkeypatch):
 def test_a_bad_worker_count_is_refused(workers):
     with pytest.raises(ExecutorError, match="--workers: expected a positive number"):
         WorkerPoolExecutor(workers)
+
+
+def test_threads_set_what_each_trial_runs_with_and_records(tmp_path, importable):
+    for executor, want in ((LocalExecutor(progress=False, threads=2), 2), (WorkerPoolExecutor(2, threads=2, progress=False), 2),
+                           (LocalExecutor(progress=False, threads=None), torch.get_num_threads())):
+        out = tmp_path / str(len(list(tmp_path.iterdir())))
+        run_experiment(_fake_cfg(), out, executor=executor, progress=False, trial_fn=ok_execute)
+        assert {r["environment"]["torch_threads"] for r in records.iter_records(out / "exp")} == {want}
+    with pytest.raises(ExecutorError, match=r"--threads: expected a positive number of torch threads per trial, got 0"):
+        LocalExecutor(threads=0)
