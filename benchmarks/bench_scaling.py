@@ -69,8 +69,9 @@ REFERENCES = {"focus": ("bench_focus", "deepfocus"), "wechsel": ("bench_wechsel"
 REFERENCE_SCALES = (0.25, 0.5, 1.0, 2.0)
 """``--references``: the end-to-end benchmarks' ``--scale`` values (source 32k x scale, target 16k x scale: sources
 8k -> 64k). Scale 4 (128k / 64k) builds too, but its files alone took 10 min (FOCUS's) and 12 min (WECHSEL's) to
-build beside another job on 2 cores (single-threaded SentencePiece and fastText over 100 MB of text per method);
-without it a fresh run (builds included) stays well under an hour."""
+build beside another job on 2 cores (single-threaded SentencePiece and fastText over 100 MB of text per method).
+Builds grow about linearly with the scale, so 0.25 to 2 together cost about what scale 4 alone does: without it a
+fresh run, builds included, should stay well under an hour on 2 idle cores (an estimate, not yet measured)."""
 E2E_SEED, E2E_LANGUAGE = 0, "near"
 """The end-to-end benchmarks' defaults (``--seed``; ``bench_wechsel.py --language``), passed to them explicitly."""
 RUN_STEPS = (("running tokxfer", "tokxfer"), ("running deepfocus", "reference"), ("running wechsel", "reference"),
