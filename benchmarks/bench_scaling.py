@@ -337,6 +337,14 @@ def _scales(text: str) -> list[float]:
     return vals
 
 
+def _work_dir(given: Path | None, prefix: str) -> tuple[str | None, Path]:
+    """``(temporary folder to remove or None, the work folder)``: ``--work-dir``, else a new temporary one."""
+    tmp = None if given else tempfile.mkdtemp(prefix=prefix)
+    work = Path(given or tmp)
+    work.mkdir(parents=True, exist_ok=True)
+    return tmp, work
+
+
 def run_references(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``--references``: each method's end-to-end benchmark at each scale; 1 when a run or a build failed
     (a time-out is a result: the reference, or ours, does not run within ``--timeout``)."""
@@ -344,9 +352,7 @@ def run_references(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     methods = [m.strip() for m in args.reference_methods.split(",") if m.strip()]
     if not methods or (bad := [m for m in methods if m not in REFERENCES]):
         p.error(f"--reference-methods: unknown {bad if methods else '(none)'}; expected some of {','.join(REFERENCES)}")
-    tmp = None if args.work_dir else tempfile.mkdtemp(prefix="bench-scaling-refs-")
-    work = Path(args.work_dir or tmp)
-    work.mkdir(parents=True, exist_ok=True)
+    tmp, work = _work_dir(args.work_dir, "bench-scaling-refs-")
     entries = []
     try:
         for scale in scales:
@@ -424,9 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [(s, t) for s, t in zip(sources, targets) if args.max is None or s <= args.max]
     if not pairs:
         p.error(f"--max {args.max}: no source vocabulary of {sources} is that small")
-    tmp = None if args.work_dir else tempfile.mkdtemp(prefix="bench-scaling-")
-    work = Path(args.work_dir or tmp)
-    work.mkdir(parents=True, exist_ok=True)
+    tmp, work = _work_dir(args.work_dir, "bench-scaling-")
     points = []
     try:
         for dim in dims:
