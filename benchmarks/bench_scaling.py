@@ -253,9 +253,8 @@ def reference_table(record: dict) -> str:
 
 
 def table(record: dict) -> str:
-    """Markdown: one row per point, then the fitted slopes; with ``references`` (``--references``),
-    :func:`reference_table` (alone when the record has no grid points)."""
-    if record.get("references") and not record["points"]:
+    """Markdown: one row per point, then the fitted slopes (a ``--references`` record: :func:`reference_table`)."""
+    if record.get("mode") == "references":
         return reference_table(record)
     rows = ["| method | dim | source | target | wall s | CPU s | peak RSS GiB | load max | note |", "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     for p in record["points"]:
@@ -271,25 +270,24 @@ def table(record: dict) -> str:
     rows += ["", "| method@dim | points | wall slope | RSS slope | busy points |", "|---|---:|---:|---:|---:|"]
     for k, f in record["fits"].items():
         rows.append(f"| {k} | {f['points']} | {f['wall_slope']} | {f['rss_slope']} | {f['busy_points']} |")
-    return "\n".join(rows) + ("\n\n" + reference_table(record) if record.get("references") else "")
+    return "\n".join(rows)
 
 
 def plot(record: dict, path: Path) -> None:
     """Log-log against the source vocabulary: the grid's wall seconds and peak RSS, one line per method and
-    dimension; with ``references``, a panel of the reference implementations (dashed) beside ours (solid)."""
+    dimension; for a ``--references`` record, one panel of the reference implementations (dashed) beside ours (solid)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    grid, refs = bool(record["points"]) or not record.get("references"), bool(record.get("references"))
-    n = 2 * grid + refs
-    fig, axes = plt.subplots(1, n, figsize=(max(5.5 * n, 8.5), 4.2), squeeze=False)
+    grid = record.get("mode") != "references"
+    fig, axes = plt.subplots(1, 2 if grid else 1, figsize=(11 if grid else 8.5, 4.2), squeeze=False)
     axes = list(axes[0])
     if grid:
-        _plot_grid(axes[:2], record)
-    if refs:
-        _plot_references(axes[-1], record)
+        _plot_grid(axes, record)
+    else:
+        _plot_references(axes[0], record)
     for ax in axes:
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -327,16 +325,6 @@ def _plot_references(ax, record: dict) -> None:
     ax.legend(fontsize=7, title="implementation (slope)", title_fontsize=7)
 
 
-def _scales(text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise SystemExit(f"--reference-scales: expected comma-separated numbers, got {text!r}") from None
-    if not vals or min(vals) <= 0:
-        raise SystemExit(f"--reference-scales: expected positive numbers, got {text!r}")
-    return vals
-
-
 def _work_dir(given: Path | None, prefix: str) -> tuple[str | None, Path]:
     """``(temporary folder to remove or None, the work folder)``: ``--work-dir``, else a new temporary one."""
     tmp = None if given else tempfile.mkdtemp(prefix=prefix)
@@ -348,7 +336,7 @@ def _work_dir(given: Path | None, prefix: str) -> tuple[str | None, Path]:
 def run_references(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """``--references``: each method's end-to-end benchmark at each scale; 1 when a run or a build failed
     (a time-out is a result: the reference, or ours, does not run within ``--timeout``)."""
-    scales = _scales(args.reference_scales)
+    scales = _sizes(args.reference_scales, "--reference-scales", float)
     methods = [m.strip() for m in args.reference_methods.split(",") if m.strip()]
     if not methods or (bad := [m for m in methods if m not in REFERENCES]):
         p.error(f"--reference-methods: unknown {bad if methods else '(none)'}; expected some of {','.join(REFERENCES)}")
@@ -387,13 +375,15 @@ def write_outputs(record: dict, args: argparse.Namespace) -> None:
         print(f"result: {args.json}")
 
 
-def _sizes(text: str, flag: str) -> list[int]:
+def _sizes(text: str, flag: str, kind: type = int) -> list:
+    """Comma-separated positive ``kind`` values (``int``: sizes; ``float``: ``--reference-scales``)."""
+    what = "integers" if kind is int else "numbers"
     try:
-        vals = [int(v) for v in text.split(",") if v.strip()]
+        vals = [kind(v) for v in text.split(",") if v.strip()]
     except ValueError:
-        raise SystemExit(f"{flag}: expected comma-separated integers, got {text!r}") from None
-    if not vals or min(vals) < 1:
-        raise SystemExit(f"{flag}: expected positive integers, got {text!r}")
+        raise SystemExit(f"{flag}: expected comma-separated {what}, got {text!r}") from None
+    if not vals or min(vals) <= 0:
+        raise SystemExit(f"{flag}: expected positive {what}, got {text!r}")
     return vals
 
 

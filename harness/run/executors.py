@@ -582,9 +582,7 @@ def make_executor(name: str, progress: bool = True, workers: int = 1, **kw) -> A
         threads = kw.pop("threads", 1)
         if workers != 1:
             return WorkerPoolExecutor(workers, progress=progress, threads=threads if threads is not None else 1, **kw)
-        kw.pop("plugins", None)
-        kw.pop("worker_init", None)
-        return LocalExecutor(progress=progress, threads=threads)
+        return LocalExecutor(progress=progress, threads=threads)  # plugins load in this process; no worker to start
     if name == "gpus":
         return GpuPoolExecutor(progress=progress, **kw)
     if name == "slurm":
