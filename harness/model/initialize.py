@@ -21,9 +21,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import gc
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,6 +176,39 @@ def check_head(source_model: str, model_kind: str, needed_by: str) -> None:
 # initialize
 
 
+@contextmanager
+def long_lived_objects_frozen() -> Iterator[None]:
+    """Keep what is alive on entry (imported libraries, tokenizers, the source model) out of the cyclic
+    garbage collector's full collections while the block runs; hand it back on exit.
+
+    A method allocates Python objects in bursts (two vocabularies' dicts, a tuple per token pair), and
+    a burst can trigger a full collection, which walks every tracked object of the process (torch
+    and transformers alone are hundreds of thousands) although none of them can be garbage yet. On the
+    FOCUS end-to-end benchmark's 32k/16k files (``benchmarks/bench_focus.py --end-to-end --scale 1``)
+    one such collection took ~0.2 s of the 0.26 s overlap step (measured with ``gc.get_stats()``).
+    ``gc.freeze`` moves the objects to the permanent generation; ``gc.unfreeze`` returns them on exit,
+    exceptions included, so a worker running many trials collects each trial's garbage as before.
+    Objects the block creates are collected normally. Inside a caller's own freeze it does nothing
+    (unfreezing would undo the caller's).
+
+    Example:
+        >>> import gc
+        >>> with long_lived_objects_frozen():
+        ...     gc.get_freeze_count() > 0
+        True
+        >>> gc.get_freeze_count()
+        0
+    """
+    if gc.get_freeze_count():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | None = None) -> Initialized:
     """Load the source, run the method (or reuse its cached output), install the result.
 
@@ -206,7 +241,11 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
         source_language=r.source_language, target_language=r.target_language, cache_dir=resources.cache_dir(),
         extension_tokenizer=r.target_tokenizer if r.mode == "extend" else None, **r.resources.as_dict(),
     )
-    result = cached_init(cache_key, lambda: method.initialize(inputs, seeding.numpy_rng(r.seed, "init", r.method)), tgt)
+    def compute() -> InitResult:
+        with long_lived_objects_frozen():
+            return method.initialize(inputs, seeding.numpy_rng(r.seed, "init", r.method))
+
+    result = cached_init(cache_key, compute, tgt)
     from_scratch = bool(result.directives.get("reinitialize_body"))
     if r.mode == "extend":
         result = _keep_original_rows(result, src_tok, tgt, from_scratch)

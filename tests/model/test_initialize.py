@@ -157,3 +157,61 @@ def test_the_init_cache_key_covers_the_content_of_the_files_the_method_reads(tmp
     spec = load_experiment(Path(__file__).parents[2] / "harness" / "configs" / "quickstart-tiny.yaml").trials()[0]
     assert init_cache_key(spec, "/src", "mlm", first) != init_cache_key(spec, "/src", "mlm", second)
     assert init_cache_key(spec, "/src", "mlm", first)["inputs"] == first
+
+
+def test_the_method_runs_with_the_long_lived_objects_frozen_and_they_are_handed_back(tmp_path, monkeypatch):
+    """``initialize`` runs the method inside :func:`long_lived_objects_frozen` (a full collection during
+    FOCUS's overlap walked every object of the process: ~0.2 s of 0.26 s on 32k/16k files), and the
+    objects are returned to the collector afterwards, also when the method fails."""
+    import gc
+
+    from harness.model.initialize import InitRequest, initialize
+    from harness.registry import build_config, get
+    from tests._tokfixtures import FAMILIES, SOURCE_TEXT, TARGET_TEXT, unigram
+
+    monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / "cache"))
+    fam = FAMILIES["xlm-r-untied"]
+    tok = fam.tokenizer(SOURCE_TEXT)
+    fam.build(tok).save_pretrained(tmp_path / "model")
+    tok.save_pretrained(tmp_path / "model")
+    entry = get("method", "overlap")
+    seen = []
+    config = build_config(entry.config_cls, {})
+    method_cls = type(entry.make(config))
+    original = method_cls.initialize
+
+    def observed(self, inputs, rng):
+        seen.append(gc.get_freeze_count())
+        return original(self, inputs, rng)
+
+    monkeypatch.setattr(method_cls, "initialize", observed)
+    request = InitRequest(source_model=str(tmp_path / "model"), target_tokenizer=unigram(TARGET_TEXT), method="overlap",
+                          method_config=config, seed=1, model_kind="mlm")
+    init = initialize(request)
+    assert init.result.mapping.n_target == len(request.target_tokenizer)
+    assert len(seen) == 1 and seen[0] > 1000  # at least the imported libraries' objects
+    assert gc.get_freeze_count() == 0
+
+    def failing(self, inputs, rng):
+        raise RuntimeError("the method failed")
+
+    monkeypatch.setattr(method_cls, "initialize", failing)
+    with pytest.raises(RuntimeError, match="the method failed"):
+        initialize(request)
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_caller_s_own_freeze_is_left_as_it_was():
+    import gc
+
+    from harness.model.initialize import long_lived_objects_frozen
+
+    gc.freeze()
+    try:
+        before = gc.get_freeze_count()
+        with long_lived_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == before > 0
+    finally:
+        gc.unfreeze()
+    assert gc.get_freeze_count() == 0
