@@ -124,6 +124,33 @@ def test_chunked_topk_cosine_matches_bruteforce():
     np.testing.assert_allclose(v, np.take_along_axis(sims, i, 1), atol=1e-6)
 
 
+def test_sparsemax_blocks_are_capped_in_bytes_and_change_nothing(monkeypatch):
+    """Above 512 rows a block holds at most SPARSEMAX_BLOCK_BYTES of scores (faster in cache); the rows
+    it returns are bit for bit those of one block, and of blocks smaller than the cap."""
+    import methods._similarity as sim
+
+    rng = np.random.default_rng(3)
+    q, k = rng.normal(size=(1500, 8)).astype(np.float32), rng.normal(size=(300, 8)).astype(np.float32)
+    whole = chunked_sparsemax_cosine(q, k, k=8, chunk_rows=4096)  # the cap allows > 1500 rows of 300 keys: one block
+    used = []
+    real = sim.iter_cosine_chunks
+
+    def observed(*a, chunk_rows, **kw):
+        used.append(chunk_rows)
+        return real(*a, chunk_rows=chunk_rows, **kw)
+
+    monkeypatch.setattr(sim, "iter_cosine_chunks", observed)
+    monkeypatch.setattr(sim, "SPARSEMAX_BLOCK_BYTES", 300 * 4 * 700)
+    capped = chunked_sparsemax_cosine(q, k, k=8, chunk_rows=4096)
+    monkeypatch.setattr(sim, "SPARSEMAX_BLOCK_BYTES", 300 * 4 * 100)
+    floor = chunked_sparsemax_cosine(q, k, k=8, chunk_rows=4096)
+    small = chunked_sparsemax_cosine(q, k, k=8, chunk_rows=97)
+    assert used == [700, 512, 97]  # the cap, its 512-row floor, and chunk_rows below both
+    for r in (capped, floor, small):
+        for x in ("indptr", "indices", "weights"):
+            np.testing.assert_array_equal(getattr(r, x), getattr(whole, x))
+
+
 def test_chunked_sparsemax_is_exact_and_chunk_independent():
     rng = np.random.default_rng(1)
     q, k = rng.normal(size=(40, 6)), rng.normal(size=(90, 6))
