@@ -33,7 +33,7 @@ import os
 import threading
 from types import TracebackType
 
-__all__ = ["cores", "load_average", "LoadMonitor", "banner", "ratio", "combine", "speedups", "shown", "target_speed", "speed_line"]
+__all__ = ["cores", "load_average", "system_busy_seconds", "foreign_cpu", "FOREIGN_LIMIT_CORES", "LoadMonitor", "banner", "ratio", "combine", "speedups", "shown", "target_speed", "speed_line"]
 
 
 def cores() -> int:
@@ -50,6 +50,50 @@ def load_average() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):
         return None
+
+
+def system_busy_seconds() -> float | None:
+    """CPU seconds all cores of the machine have spent busy since boot (``/proc/stat``'s first line: user,
+    nice, system, irq, softirq and steal time; idle and I/O wait left out); ``None`` without ``/proc/stat``."""
+    try:
+        with open("/proc/stat", encoding="ascii") as f:
+            fields = f.readline().split()
+        ticks = os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, AttributeError):
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return (user + nice + system + irq + softirq + steal) / ticks
+
+
+FOREIGN_LIMIT_CORES = 0.25
+"""The most CPU, in cores averaged over a timed phase, that processes other than the benchmark's own may take
+for the phase to count as run on an idle machine (:func:`foreign_cpu`). Kernel threads and daemons of an idle
+machine take a few hundredths; one other busy process takes half a core or more."""
+
+
+def foreign_cpu(busy_before: float | None, busy_after: float | None, own_cpu_s: float, wall_s: float,
+                limit: float = FOREIGN_LIMIT_CORES) -> dict:
+    """The CPU the rest of the machine used while a phase ran: the machine's busy seconds
+    (:func:`system_busy_seconds` before and after) minus the CPU of the benchmark's own processes
+    (``own_cpu_s``: its children's ``wait4`` usage plus its own), per second of ``wall_s``.
+
+    Unlike the load average, this does not count the benchmark's own workers, so a phase that keeps every
+    core busy itself (two workers on two cores read a load of about 2) is still judged by what else ran.
+    ``busy`` is ``None`` where the machine's busy time is unknown.
+
+    Example:
+        >>> foreign_cpu(100.0, 160.0, 58.5, 30.0)
+        {'cpu_s': 1.5, 'cores': 0.05, 'limit': 0.25, 'busy': False}
+        >>> foreign_cpu(100.0, 160.0, 40.0, 30.0)["busy"]
+        True
+    """
+    if busy_before is None or busy_after is None or wall_s <= 0:
+        return {"cpu_s": None, "cores": None, "limit": limit, "busy": None}
+    cpu = max(busy_after - busy_before - own_cpu_s, 0.0)
+    cores_used = cpu / wall_s
+    return {"cpu_s": round(cpu, 2), "cores": round(cores_used, 3), "limit": limit, "busy": cores_used > limit}
 
 
 class LoadMonitor:

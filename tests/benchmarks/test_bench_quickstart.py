@@ -129,13 +129,14 @@ TARGET_NAMES = ("first row (cold)", "cold quickstart", "warm quickstart", "2 wor
                 "printed table", "cache after the run", "leaderboard")
 
 
-def _result(cold_wall, warm_wall, first_row, speedup, same, cache, valid=True):
-    def phase(wall):
+def _result(cold_wall, warm_wall, first_row, speedup, same, cache, invalid=()):
+    def phase(name, wall):
         return {"wall_s": wall, "cache": {"bytes": cache}, "leaderboard": {"identical": same},
-                "marks": {"first_row_s": first_row}}
+                "marks": {"first_row_s": first_row}, "load": {"valid": name not in invalid}}
 
-    return {"size": "small", "overrides": [], "load": {"valid": valid},
-            "phases": {"cold": phase(cold_wall), "warm": phase(warm_wall)},
+    return {"size": "small", "overrides": [],
+            "phases": {"cold": phase("cold", cold_wall), "warm": phase("warm", warm_wall),
+                       "grid-1": phase("grid-1", 100.0), "grid-2": phase("grid-2", 55.0)},
             "comparison": {"speedup_2_over_1": speedup, "bit_identical": same, "tables_identical": same}}
 
 
@@ -144,12 +145,28 @@ def test_targets_met_and_missed():
     assert status == {**dict.fromkeys(TARGET_NAMES, "met"), "warm quickstart": "missed"}
     status = {t["target"]: t["status"] for t in bq.evaluate_targets(_result(310.0, 40.0, 130.0, 1.5, False, 1.2e9))}
     assert status == {**dict.fromkeys(TARGET_NAMES, "missed"), "warm quickstart": "met"}
-    # a busy machine: nothing is met or missed
-    assert {t["status"] for t in bq.evaluate_targets(_result(1.0, 1.0, 1.0, 2.0, True, 1.0, valid=False))} == {"invalid (load)"}
 
 
-def test_load_above_the_cores_makes_the_result_invalid():
-    assert bq.load_verdict([0.5, 1.9, 2.0], cores=2) == {"max_1min": 2.0, "mean_1min": 1.47, "cores": 2, "valid": True}
+def test_a_busy_phase_withholds_only_the_timings_read_from_it():
+    timed = {"first row (cold)", "cold quickstart", "warm quickstart", "2 workers vs 1"}
+    status = {t["target"]: t["status"] for t in bq.evaluate_targets(_result(1.0, 1.0, 1.0, 2.0, True, 1.0, invalid=bq.PHASES))}
+    assert status == {name: "invalid (load)" if name in timed else "met" for name in TARGET_NAMES}
+    status = {t["target"]: t["status"] for t in bq.evaluate_targets(_result(1.0, 1.0, 1.0, 2.0, True, 1.0, invalid=("cold",)))}
+    assert status == {name: "invalid (load)" if name in {"first row (cold)", "cold quickstart"} else "met" for name in TARGET_NAMES}
+    status = {t["target"]: t["status"] for t in bq.evaluate_targets(_result(1.0, 1.0, 1.0, 1.0, True, 1.0, invalid=("grid-2",)))}
+    assert status["2 workers vs 1"] == "invalid (load)" and status["warm quickstart"] == "met"
+
+
+def test_a_phase_is_judged_by_the_cpu_other_processes_took():
+    # the quickstart's own two workers hold the load average at 2.01 on 2 cores: idle by the foreign CPU
+    idle = {"cpu_s": 3.0, "cores": 0.02, "limit": 0.25, "busy": False}
+    v = bq.load_verdict([1.2, 2.01], cores=2, foreign=idle)
+    assert v["valid"] is True and v["rule"] == "foreign CPU" and v["max_1min"] == 2.01 and v["foreign_cpu"] == idle
+    assert bq.load_verdict([0.5, 1.0], cores=2, foreign={**idle, "cores": 0.6, "busy": True})["valid"] is False
+    # without /proc/stat the load average decides: valid while it stays at or under the cores
+    unknown = {"cpu_s": None, "cores": None, "limit": 0.25, "busy": None}
+    assert bq.load_verdict([0.5, 1.9, 2.0], cores=2, foreign=unknown) == {
+        "max_1min": 2.0, "mean_1min": 1.47, "cores": 2, "valid": True, "rule": "load average"}
     assert bq.load_verdict([0.5, 2.1], cores=2)["valid"] is False
     assert bq.load_verdict([], cores=2)["valid"] is None
 

@@ -69,3 +69,34 @@ def test_combine_is_busy_when_any_phase_was(monkeypatch):
 def test_an_idle_figure_is_judged_against_its_target(target, met):
     fig = _load.target_speed(30.0, 3.0, 40.0, 20.0, target, {"busy": False})
     assert fig["method"]["value"] == 10.0 and fig["process"]["value"] == 2.0 and fig["target_met"] is met
+
+
+@pytest.mark.skipif(_load.system_busy_seconds() is None, reason="needs /proc/stat")
+def test_foreign_cpu_counts_a_process_the_benchmark_did_not_start_or_wait_for():
+    """A busy loop in another process shows up as foreign CPU; this process's own spinning, subtracted as
+    the benchmark's own, does not."""
+    import subprocess
+    import sys
+    import time
+
+    def own_cpu() -> float:
+        t = os.times()
+        return t.user + t.system
+
+    burner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
+    try:
+        time.sleep(0.3)  # the burner is running
+        busy0, own0, t0 = _load.system_busy_seconds(), own_cpu(), time.perf_counter()
+        while time.perf_counter() - t0 < 1.5:
+            pass  # this process spins too: its CPU is the benchmark's own
+        wall = time.perf_counter() - t0
+        rec = _load.foreign_cpu(busy0, _load.system_busy_seconds(), own_cpu() - own0, wall)
+    finally:
+        burner.kill()
+        burner.wait()
+    assert rec["busy"] is True and rec["cores"] >= 0.4  # the burner's share of a core at least
+
+
+def test_foreign_cpu_without_proc_stat_judges_nothing():
+    assert _load.foreign_cpu(None, 5.0, 1.0, 1.0) == {"cpu_s": None, "cores": None, "limit": 0.25, "busy": None}
+    assert _load.foreign_cpu(1.0, 5.0, 1.0, 0.0)["busy"] is None
