@@ -381,8 +381,9 @@ with 5 instead of 20 epochs, minCount 5, one thread and a fixed seed (reproducib
 80 MB file). The models are inputs both sides read, so how they were trained does not affect the comparison."""
 
 
-def _variant_config(variant: str) -> dict:
-    """The WECHSEL config values (those differing from the defaults) of a tokxfer variant."""
+def _variant_config(variant: str, screen: str = "auto") -> dict:
+    """The WECHSEL config values (those differing from the defaults) of a tokxfer variant, with the similarity
+    search's ``screen`` (``--screen``; the result is the same for every screen, only the time differs)."""
     import dataclasses
 
     from methods.wechsel import WechselConfig
@@ -394,6 +395,7 @@ def _variant_config(variant: str) -> dict:
         "reference-no-special-candidates": WechselConfig.reference(special_candidates=False),
         "paper": WechselConfig(),
     }[variant]
+    cfg = dataclasses.replace(cfg, screen=screen)
     default = WechselConfig()
     return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg) if getattr(cfg, f.name) != getattr(default, f.name)}
 
@@ -515,7 +517,7 @@ def e2e_reference_worker(work: Path, out: Path, threads: int) -> None:
                                                     "rows_with_a_special_neighbour": with_special}))
 
 
-def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> None:
+def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int, screen: str = "auto") -> None:
     """Run WECHSEL through :func:`harness.model.initialize.initialize` (what ``tokxfer init`` runs) on the same files.
 
     ``tokxfer init`` has no flags for word-vector files, so this calls the function it calls, with
@@ -532,7 +534,7 @@ def e2e_tokxfer_worker(work: Path, out: Path, variant: str, threads: int) -> Non
     torch.set_num_threads(threads)
     paths = json.loads((work / "manifest.json").read_text())["paths"]
     entry = get("method", "wechsel")
-    cfg = build_config(entry.config_cls, _variant_config(variant), where=f"variant {variant}")
+    cfg = build_config(entry.config_cls, _variant_config(variant, screen), where=f"variant {variant}")
     tgt = load_tokenizer(paths["target_tokenizer"])
     t0 = time.perf_counter()
     init = initialize(InitRequest(
@@ -593,8 +595,9 @@ def compare_e2e(tk: dict, ref: dict, near_ids: list[int], atol: float) -> dict:
 
 
 def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol: float, threads: int,
-               work_dir: Path | None) -> dict:
-    """Build the files, run the reference and each tokxfer variant, compare; return the JSON record."""
+               work_dir: Path | None, screen: str = "auto") -> dict:
+    """Build the files, run the reference and each tokxfer variant (its similarity search screened as ``screen``
+    says), compare; return the JSON record."""
     import numpy as np
     from transformers import AutoTokenizer
 
@@ -617,13 +620,13 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
         for v in variants:
             print(f"running tokxfer initialize_model ({v}) ...", flush=True)
             out = work / f"tokxfer-{v}"
-            wall[f"tokxfer-{v}"] = run_worker([sys.executable, me, "--e2e-worker", "tokxfer", "--variant", v, "--work-dir", str(work),
+            wall[f"tokxfer-{v}"] = run_worker([sys.executable, me, "--e2e-worker", "tokxfer", "--variant", v, "--screen", screen, "--work-dir", str(work),
                                              "--out", str(out), "--threads", str(threads)], env, f"tokxfer ({v})")
             tk = dict(np.load(out / "rows.npz"))
             info = json.loads((out / "init_info.json").read_text())["info"]
             near_ids = info["wechsel"]["near_ties"]["ids"]
             res = compare_e2e(tk, ref, near_ids, atol)
-            res["config"] = _variant_config(v)
+            res["config"] = _variant_config(v, screen)
             res["near_ties"] = info["near_ties"]
             res["alignment"] = {k: info["alignment"][k] for k in ("pairs_used", "distinct_pairs", "mean_pair_cosine_before",
                                                                    "mean_pair_cosine_after")}
@@ -637,7 +640,7 @@ def end_to_end(scale: float, seed: int, language: str, variants: list[str], atol
         mon.stop()
         load = mon.record()
         return {
-            "bench": "wechsel-end-to-end", "scale": scale, "seed": seed, "language": language, "atol": atol, "threads": threads,
+            "bench": "wechsel-end-to-end", "scale": scale, "seed": seed, "language": language, "atol": atol, "threads": threads, "screen": screen,
             "sizes": files["sizes"], "reference": {**ref_info, "random": int(np.sum(ref["provenance"] == 3))},
             "variants": results, "wall_s_information_only": wall, "speed": None if "reference" not in results else target_speed(
                 ref_info["wechsel_s"], results["reference"]["method_s_information_only"], wall["reference"], wall["tokxfer-reference"], E2E_TARGET, load),
@@ -723,14 +726,14 @@ def main(argv: list[str] | None = None) -> int:
         e2e_reference_worker(Path(args.work_dir), Path(args.out), args.threads)
         return 0
     if args.e2e_worker == "tokxfer":
-        e2e_tokxfer_worker(Path(args.work_dir), Path(args.out), args.variant, args.threads)
+        e2e_tokxfer_worker(Path(args.work_dir), Path(args.out), args.variant, args.threads, args.screen)
         return 0
     if args.end_to_end:
         variants = [v.strip() for v in args.variants.split(",") if v.strip()]
         unknown = [v for v in variants if v not in E2E_VARIANTS]
         if unknown or not variants:
             p.error(f"unknown variant(s) {unknown}; choose from {E2E_VARIANTS}")
-        record = end_to_end(args.scale, args.seed, args.language, variants, args.atol, args.threads, args.work_dir)
+        record = end_to_end(args.scale, args.seed, args.language, variants, args.atol, args.threads, args.work_dir, args.screen)
         print_end_to_end(record)
         if args.json:
             args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -188,3 +188,14 @@ def test_bad_reference_arguments_are_refused(argv, needle, capsys):
     with pytest.raises(SystemExit) as e:
         bsc.main(argv)
     assert needle in str(e.value.code) + capsys.readouterr().err
+
+
+def test_the_wechsel_end_to_end_bench_passes_its_screen_to_the_method():
+    """``bench_wechsel.py --end-to-end --screen S`` runs tokxfer's WECHSEL with that screen (the rows are the same
+    for every screen; only the time differs), and without it the method's own default."""
+    from benchmarks.bench_wechsel import _variant_config
+    from methods.wechsel import WechselConfig
+
+    assert _variant_config("reference", "bf16")["screen"] == "bf16"
+    assert "screen" not in _variant_config("reference") and WechselConfig().screen == "auto"
+    assert {k: v for k, v in _variant_config("reference", "fp32").items() if k != "screen"} == _variant_config("reference")
