@@ -58,7 +58,7 @@ _SCREEN_COST = {"bf16": 0.5, "fp32": 1.0, "fp64": 2.0}
 bfloat16 runs at about twice the float32 rate on CPUs with native bf16 (measured 2.2x on AVX512-BF16),
 float64 at half of it (half the SIMD lanes)."""
 
-_RESCORE_COST = 512.0
+_RESCORE_COST = 1024.0
 """Cost of rescoring one candidate exactly (gather the blocks of screen scores it lies in, gather its ``d``
 floats, ``d`` float64 products and a sequential sum, selection), in the units of :data:`_SCREEN_COST`.
 Measured on WECHSEL's 50k x 213k search (d = 100, 2 cores): ~4 us of CPU per rescored candidate of a
