@@ -62,9 +62,10 @@ DEFAULT_CHUNK_ROWS = 2048
 SPARSEMAX_BLOCK_BYTES = 8 * 2**20
 """The largest cosine block :func:`chunked_sparsemax_cosine` scores and slices at once (above 512 rows).
 A block that stays in the last-level cache runs its product and top-k faster: on the FOCUS end-to-end
-benchmark's 64k/32k files (25,298 rows x 6,662 anchors) blocks of 512 rows beat 2,048-row ones by about a
-tenth on an idle 2-core machine; below 512 rows the top-k slows down, hence the floor. On the 32k/16k
-files (3,078 anchors) the block size made no measurable difference."""
+benchmark's 64k/32k files (25,298 rows x 6,662 anchors) blocks of 512 rows were faster than 2,048-row ones on
+an idle 2-core machine, and below 512 rows the top-k slowed down, hence the floor; on the 32k/16k files
+(3,078 anchors) the block size made no difference that repeated runs could tell apart. The whole method's
+time is what ``benchmarks/bench_scaling.py --references`` measures."""
 
 
 @dataclass

@@ -184,8 +184,8 @@ def long_lived_objects_frozen() -> Iterator[None]:
     A method allocates Python objects in bursts (two vocabularies' dicts, a tuple per token pair), and
     a burst can trigger a full collection, which walks every tracked object of the process (torch
     and transformers alone are hundreds of thousands) although none of them can be garbage yet. On the
-    FOCUS end-to-end benchmark's 32k/16k files (``benchmarks/bench_focus.py --end-to-end --scale 1``)
-    one such collection took ~0.2 s of the 0.26 s overlap step (measured with ``gc.get_stats()``).
+    FOCUS end-to-end benchmark's 32k/16k files (``benchmarks/bench_focus.py --end-to-end --scale 1``) one
+    such collection during the overlap step was most of that step's time (seen with ``gc.get_stats()``).
     ``gc.freeze`` moves the objects to the permanent generation; ``gc.unfreeze`` returns them on exit,
     exceptions included, so a worker running many trials collects each trial's garbage as before.
     Objects the block creates are collected normally. Inside a caller's own freeze it does nothing
