@@ -393,6 +393,7 @@ def end_to_end(scale: float, seed: int, variants: list[str], atol: float, thread
             res["anchors_tokxfer"] = info["info"]["focus"]["anchors"]
             res["anchors_deepfocus"] = int(df["anchors"].sum())
             res["method_s"] = info["info"]["timings"]["total_s"]
+            res["method_timings_s"] = info["info"]["timings"]  # overlap, aux (loading the .bin), combine
             results[v] = res
         mon.stop()
         load = mon.record()

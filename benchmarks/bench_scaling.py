@@ -154,7 +154,8 @@ def reference_command(method: str, scale: float, work: Path, out: Path, threads:
 
 def read_reference(method: str, rec: dict) -> dict:
     """The timings of one end-to-end record: the reference's call and ours (after loading, same files, same run),
-    their ratio (a result only when the run's ``load`` was not busy), the worker processes' walls."""
+    their ratio (a result only when the run's ``load`` was not busy), our method's steps (``ours_steps_s``, where the
+record has them), the worker processes' walls."""
     walls = rec["wall_s_information_only"]
     if method == "focus":
         ref, ours_s, ref_wall = rec["deepfocus"], rec["variants"]["reference"]["method_s"], walls["deepfocus"]
@@ -163,6 +164,7 @@ def read_reference(method: str, rec: dict) -> dict:
         ref, ours_s, ref_wall = rec["reference"], rec["variants"]["reference"]["method_s_information_only"], walls["reference"]
         ref_s = ref["wechsel_s"]
     return {"reference_s": ref_s, "reference_load_s": ref["load_s"], "ours_s": ours_s, "ratio": ratio(ref_s, ours_s, rec["load"]),
+            "ours_steps_s": rec["variants"]["reference"].get("method_timings_s"),
             "reference_process_s": ref_wall, "ours_process_s": walls["tokxfer-reference"], "load": rec["load"]}
 
 
@@ -184,7 +186,7 @@ def reference_point(method: str, scale: float, root: Path, threads: int, timeout
     work = root / f"{method}-scale{scale:g}"
     entry = {"method": method, "reference": REFERENCES[method][1], "scale": scale, "n_source": None, "n_target": None,
              "dim": None, "status": None, "exit": None, "timed_out": False, "killed_in": None, "reference_s": None,
-             "reference_load_s": None, "ours_s": None, "ratio": None, "reference_process_s": None, "ours_process_s": None,
+             "reference_load_s": None, "ours_s": None, "ours_steps_s": None, "ratio": None, "reference_process_s": None, "ours_process_s": None,
              "run_wall_s": None, "build_s": None, "build_wall_s": None, "load": None, "last_output": None}  # fmt: skip
     build = build_reference_inputs(method, scale, work, build_timeout)
     entry["build_wall_s"] = build["wall_s"]

@@ -143,6 +143,8 @@ def test_references_run_deepfocus_beside_ours_end_to_end(focus_references):
     assert e["build_s"] > 0 and len(e["load"]["before"]) == 3 and e["run_wall_s"] >= e["reference_process_s"] + e["ours_process_s"]
     r = round(e["reference_s"] / e["ours_s"], 2)
     assert e["ratio"] == ({"value": None, "on_busy_machine": r} if e["load"]["busy"] else {"value": r, "on_busy_machine": None})
+    steps = e["ours_steps_s"]  # our method's split, kept from the run's init_info.json
+    assert {"overlap_s", "aux_s", "combine_s", "total_s"} <= set(steps) and steps["total_s"] == e["ours_s"]
     assert rec["reference_fits"]["focus"] == {"reference": "deepfocus", "points": 1, "reference_slope": None, "ours_slope": None,
                                               "busy_points": int(e["load"]["busy"]), "not_run": []}  # fmt: skip
     assert "| focus | deepfocus | 0.01 | 500 | 300 | 768 |" in rec["table"] and png.read_bytes()[:4] == b"\x89PNG"
