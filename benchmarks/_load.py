@@ -2,22 +2,27 @@
 
 A ratio of two timings means something only when the machine was not shared: FOCUS's reference core took
 32 s idle and 408 s beside a test run (FACTS.md, "Learned the hard way"). Every benchmark therefore wraps
-its timed work in a :class:`LoadMonitor`, which reads the 1-minute load average when the work starts, every
-few seconds while it runs (a background thread) and when it ends, and records them with the number of
-cores this process may use. The machine counts as **busy** when any reading exceeds the cores (or the
-``max_load`` a benchmark is given). A busy run keeps its timings, but no ratio is reported as a result:
-:func:`ratio` puts ``None`` where the ratio would be and the value under ``on_busy_machine``, and
-:meth:`LoadMonitor.banner` prints a warning that the output cannot be missed.
+its timed work in a :class:`LoadMonitor`, which records two things:
 
-The benchmark's own threads count in the load average (two busy threads read about 2.0), so the limit is
-the core count, not zero: on an idle 2-core machine a benchmark with ``--threads 2`` stays at or under 2,
-while one other busy process pushes the average above it.
+* the **CPU other processes took** while the block ran (:func:`foreign_cpu`): the machine's busy time from
+  ``/proc/stat`` minus this process's own CPU and that of the children it waited for (``os.times``), so the
+  benchmark's own threads and workers never count against it. Above :data:`FOREIGN_LIMIT_CORES` of a core on
+  average the machine counts as **busy**. This is the verdict wherever ``/proc/stat`` exists.
+* the **1-minute load average** when the work starts, every few seconds while it runs (a background thread)
+  and when it ends, with the number of cores this process may use. It is kept for the record, and decides
+  only where the foreign CPU is unknown: busy when a reading exceeds the cores (or the ``max_load`` a
+  benchmark is given). The benchmark's own threads count in the load average (two busy threads read about
+  2.0), and so does the slowly decaying average of work stopped just before, which is why it is not the rule.
+
+A busy run keeps its timings, but no ratio is reported as a result: :func:`ratio` puts ``None`` where the
+ratio would be and the value under ``on_busy_machine``, and :meth:`LoadMonitor.banner` prints a warning that
+the output cannot be missed.
 
 Example:
     >>> with LoadMonitor(interval=60) as mon:
     ...     pass
     >>> rec = mon.record()
-    >>> sorted(rec) == sorted(["cores", "max_load", "before", "after", "max_1min", "samples", "busy", "verdict"])
+    >>> sorted(rec) == sorted(["cores", "max_load", "before", "after", "max_1min", "samples", "foreign_cpu", "rule", "busy", "verdict"])
     True
     >>> ratio(10.0, 2.0, {"busy": False})
     {'value': 5.0, 'on_busy_machine': None}
@@ -31,9 +36,10 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from types import TracebackType
 
-__all__ = ["cores", "load_average", "system_busy_seconds", "foreign_cpu", "FOREIGN_LIMIT_CORES", "LoadMonitor", "banner", "ratio", "combine", "speedups", "shown", "target_speed", "speed_line"]
+__all__ = ["cores", "load_average", "system_busy_seconds", "process_tree_cpu_s", "foreign_cpu", "FOREIGN_LIMIT_CORES", "LoadMonitor", "banner", "ratio", "combine", "speedups", "shown", "target_speed", "speed_line"]
 
 
 def cores() -> int:
@@ -96,8 +102,15 @@ def foreign_cpu(busy_before: float | None, busy_after: float | None, own_cpu_s: 
     return {"cpu_s": round(cpu, 2), "cores": round(cores_used, 3), "limit": limit, "busy": cores_used > limit}
 
 
+def process_tree_cpu_s() -> float:
+    """CPU seconds of this process and of the children it has waited for (``os.times``)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class LoadMonitor:
-    """Reads the load average before, during (every ``interval`` seconds) and after a ``with`` block.
+    """Reads the load average before, during (every ``interval`` seconds) and after a ``with`` block, and the
+    CPU other processes took meanwhile (:func:`foreign_cpu`; children must be waited for by the block's end).
 
     Args:
         max_load: the largest 1-minute load average of an idle-enough machine; default :func:`cores`.
@@ -111,11 +124,14 @@ class LoadMonitor:
         self.before: list[float] | None = None
         self.after: list[float] | None = None
         self.samples: list[float] = []
+        self.foreign: dict | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._cpu0: tuple[float | None, float, float] | None = None
 
     def start(self) -> LoadMonitor:
         """Take the first reading and start sampling (what ``with`` does on entry)."""
+        self._cpu0 = (system_busy_seconds(), process_tree_cpu_s(), time.perf_counter())
         self.before = load_average()
         if self.before is not None:
             self.samples.append(self.before[0])
@@ -131,6 +147,9 @@ class LoadMonitor:
         self.after = load_average()
         if self.after is not None:
             self.samples.append(self.after[0])
+        if self._cpu0 is not None:
+            busy0, own0, t0 = self._cpu0
+            self.foreign = foreign_cpu(busy0, system_busy_seconds(), process_tree_cpu_s() - own0, time.perf_counter() - t0)
 
     def __enter__(self) -> LoadMonitor:
         return self.start()
@@ -148,16 +167,26 @@ class LoadMonitor:
         """``cores``, ``max_load``, ``before``/``after`` (1/5/15-minute averages), ``max_1min`` over every reading,
         ``samples``, ``busy`` and a one-line ``verdict``."""
         peak = max(self.samples) if self.samples else None
-        busy = peak is not None and peak > self.max_load
-        if peak is None:
-            verdict = "load average unknown on this OS: timings are not checked against the machine's load"
-        elif busy:
-            verdict = (f"BUSY: the 1-minute load average reached {peak:.2f} > {self.max_load:g} "
-                       f"({self.cores} cores): timings are not results and no ratio is reported")
+        foreign = self.foreign or foreign_cpu(None, None, 0.0, 0.0)
+        if foreign["busy"] is not None:
+            rule, busy = "foreign CPU", bool(foreign["busy"])
+            if busy:
+                verdict = (f"BUSY: other processes took {foreign['cores']:.2f} of a core on average (limit {foreign['limit']:g}; "
+                           f"1-minute load up to {peak}): timings are not results and no ratio is reported")
+            else:
+                verdict = (f"idle enough: other processes took {foreign['cores']:.3f} of a core on average (limit "
+                           f"{foreign['limit']:g}; 1-minute load up to {peak}, this benchmark's own work included)")
+        elif peak is None:
+            rule, busy = "none", False
+            verdict = "load unknown on this OS: timings are not checked against the machine's load"
         else:
-            verdict = f"idle enough: the 1-minute load average stayed <= {peak:.2f} (limit {self.max_load:g}, {self.cores} cores)"
+            rule, busy = "load average", peak > self.max_load
+            verdict = (f"BUSY: the 1-minute load average reached {peak:.2f} > {self.max_load:g} ({self.cores} cores): "
+                       "timings are not results and no ratio is reported") if busy else (
+                       f"idle enough: the 1-minute load average stayed <= {peak:.2f} (limit {self.max_load:g}, {self.cores} cores)")
         return {"cores": self.cores, "max_load": self.max_load, "before": self.before, "after": self.after,
-                "max_1min": peak, "samples": len(self.samples), "busy": busy, "verdict": verdict}
+                "max_1min": peak, "samples": len(self.samples), "foreign_cpu": foreign, "rule": rule, "busy": busy,
+                "verdict": verdict}
 
     def banner(self) -> str:
         """What a benchmark prints about the load: one line when idle, a framed warning when busy."""

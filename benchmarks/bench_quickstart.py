@@ -71,7 +71,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._e2e import environment  # noqa: E402
-from benchmarks._load import foreign_cpu, system_busy_seconds  # noqa: E402
+from benchmarks._load import foreign_cpu, process_tree_cpu_s, system_busy_seconds  # noqa: E402
 
 SIZES = {
     "small": {"config": "harness/configs/quickstart.yaml", "spec": "leaderboards/specs/quickstart.yaml"},
@@ -453,10 +453,10 @@ def run_phase(phase: str, *, size: str, overrides: list[str], cache: Path, work:
     args += ["--runs-dir", str(runs), "--quiet"] + ([] if tracking else ["--no-tracking"])
     env = child_env(cache, threads)
     load_start, t_start = load_average(), time.time()
-    busy_start, own_start = system_busy_seconds(), _own_cpu_s()
+    busy_start, own_start = system_busy_seconds(), process_tree_cpu_s()
     step = run_command(phase, args, env, logs)
-    own_cpu = step["cpu_s"] + _own_cpu_s() - own_start  # the command (wait4: it and its workers) and this process
-    foreign = foreign_cpu(busy_start, system_busy_seconds(), own_cpu, step["wall_s"])
+    # this process and the command it waited for (wait4: the command and its workers)
+    foreign = foreign_cpu(busy_start, system_busy_seconds(), process_tree_cpu_s() - own_start, step["wall_s"])
     load_end = load_average()
     records = load_records(runs / cfg.name / "records")
     bd = breakdown(records)
@@ -590,12 +590,6 @@ def benchmark(args: argparse.Namespace) -> dict:
         p.pop("numbers")
     result["targets"] = evaluate_targets(result)
     return result
-
-
-def _own_cpu_s() -> float:
-    """CPU seconds of this process itself (not its children: their ``wait4`` usage is counted per command)."""
-    t = os.times()
-    return t.user + t.system
 
 
 def _git() -> dict:

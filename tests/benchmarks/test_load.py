@@ -9,6 +9,15 @@ import pytest
 
 from benchmarks import _load
 
+REAL_BUSY_SECONDS = _load.system_busy_seconds
+
+
+@pytest.fixture(autouse=True)
+def _no_proc_stat(monkeypatch):
+    """The load-average rule unless a test says otherwise: the machine's real busy time (other tests, other
+    jobs) must not decide these tests' verdicts."""
+    monkeypatch.setattr(_load, "system_busy_seconds", lambda: None)
+
 
 def _fake_load(monkeypatch, values: list[float]) -> None:
     """``os.getloadavg`` returns ``values`` in turn (then the last one forever)."""
@@ -71,7 +80,7 @@ def test_an_idle_figure_is_judged_against_its_target(target, met):
     assert fig["method"]["value"] == 10.0 and fig["process"]["value"] == 2.0 and fig["target_met"] is met
 
 
-@pytest.mark.skipif(_load.system_busy_seconds() is None, reason="needs /proc/stat")
+@pytest.mark.skipif(REAL_BUSY_SECONDS() is None, reason="needs /proc/stat")
 def test_foreign_cpu_counts_a_process_the_benchmark_did_not_start_or_wait_for():
     """A busy loop in another process shows up as foreign CPU; this process's own spinning, subtracted as
     the benchmark's own, does not."""
@@ -86,11 +95,11 @@ def test_foreign_cpu_counts_a_process_the_benchmark_did_not_start_or_wait_for():
     burner = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 30: pass"])
     try:
         time.sleep(0.3)  # the burner is running
-        busy0, own0, t0 = _load.system_busy_seconds(), own_cpu(), time.perf_counter()
+        busy0, own0, t0 = REAL_BUSY_SECONDS(), own_cpu(), time.perf_counter()
         while time.perf_counter() - t0 < 1.5:
             pass  # this process spins too: its CPU is the benchmark's own
         wall = time.perf_counter() - t0
-        rec = _load.foreign_cpu(busy0, _load.system_busy_seconds(), own_cpu() - own0, wall)
+        rec = _load.foreign_cpu(busy0, REAL_BUSY_SECONDS(), own_cpu() - own0, wall)
     finally:
         burner.kill()
         burner.wait()
@@ -100,3 +109,37 @@ def test_foreign_cpu_counts_a_process_the_benchmark_did_not_start_or_wait_for():
 def test_foreign_cpu_without_proc_stat_judges_nothing():
     assert _load.foreign_cpu(None, 5.0, 1.0, 1.0) == {"cpu_s": None, "cores": None, "limit": 0.25, "busy": None}
     assert _load.foreign_cpu(1.0, 5.0, 1.0, 0.0)["busy"] is None
+
+
+def test_the_monitor_judges_by_foreign_cpu_where_it_is_known(monkeypatch):
+    """With /proc/stat the CPU of other processes decides, whatever the load average says (here 3.0 on any
+    machine: this benchmark's own workers, or a neighbour's decaying average); without it the load does."""
+    _fake_load(monkeypatch, [3.0])
+    clock = iter([100.0, 100.0])  # the machine's busy seconds at start and stop: nobody else ran
+    monkeypatch.setattr(_load, "system_busy_seconds", lambda: next(clock))
+    with _load.LoadMonitor(max_load=2, interval=60) as mon:
+        pass
+    rec = mon.record()
+    assert rec["rule"] == "foreign CPU" and rec["max_1min"] == 3.0 and rec["busy"] is False
+    assert rec["foreign_cpu"]["cpu_s"] == 0.0 and rec["verdict"].startswith("idle enough: other processes took")
+    assert _load.ratio(9.0, 3.0, rec) == {"value": 3.0, "on_busy_machine": None}
+    clock = iter([100.0, 160.0])  # 60 busy seconds in a block of a few milliseconds: someone else ran
+    with _load.LoadMonitor(max_load=2, interval=60) as busy:
+        pass
+    rec = busy.record()
+    assert rec["busy"] is True and rec["foreign_cpu"]["busy"] is True and "!" in busy.banner()
+    assert _load.ratio(9.0, 3.0, rec) == {"value": None, "on_busy_machine": 3.0}
+    monkeypatch.setattr(_load, "system_busy_seconds", lambda: None)
+    with _load.LoadMonitor(max_load=2, interval=60) as fallback:
+        pass
+    assert fallback.record()["rule"] == "load average" and fallback.record()["busy"] is True  # 3.0 > max_load 2
+
+
+def test_children_the_block_waited_for_are_its_own_cpu():
+    """A child's CPU, once waited for, is the benchmark's own (it is not foreign)."""
+    import subprocess
+    import sys
+
+    before = _load.process_tree_cpu_s()
+    subprocess.run([sys.executable, "-c", "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.5: pass"], check=True)
+    assert _load.process_tree_cpu_s() - before >= 0.45
