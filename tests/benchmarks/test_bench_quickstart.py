@@ -85,7 +85,11 @@ def test_smoke_reports_leaderboard_machine_and_targets(smoke):
     assert {t["target"] for t in smoke["targets"]} == set(TARGET_NAMES)
     assert all(t["status"] == "n/a" for t in smoke["targets"])  # targets apply to the full small quickstart only
     load = smoke["load"]
-    assert load["valid"] == (load["max_1min"] <= load["cores"]) and smoke["valid"] == load["valid"]
+    verdicts = [p["load"]["valid"] for p in smoke["phases"].values()]
+    assert load["valid"] == (False if False in verdicts else None if None in verdicts else True) and smoke["valid"] == load["valid"]
+    for p in smoke["phases"].values():  # each phase by its own rule: foreign CPU where /proc/stat exists
+        v = p["load"]
+        assert v["valid"] == (not v["foreign_cpu"]["busy"] if v["rule"] == "foreign CPU" else v["max_1min"] <= v["cores"])
     assert load["samples"] and all(len(x) == 2 for x in load["samples"])
     assert smoke["git"]["sha"] and smoke["work_dir"] is not None
 
