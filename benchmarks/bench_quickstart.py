@@ -71,7 +71,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._e2e import environment  # noqa: E402
-from benchmarks._load import foreign_cpu, process_tree_cpu_s, system_busy_seconds  # noqa: E402
+from benchmarks._load import foreign_cpu, load_average, process_tree_cpu_s, system_busy_seconds  # noqa: E402
 
 SIZES = {
     "small": {"config": "harness/configs/quickstart.yaml", "spec": "leaderboards/specs/quickstart.yaml"},
@@ -103,14 +103,6 @@ def machine_facts() -> dict:
         facts["cpu_model"], facts["memory_gb"] = None, None
     facts["thread_env"] = {v: os.environ.get(v) for v in THREAD_VARS}
     return facts
-
-
-def load_average() -> list[float] | None:
-    """1, 5 and 15 minute load averages (None where the OS has none)."""
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except OSError:
-        return None
 
 
 class LoadMonitor:
