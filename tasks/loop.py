@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import torch
+from torch import nn
 
 from harness import progress as _progress
 from harness.examples import attach
@@ -202,6 +203,9 @@ class TrainConfig:
     max_steps: int | None = None
     """Run exactly this many optimizer steps (passes over the data repeat or stop mid-epoch as
     needed; ``epochs`` is then ignored); None: ``epochs`` full passes."""
+    freeze_embeddings: bool = False
+    """Keep the input (word) embeddings fixed (an aid to zero-shot cross-lingual transfer: training on one
+    language would move only its rows away from where pretraining aligned every language's)."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "eval_batch_size", "epochs", "log_every"):
@@ -560,6 +564,16 @@ def lr_factor(schedule: str, warmup_steps: int, total_steps: int) -> Callable[[i
     raise ValueError(f"unknown lr_schedule {schedule!r}; expected one of {LR_SCHEDULES}")
 
 
+def input_embeddings(model: Any) -> nn.Module:
+    """The input (word) embedding module of an HF model, also through a language-encoding wrapper;
+    ValueError when it has none (``TrainConfig.freeze_embeddings`` needs one)."""
+    get = getattr(model, "get_input_embeddings", None)  # a language-encoded model passes it through
+    module = get() if callable(get) else None
+    if not isinstance(module, nn.Module) or not isinstance(getattr(module, "weight", None), torch.Tensor):
+        raise ValueError(f"freeze_embeddings: {type(model).__name__} has no input embedding matrix to freeze")
+    return module
+
+
 def make_adamw(groups: list[dict], cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW over parameter ``groups`` with ``cfg``'s learning rate, betas, epsilon and implementation."""
     impl = {"auto": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}[cfg.adamw_impl]
@@ -636,6 +650,8 @@ def finetune(
     n_epochs = math.ceil(total_steps / steps_per_epoch) if cfg.max_steps is not None else cfg.epochs
     warmup_steps = cfg.warmup_steps if cfg.warmup_steps is not None else math.ceil(total_steps * cfg.warmup_ratio)
 
+    if cfg.freeze_embeddings:
+        input_embeddings(model).weight.requires_grad_(False)
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:

@@ -532,3 +532,40 @@ def test_task_features_are_encoded_once_per_process(tokenizer, task_files, monke
     Xnli(build_config(XnliConfig, {**FAST, "epochs": 1, "max_length": 48, "files": files})).run(
         _ctx(make_mlm(tokenizer), tokenizer, ("near",)))
     assert calls[3:] == [48, 48, 48]
+
+
+def test_freeze_embeddings_keeps_the_word_rows_and_trains_the_rest(tokenizer):
+    """``freeze_embeddings``: the word embedding matrix ends bit-identical while the encoder moves; without
+    it the matrix moves (so the check can fail); it is stored in the resolved config only when set; a
+    model without input embeddings is refused by name."""
+    import torch.nn as nn
+    from transformers import AutoModelForSequenceClassification
+
+    from harness.run.config import resolved_fields
+    from tasks.batching import pad_collate
+    from tasks.loop import TrainConfig, build_task_model, finetune
+    from tasks.xnli import XnliConfig
+
+    data = [{"input_ids": [0, 5 + i % 7, 6 + i % 3, 2], "attention_mask": [1] * 4, "labels": i % 3} for i in range(16)]
+    moved = {}
+    for freeze in (True, False):
+        model, _ = build_task_model(make_mlm(tokenizer), AutoModelForSequenceClassification, seed=1, num_labels=3)
+        before = {k: v.clone() for k, v in model.state_dict().items()}
+        cfg = TrainConfig(batch_size=4, epochs=2, learning_rate=1e-2, freeze_embeddings=freeze)
+        finetune(model, data, None, lambda m: {}, cfg, seed=1, collate_fn=pad_collate(tokenizer.pad_token_id),
+                 show_progress=False)  # fmt: skip
+        moved[freeze] = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    word = "roberta.embeddings.word_embeddings.weight"
+    assert word not in moved[True] and word in moved[False]
+    assert "roberta.encoder.layer.0.attention.self.query.weight" in moved[True]
+    assert resolved_fields(build_config(XnliConfig, {"train": {"freeze_embeddings": True}}))["freeze_embeddings"] is True
+    assert "freeze_embeddings" not in resolved_fields(build_config(XnliConfig, {}))
+
+    class NoEmbeddings(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Linear(1, 2)
+
+    with pytest.raises(ValueError, match="NoEmbeddings has no input embedding matrix"):
+        finetune(NoEmbeddings(), data, None, lambda m: {}, TrainConfig(freeze_embeddings=True), seed=1,
+                 collate_fn=pad_collate(0), show_progress=False)  # fmt: skip
