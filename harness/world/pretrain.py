@@ -238,6 +238,7 @@ def _train_source(
 
     trained = wrapped if wrapped is not None else model
     trained.train()
+    device_type = next(trained.parameters()).device.type
     optimizer = torch.optim.AdamW(pmodel.param_groups(trained, config.weight_decay), lr=config.lr, betas=(0.9, 0.98), eps=1e-6)
     warmup = max(1, round(config.warmup_ratio * config.steps)) if config.warmup_ratio > 0 else 0
 
@@ -267,21 +268,23 @@ def _train_source(
     ):
         for step in range(1, config.steps + 1):
             is_tlm = tlm_batches is not None and tlm.is_tlm_step(step, config.tlm_fraction)
-            if is_tlm:
-                assert tlm_batches is not None and tlm_seqs is not None
-                loss = tlm.tlm_loss(model, wrapped, tlm_batches.next(), tlm_seqs.languages)
-            else:
-                idx = next(batches)
-                ids = train[idx]
-                if config.kind == "mlm":
-                    inputs, labels = pdata.mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+            with torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16):
+                if is_tlm:
+                    assert tlm_batches is not None and tlm_seqs is not None
+                    loss = tlm.tlm_loss(model, wrapped, tlm_batches.next(), tlm_seqs.languages)
                 else:
-                    inputs, labels = ids, ids
-                if wrapped is None:
-                    loss = pmodel.token_loss(model, config.kind, inputs, labels)
-                else:
-                    assert block_langs is not None
-                    loss = pmodel.encoded_loss(wrapped, config.kind, inputs, labels, [block_langs[i] for i in idx.tolist()])
+                    idx = next(batches)
+                    ids = train[idx]
+                    if config.kind == "mlm":
+                        inputs, labels = pdata.mask_tokens(ids, generator=mask_gen, **mask_kwargs)
+                    else:
+                        inputs, labels = ids, ids
+                    if wrapped is None:
+                        loss = pmodel.token_loss(model, config.kind, inputs, labels)
+                    else:
+                        assert block_langs is not None
+                        langs = [block_langs[i] for i in idx.tolist()]
+                        loss = pmodel.encoded_loss(wrapped, config.kind, inputs, labels, langs)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(trained.parameters(), config.max_grad_norm)
@@ -325,7 +328,7 @@ def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: Pretrain
     tok.save_pretrained(out)
 
 
-_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0}
+_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0, "bf16": False}
 """Fields added after sources were cached: left out of the cache key at these values."""
 
 

@@ -7,6 +7,7 @@ Tiny random models (hidden 16) and the tiny world; no network, no GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -111,6 +112,30 @@ def test_tlm_step_schedule_and_config_validation():
     with_tlm = PretrainConfig(extra_languages=("near",), encoding="xlp", tlm_fraction=0.5)
     assert content_hash(pt._cache_key(with_tlm, [], [])) != content_hash(
         pt._cache_key(PretrainConfig(extra_languages=("near",), encoding="xlp"), [], []))
+
+
+def test_bf16_pretraining_is_another_source_deterministic_and_keeps_fp32_keys(tiny_world, tmp_path, monkeypatch):
+    """``bf16``: off keeps every earlier cache key (the constant above); on is another source whose weights
+    differ from the float32 one's, the same when pretrained again from scratch, with a float32 dev loss
+    close to the float32 source's."""
+    from transformers import AutoModelForMaskedLM
+
+    assert content_hash(pt._cache_key(PretrainConfig(bf16=False), [], [])) == (
+        "8fdeeb9a86eb7d500ba1095098c34092307a1af5445cf917190579fddfd34e33")
+    with pytest.raises(ValueError, match="bf16 must be true or false"):
+        PretrainConfig(bf16=1)
+    cfg = PretrainConfig.tiny(extra_languages=("near",), encoding="xlp", tlm_fraction=0.5, steps=6)
+    word = "roberta.embeddings.word_embeddings.weight"
+    runs = []
+    for name, c, cache in (("fp32", cfg, "a"), ("bf16", dataclasses.replace(cfg, bf16=True), "a"),
+                           ("bf16", dataclasses.replace(cfg, bf16=True), "b")):  # fmt: skip
+        monkeypatch.setenv("TOKXFER_CACHE", str(tmp_path / cache))
+        path = Path(pretrained_source(tiny_world, config=c, progress=False))
+        weights = AutoModelForMaskedLM.from_pretrained(path).state_dict()[word]
+        runs.append((name, weights, json.loads((path / pt.INFO_FILE).read_text())))
+    (_, fp32, fp32_info), (_, bf16, bf16_info), (_, bf16_again, _) = runs
+    assert not torch.equal(fp32, bf16) and torch.equal(bf16, bf16_again)
+    assert bf16_info["config"]["bf16"] is True and abs(bf16_info["dev_loss"] - fp32_info["dev_loss"]) < 0.5
 
 
 @pytest.mark.parametrize("encoding", ["none", "attached", "xlp-shared"])
