@@ -45,9 +45,9 @@ from harness import progress as _progress
 from harness import seeding
 from harness import tokenizers as tk
 from harness.cache import cached_dir
+from harness.world import codeswitch, tlm
 from harness.world import pretrain_data as pdata
 from harness.world import pretrain_model as pmodel
-from harness.world import tlm
 from harness.world.pretrain_config import Kind, PretrainConfig
 
 __all__ = ["CODE_VERSION", "INFO_FILE", "PretrainConfig", "multilingual_config", "pretrain_on_files", "pretrained_source"]
@@ -328,7 +328,7 @@ def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: Pretrain
     tok.save_pretrained(out)
 
 
-_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0, "bf16": False}
+_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0, "bf16": False, "codeswitch": 0.0}
 """Fields added after sources were cached: left out of the cache key at these values."""
 
 
@@ -342,7 +342,8 @@ def _config_key(config: PretrainConfig) -> dict[str, Any]:
     return {"__dataclass__": type(config).__qualname__, **fields}
 
 
-def _cache_key(config: PretrainConfig, train: Any, dev: Any, parallel: dict[str, Path] | None = None) -> dict[str, Any]:
+def _cache_key(config: PretrainConfig, train: Any, dev: Any, parallel: dict[str, Path] | None = None,
+               word_maps: dict[str, Path] | None = None) -> dict[str, Any]:  # fmt: skip
     key = {
         "what": "pretrained_source",
         "code_version": CODE_VERSION,
@@ -353,6 +354,8 @@ def _cache_key(config: PretrainConfig, train: Any, dev: Any, parallel: dict[str,
     }
     if parallel is not None:  # TLM's parallel text (absent otherwise: earlier keys unchanged)
         key["parallel"] = parallel
+    if word_maps is not None:  # code-switching's word maps (likewise)
+        key["word_maps"] = word_maps
     return key
 
 
@@ -473,6 +476,7 @@ def pretrained_source(
     train.update({lang: Path(world.text(lang, "train")) for lang in config.extra_languages})
     dev = Path(world.text(source, "dev"))
     parallel = {lang: Path(world.parallel(lang)) for lang in config.extra_languages} if config.tlm_fraction > 0 else None
+    word_maps = {lang: Path(world.word_map(lang)) for lang in config.extra_languages} if config.codeswitch > 0 else None
     root = Path(cache_dir) if cache_dir is not None else None
     provenance = {"world": str(Path(world_dir)), "source_language": source}
 
@@ -486,22 +490,30 @@ def pretrained_source(
         # tokenizer on the same corpus and the model on each language's part of it.
         n_source = sum(1 for _ in pdata.lines(train[source]))
         n_extra = max(1, round(config.extra_fraction * n_source))
+        extra = {lang: list(pdata.lines(train[lang], limit=n_extra)) for lang in config.extra_languages}
+        prov = dict(provenance)
+        if word_maps is not None:  # each line, then its code-switched copy (the copy is of the same language)
+            prov["codeswitch"] = {}
+            for lang in config.extra_languages:
+                gen = seeding.torch_generator(config.seed, "pretrain", "codeswitch", lang)
+                copies, prov["codeswitch"][lang] = codeswitch.switched_copies(
+                    extra[lang], codeswitch.read_word_map(word_maps[lang]), config.codeswitch, gen)
+                extra[lang] = [x for pair in zip(extra[lang], copies, strict=True) for x in pair]
         with tempfile.TemporaryDirectory(prefix="tokxfer-mix-") as tmp:
             mixed = Path(tmp) / "pretrain_corpus.txt"
             with open(mixed, "w", encoding="utf-8") as f:
                 for line in pdata.lines(train[source]):
                     f.write(line + "\n")
                 for lang in config.extra_languages:
-                    for line in pdata.lines(train[lang], limit=n_extra):
-                        f.write(line + "\n")
+                    f.writelines(line + "\n" for line in extra[lang])
             language_files = None
             if config.encoding is not None:
                 language_files = {source: [train[source]]}
                 for lang in config.extra_languages:
                     part = Path(tmp) / f"{lang}.txt"
-                    part.write_text("".join(line + "\n" for line in pdata.lines(train[lang], limit=n_extra)), encoding="utf-8")
+                    part.write_text("".join(line + "\n" for line in extra[lang]), encoding="utf-8")
                     language_files[lang] = [part]
             pairs = None if parallel is None else {lang: tlm.read_pairs(parallel[lang], n_extra) for lang in parallel}
-            _pretrain_into(out, config, [mixed], [dev], root, progress, provenance, language_files, pairs)
+            _pretrain_into(out, config, [mixed], [dev], root, progress, prov, language_files, pairs)
 
-    return cached_dir("sources", _cache_key(config, train, dev, parallel), build, root=root)
+    return cached_dir("sources", _cache_key(config, train, dev, parallel, word_maps), build, root=root)

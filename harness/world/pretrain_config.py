@@ -110,6 +110,11 @@ class PretrainConfig:
     ``kind="mlm"`` and ``extra_languages``; without ``encoding`` the tokens carry no language. 0: MLM
     only. Part of the cache key only when above 0."""
 
+    codeswitch: float = 0.0
+    """Dictionary code-switching (:mod:`harness.world.codeswitch`): each extra language's line is followed
+    in its MLM text by a copy in which each word is replaced by its source-language form (the world's
+    word map) with this probability; the copy is of the line's language. Anchors for languages that share
+    no words with the source. Needs ``extra_languages``; 0: off. Part of the cache key only when above 0."""
     bf16: bool = False
     """bf16 autocast of the training forward passes on CPU (weights, gradients and AdamW state stay
     float32; the dev loss is always measured in float32, so runs of either precision compare). Faster
@@ -176,6 +181,11 @@ class PretrainConfig:
             raise ValueError(f"PretrainConfig.extra_languages has duplicates: {self.extra_languages!r}")
         if not 0 < self.extra_fraction <= 1:
             raise ValueError(f"PretrainConfig.extra_fraction must be in (0, 1], got {self.extra_fraction!r}")
+        if not 0 <= self.codeswitch <= 1:
+            raise ValueError(f"PretrainConfig.codeswitch must be in [0, 1], got {self.codeswitch!r}")
+        if self.codeswitch > 0 and not self.extra_languages:
+            raise ValueError(f"PretrainConfig.codeswitch={self.codeswitch} needs extra_languages: the languages "
+                             "whose text is code-switched with the source language's words")  # fmt: skip
         if not isinstance(self.bf16, bool):
             raise ValueError(f"PretrainConfig.bf16 must be true or false, got {self.bf16!r}")
         if not 0 <= self.tlm_fraction < 1:
