@@ -175,17 +175,7 @@ class PretrainConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise ValueError(f"PretrainConfig.{f.name} must be a finite number, got {value!r}")
-        if not all(isinstance(x, str) and x for x in self.extra_languages):
-            raise ValueError(f"PretrainConfig.extra_languages must be language names, got {self.extra_languages!r}")
-        if len(set(self.extra_languages)) != len(self.extra_languages):
-            raise ValueError(f"PretrainConfig.extra_languages has duplicates: {self.extra_languages!r}")
-        if not 0 < self.extra_fraction <= 1:
-            raise ValueError(f"PretrainConfig.extra_fraction must be in (0, 1], got {self.extra_fraction!r}")
-        if not 0 <= self.codeswitch <= 1:
-            raise ValueError(f"PretrainConfig.codeswitch must be in [0, 1], got {self.codeswitch!r}")
-        if self.codeswitch > 0 and not self.extra_languages:
-            raise ValueError(f"PretrainConfig.codeswitch={self.codeswitch} needs extra_languages: the languages "
-                             "whose text is code-switched with the source language's words")  # fmt: skip
+        self._validate_multilingual()
         if not isinstance(self.bf16, bool):
             raise ValueError(f"PretrainConfig.bf16 must be true or false, got {self.bf16!r}")
         if not 0 <= self.tlm_fraction < 1:
@@ -206,6 +196,20 @@ class PretrainConfig:
                     f"PretrainConfig.encoding must be None or a registered encoding ({', '.join(known)}), "
                     f"got {self.encoding!r}"
                 )
+
+    def _validate_multilingual(self) -> None:
+        """The checks of the extra languages and of code-switching (TLM's are in ``__post_init__``)."""
+        if not all(isinstance(x, str) and x for x in self.extra_languages):
+            raise ValueError(f"PretrainConfig.extra_languages must be language names, got {self.extra_languages!r}")
+        if len(set(self.extra_languages)) != len(self.extra_languages):
+            raise ValueError(f"PretrainConfig.extra_languages has duplicates: {self.extra_languages!r}")
+        if not 0 < self.extra_fraction <= 1:
+            raise ValueError(f"PretrainConfig.extra_fraction must be in (0, 1], got {self.extra_fraction!r}")
+        if not 0 <= self.codeswitch <= 1:
+            raise ValueError(f"PretrainConfig.codeswitch must be in [0, 1], got {self.codeswitch!r}")
+        if self.codeswitch > 0 and not self.extra_languages:
+            raise ValueError(f"PretrainConfig.codeswitch={self.codeswitch} needs extra_languages: the languages "
+                             "whose text is code-switched with the source language's words")  # fmt: skip
 
     @classmethod
     def tiny(cls, **overrides: Any) -> PretrainConfig:
