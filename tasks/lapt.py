@@ -92,7 +92,7 @@ from harness.protocols import TaskContext, TaskResult
 from harness.registry import register_stage
 from tasks.data import added_tokens, batch_preparer
 from tasks.lapt_data import _LaptCollate, build_blocks, read_train_lines
-from tasks.loop import TrainConfig, finetune, log, resolve_device
+from tasks.loop import ADAMW_IMPLS, TrainConfig, finetune, log, resolve_device
 
 LAPT_CODE_VERSION = 1
 """Part of every LAPT cache key: bump when a change here changes the weights a config produces."""
@@ -198,7 +198,14 @@ class LaptConfig:
     log_every: int = 10
     """Loss-curve resolution (mean loss over this many steps per point)."""
     mixed_precision: bool = True
-    """bf16 autocast on CUDA only."""
+    """bf16 autocast on CUDA only (CPU: see ``cpu_bf16``)."""
+    cpu_bf16: bool | None = None
+    """bf16 autocast on CPU too (:attr:`tasks.loop.TrainConfig.cpu_bf16`: weights, gradients and
+    optimizer state stay float32; other numbers than a float32 run, deterministic for a thread count).
+    None (float32) is the default so that configs written before the option keep their trial ids."""
+    adamw_impl: str | None = None
+    """AdamW implementation (:attr:`tasks.loop.TrainConfig.adamw_impl`: ``"auto"``, ``"foreach"`` or
+    ``"fused"``, which takes much less optimizer time for small models); None: ``"auto"``."""
     cache: bool = True
     """Reuse/store the adapted model when the caller passes a ``cache_key`` to ``apply``."""
     embeddings_only_steps: int | None = None
@@ -213,7 +220,8 @@ class LaptConfig:
     """Held-out source-language text (one sentence a line) for the forgetting measurement; None: the
     world's source language, ``test`` split (no world and no file: the record says it was skipped)."""
 
-    NEW_FIELDS_OMITTED_WHEN_NONE = ("embeddings_only_steps", "forgetting_examples", "forgetting_file")
+    NEW_FIELDS_OMITTED_WHEN_NONE = ("embeddings_only_steps", "forgetting_examples", "forgetting_file", "cpu_bf16",
+                                    "adamw_impl")
     """Left out of the resolved config while unset, so trials written before them keep their ids."""
     MEASUREMENT_FIELDS = ("forgetting_examples", "forgetting_file")
     """Fields that change what is measured, not the adapted weights: not part of the LAPT cache key."""
@@ -231,6 +239,8 @@ class LaptConfig:
             raise ValueError(f"max_steps must be >= 1 or None, got {self.max_steps}")
         if self.lr_schedule is not None and self.lr_schedule not in LR_SCHEDULES:
             raise ValueError(f"lr_schedule must be one of {LR_SCHEDULES}, got {self.lr_schedule!r}")
+        if self.adamw_impl is not None and self.adamw_impl not in ADAMW_IMPLS:
+            raise ValueError(f"adamw_impl must be one of {ADAMW_IMPLS}, got {self.adamw_impl!r}")
         if self.embeddings_phase_warmup is not None and self.embeddings_phase_warmup not in PHASE_WARMUPS:
             raise ValueError(
                 f"embeddings_phase_warmup must be one of {PHASE_WARMUPS}, got {self.embeddings_phase_warmup!r}"
@@ -722,6 +732,8 @@ class Lapt:
             adam_beta2=hp["adam_beta2"],
             adam_epsilon=hp["adam_epsilon"],
             mixed_precision=self.config.mixed_precision,
+            cpu_bf16=bool(self.config.cpu_bf16),
+            adamw_impl=self.config.adamw_impl or "auto",
             log_every=self.config.log_every,
         )
 

@@ -152,3 +152,24 @@ def test_embeddings_only_steps_then_full_steps_as_a_stage_option(tok, files):
     assert lapt_cache_key({}, LaptConfig(embeddings_only_steps=3)) != lapt_cache_key({}, LaptConfig())
     with pytest.raises(ValueError, match="embeddings_only_steps"):
         LaptConfig(embeddings_only_steps=0)
+
+
+def test_cpu_bf16_and_fused_adamw_as_lapt_options(tok, files):
+    """The task loop's CPU speed options reach LAPT: other numbers than float32, the same run to run, and
+    configs that leave them unset keep their trial ids and cache keys (the pinned key above)."""
+    from harness.run.config import resolved_fields
+    from tasks.lapt import LaptConfig, lapt_cache_key
+
+    def loss_curve(**kw):
+        _, res = stage(files, max_steps=4, log_every=1, forgetting_examples=0, **kw).apply(ctx(make_roberta(tok), tok), {})
+        return [v for _, v in res.curves["loss"]]
+
+    fp32, bf16 = loss_curve(), loss_curve(cpu_bf16=True, adamw_impl="fused")
+    assert bf16 == loss_curve(cpu_bf16=True, adamw_impl="fused")
+    assert bf16 != fp32 and bf16 == pytest.approx(fp32, rel=0.05)
+    assert "cpu_bf16" not in resolved_fields(LaptConfig()) and "adamw_impl" not in resolved_fields(LaptConfig())
+    assert resolved_fields(LaptConfig(cpu_bf16=True))["cpu_bf16"] is True
+    assert lapt_cache_key({}, LaptConfig(cpu_bf16=True)) != lapt_cache_key({}, LaptConfig())
+    assert lapt_cache_key({}, LaptConfig(adamw_impl="fused")) != lapt_cache_key({}, LaptConfig())
+    with pytest.raises(ValueError, match="adamw_impl"):
+        LaptConfig(adamw_impl="sgd")
