@@ -94,6 +94,34 @@ def gold_alignment(new_emb: torch.Tensor, source_emb: torch.Tensor, pairs: np.nd
     return out
 
 
+NORM_BOUND = 10.0
+"""An initialized row whose norm exceeds this many times the largest source row's is counted (and the
+trial flagged, :mod:`harness.run.sanity`): no copy, average or convex combination of source rows gets
+there, and a random draw at the source's scale does not either."""
+
+
+def row_norm_diagnostics(source_emb: torch.Tensor, new_emb: torch.Tensor) -> dict:
+    """The largest row norm of the source and of the initialized embeddings, and how many initialized
+    rows are over :data:`NORM_BOUND` times the source's largest or not finite. For every method, world or
+    not: a row of extreme norm dominates every softmax over a tied head (a loss of tens of nats at init).
+
+    Example:
+        >>> d = row_norm_diagnostics(torch.eye(3), torch.tensor([[1.0, 0, 0], [0, 30.0, 0], [float("nan"), 0, 0]]))
+        >>> d["row_norm_max"], d["rows_over_norm_bound"], d["rows_nonfinite"]
+        (30.0, 1, 1)
+    """
+    src = source_emb.detach().float().norm(dim=1)
+    new = new_emb.detach().float().norm(dim=1)
+    finite = torch.isfinite(new)
+    src_max = float(src[torch.isfinite(src)].max()) if len(src) else 0.0
+    return {
+        "row_norm_source_max": src_max,
+        "row_norm_max": float(new[finite].max()) if bool(finite.any()) else None,
+        "rows_over_norm_bound": int((new[finite] > NORM_BOUND * src_max).sum()),
+        "rows_nonfinite": int((~finite).sum()),
+    }
+
+
 def world_diagnostics(world, language: str, source_tok, target_tok, source_emb: torch.Tensor, new_emb: torch.Tensor) -> dict:
     """Gold diagnostics for a world target language (empty dict for the source language)."""
     if world is None or language == world.source_language or language not in world.languages:

@@ -37,7 +37,7 @@ from harness import progress, registry, seeding
 from harness.cache import cached_dir
 from harness.extension import DEFAULT_EXTEND_TOP_N, extend_tokenizer, keep_original_rows
 from harness.model import surgery
-from harness.model.diagnostics import world_diagnostics
+from harness.model.diagnostics import row_norm_diagnostics, world_diagnostics
 from harness.protocols import (
     PROVENANCE_NAMES,
     InitResult,
@@ -262,6 +262,7 @@ def initialize(request: InitRequest, *, world: Any = None, cache_key: dict | Non
     # method keeps the source tokenizer (``original``), so they are left out there
     diag = (world_diagnostics(world, r.target_language, src_tok, result.tokenizer, src_emb, new_emb)
             if world is not None and result.tokenizer is not src_tok else {})
+    diag = {**row_norm_diagnostics(src_emb, new_emb), **diag}
     return Initialized(
         model=model, tokenizer=result.tokenizer, result=result, source_tokenizer=src_tok, source_embeddings=src_emb,
         diagnostics=diag, timings={"load_s": t_load, "method_s": t_method, "install_s": time.perf_counter() - t0},

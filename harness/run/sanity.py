@@ -22,6 +22,11 @@ Flags (``{"code": ..., "message": ...}``):
   rows are all random fallbacks: it transferred nothing.
 - ``no_combined_rows`` — such a method combined no row at all while some rows fell back (its
   combination step produced nothing, e.g. no auxiliary vectors, no alignments).
+- ``row_norm`` — initialized rows whose norm is over :data:`harness.model.diagnostics.NORM_BOUND` (10) times
+  the largest source row's, or not finite (``init.diagnostics``: ``rows_over_norm_bound``,
+  ``rows_nonfinite``): a combination that extrapolated (weights normalized by a near-zero sum, as CLP's
+  can be); such rows dominate the softmax of a tied head, so losses at init and early in LAPT are tens of
+  nats. Not raised for a method that re-initializes the whole model.
 - ``nondeterministic:<component>`` — the method reports in ``init.info["nondeterministic"]`` that
   a component of its result cannot be reproduced from the seed (e.g. the eflomal aligner).
 
@@ -94,6 +99,10 @@ def _get(obj: Any, *path: str) -> Any:
 
 def _is_number(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _num(x: Any) -> str:
+    return f"{x:.4g}" if _is_number(x) else str(x)
 
 
 def _losses(metrics: Mapping) -> list[tuple[str, str, float]]:
@@ -176,6 +185,18 @@ def check_record(record: Mapping, method_cls: Any = None) -> list[dict]:
                 f"no row was combined ({copied} copied, {fallback} random fallbacks) although the method "
                 "combines source rows: its combination step produced nothing",
             ))
+    diag = init.get("diagnostics") or {}
+    over, nonfinite = int(diag.get("rows_over_norm_bound") or 0), int(diag.get("rows_nonfinite") or 0)
+    if (over or nonfinite) and not (init.get("directives") or {}).get("reinitialize_body"):
+        from harness.model.diagnostics import NORM_BOUND
+
+        flags.append(flag(
+            "row_norm",
+            f"{over} initialized rows have norms over {NORM_BOUND:g}x the largest source row's (max "
+            f"{_num(diag.get('row_norm_max'))} vs {_num(diag.get('row_norm_source_max'))}) and {nonfinite} are not finite: "
+            "the method extrapolated (e.g. weights normalized by a near-zero sum); losses at init and early in "
+            "LAPT are dominated by these rows",
+        ))
     nondet = (init.get("info") or {}).get("nondeterministic") or []
     if isinstance(nondet, str):
         nondet = [nondet]

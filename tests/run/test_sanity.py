@@ -116,6 +116,33 @@ def test_nondeterministic_components_are_flagged_by_name():
     assert "'eflomal'" in flags[1]["message"]
 
 
+# ---------------------------------------------------------------- (f) rows of extreme norm
+
+
+@pytest.mark.parametrize("over, nonfinite, reinit, flagged", [
+    (0, 0, False, False), (3, 0, False, True), (0, 1, False, True), (3, 0, True, False)])  # fmt: skip
+def test_rows_far_beyond_the_source_norms_are_flagged(over, nonfinite, reinit, flagged):
+    rec = _record(74.1, directives={"reinitialize_body": True} if reinit else None)
+    rec["init"]["diagnostics"] = {"row_norm_source_max": 1.5, "row_norm_max": 900.0, "rows_over_norm_bound": over,
+                                  "rows_nonfinite": nonfinite}  # fmt: skip
+    flags = check_record(rec)
+    assert _codes(flags) == (["row_norm"] if flagged else [])
+    if flagged:
+        assert f"{over} initialized rows" in flags[0]["message"] and "900 vs 1.5" in flags[0]["message"]
+
+
+def test_row_norm_diagnostics_count_rows_beyond_ten_times_the_source_maximum():
+    from harness.model.diagnostics import row_norm_diagnostics
+
+    src = torch.randn(50, 8, generator=torch.Generator().manual_seed(0))
+    longest = src[src.norm(dim=1).argmax()][None]
+    top = float(longest.norm())
+    new = torch.cat([src[:10] * 0.5, longest * 9.5, longest * 10.5, longest * float("inf")])
+    d = row_norm_diagnostics(src, new)
+    assert d["row_norm_source_max"] == pytest.approx(top) and d["rows_nonfinite"] == 1
+    assert d["rows_over_norm_bound"] == 1 and d["row_norm_max"] == pytest.approx(top * 10.5)
+
+
 def test_flags_come_in_a_fixed_order_and_a_clean_record_has_none():
     rec = _record(UNIFORM, counts={"special": 5, "copied": 1, "combined": 0, "fallback": 4994},
                   info={"nondeterministic": ["eflomal"]})  # fmt: skip
