@@ -168,19 +168,18 @@ class LoadMonitor:
         ``samples``, ``busy`` and a one-line ``verdict``."""
         peak = max(self.samples) if self.samples else None
         foreign = self.foreign or foreign_cpu(None, None, 0.0, 0.0)
-        if foreign["busy"] is not None:
-            rule, busy = "foreign CPU", bool(foreign["busy"])
+        rule, busy = load_rule(foreign, peak, self.max_load)
+        if rule == "foreign CPU":
             if busy:
                 verdict = (f"BUSY: other processes took {foreign['cores']:.2f} of a core on average (limit {foreign['limit']:g}; "
                            f"1-minute load up to {peak}): timings are not results and no ratio is reported")
             else:
                 verdict = (f"idle enough: other processes took {foreign['cores']:.3f} of a core on average (limit "
                            f"{foreign['limit']:g}; 1-minute load up to {peak}, this benchmark's own work included)")
-        elif peak is None:
-            rule, busy = "none", False
+        elif rule == "none":
+            busy = False
             verdict = "load unknown on this OS: timings are not checked against the machine's load"
         else:
-            rule, busy = "load average", peak > self.max_load
             verdict = (f"BUSY: the 1-minute load average reached {peak:.2f} > {self.max_load:g} ({self.cores} cores): "
                        "timings are not results and no ratio is reported") if busy else (
                        f"idle enough: the 1-minute load average stayed <= {peak:.2f} (limit {self.max_load:g}, {self.cores} cores)")
@@ -191,6 +190,22 @@ class LoadMonitor:
     def banner(self) -> str:
         """What a benchmark prints about the load: one line when idle, a framed warning when busy."""
         return banner(self.record())
+
+
+def load_rule(foreign: dict | None, peak: float | None, limit: float) -> tuple[str, bool | None]:
+    """``(rule, busy)``: what judges a monitored phase, and its answer. Other processes' CPU where it is
+    known (:func:`foreign_cpu` with a ``busy``: ``"foreign CPU"``); else the highest 1-minute load average
+    against ``limit`` (``"load average"``); else nothing to judge by (``"none"``, busy ``None``).
+
+    Example:
+        >>> load_rule({"busy": False}, 3.0, 2), load_rule(None, 2.5, 2), load_rule(None, None, 2)
+        (('foreign CPU', False), ('load average', True), ('none', None))
+    """
+    if foreign is not None and foreign.get("busy") is not None:
+        return "foreign CPU", bool(foreign["busy"])
+    if peak is None:
+        return "none", None
+    return "load average", peak > limit
 
 
 def banner(rec: dict) -> str:

@@ -71,7 +71,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._e2e import environment  # noqa: E402
-from benchmarks._load import foreign_cpu, load_average, process_tree_cpu_s, system_busy_seconds  # noqa: E402
+from benchmarks._load import foreign_cpu, load_average, load_rule, process_tree_cpu_s, system_busy_seconds  # noqa: E402
 
 SIZES = {
     "small": {"config": "harness/configs/quickstart.yaml", "spec": "leaderboards/specs/quickstart.yaml"},
@@ -156,13 +156,14 @@ def load_verdict(loads: list[float], cores: int, foreign: dict | None = None) ->
     other processes took more than its limit of the machine's CPU (``rule: "foreign CPU"``); the load
     average counts the quickstart's own workers too (two busy workers on two cores read about 2.0 and
     may tip over it), so it only decides where the foreign CPU is unknown (``rule: "load average"``):
-    valid unless the load exceeded the cores.
+    valid unless the load exceeded the cores. Without either (``rule: "none"``), ``valid`` is None.
+    The decision is :func:`benchmarks._load.load_rule`'s, shared with every benchmark's monitor.
     """
     out = {"max_1min": max(loads) if loads else None, "mean_1min": round(sum(loads) / len(loads), 2) if loads else None,
            "cores": cores}
-    if foreign is not None and foreign.get("busy") is not None:
-        return {**out, "foreign_cpu": foreign, "valid": not foreign["busy"], "rule": "foreign CPU"}
-    return {**out, "valid": max(loads) <= cores if loads else None, "rule": "load average"}
+    rule, busy = load_rule(foreign, out["max_1min"], cores)
+    return {**out, **({"foreign_cpu": foreign} if rule == "foreign CPU" else {}), "valid": None if busy is None else not busy,
+            "rule": rule}
 
 
 # ---------------------------------------------------------------------------------- commands

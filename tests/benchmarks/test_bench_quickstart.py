@@ -172,7 +172,7 @@ def test_a_phase_is_judged_by_the_cpu_other_processes_took():
     assert bq.load_verdict([0.5, 1.9, 2.0], cores=2, foreign=unknown) == {
         "max_1min": 2.0, "mean_1min": 1.47, "cores": 2, "valid": True, "rule": "load average"}
     assert bq.load_verdict([0.5, 2.1], cores=2)["valid"] is False
-    assert bq.load_verdict([], cores=2)["valid"] is None
+    assert bq.load_verdict([], cores=2) == {"max_1min": None, "mean_1min": None, "cores": 2, "valid": None, "rule": "none"}
 
 
 def test_the_quickstarts_marks_and_printed_table(tmp_path):
