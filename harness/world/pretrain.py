@@ -123,7 +123,7 @@ def _pretrain_into(
     seqs = None
     if tlm_pairs is not None:
         seqs = tlm.pack_pairs(tok, tlm_pairs, str(provenance["source_language"]), config.max_len,
-                              seeding.torch_generator(config.seed, "pretrain", "tlm-pack"))  # fmt: skip
+                              seeding.torch_generator(config.seed, "pretrain", "tlm-pack"), config.tlm_style)  # fmt: skip
     t_data = time.perf_counter()
     if config.kind == "mlm" and tok.mask_token_id is None:
         raise ValueError("an MLM source needs a tokenizer with a mask token")
@@ -253,7 +253,8 @@ def _train_source(
     batches = pdata.batch_indices(train.shape[0], config.batch_size, data_gen)
     tlm_batches = None
     if tlm_seqs is not None:
-        tlm_batches = tlm.TlmBatches(tlm_seqs, config.batch_size, config.seed, int(tok.pad_token_id), mask_kwargs)
+        tlm_batches = tlm.TlmBatches(tlm_seqs, config.batch_size, config.seed, int(tok.pad_token_id), mask_kwargs,
+                                     max_len=config.max_len)  # fmt: skip
     log_every = max(1, config.steps // 50)
     eval_at = {round(config.steps * (i + 1) / config.eval_points) for i in range(config.eval_points)}
     curve: list[list[float]] = []
@@ -328,7 +329,7 @@ def _save_source(out: Path, model: Any, wrapped: Any, tok: Any, config: Pretrain
     tok.save_pretrained(out)
 
 
-_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0, "bf16": False, "codeswitch": 0.0}
+_OMITTED_AT_DEFAULT = {"encoding": None, "tlm_fraction": 0.0, "bf16": False, "codeswitch": 0.0, "tlm_style": "packed"}
 """Fields added after sources were cached: left out of the cache key at these values."""
 
 

@@ -110,6 +110,12 @@ class PretrainConfig:
     ``kind="mlm"`` and ``extra_languages``; without ``encoding`` the tokens carry no language. 0: MLM
     only. Part of the cache key only when above 0."""
 
+    tlm_style: str = "packed"
+    """How TLM lays out its pairs (:mod:`harness.world.tlm`): ``packed`` (pairs packed into ``max_len``
+    sequences, positions running on) or ``xlm`` (XLM's: one pair per sequence, positions restarting at
+    the second side, a batch of as many pairs as fill ``batch_size x max_len`` positions). Part of the
+    cache key only when not ``packed``."""
+
     codeswitch: float = 0.0
     """Dictionary code-switching (:mod:`harness.world.codeswitch`): each extra language's line is followed
     in its MLM text by a copy in which each word is replaced by its source-language form (the world's
@@ -180,6 +186,10 @@ class PretrainConfig:
             raise ValueError(f"PretrainConfig.bf16 must be true or false, got {self.bf16!r}")
         if not 0 <= self.tlm_fraction < 1:
             raise ValueError(f"PretrainConfig.tlm_fraction must be in [0, 1), got {self.tlm_fraction!r}")
+        from harness.world.tlm import TLM_STYLES
+
+        if self.tlm_style not in TLM_STYLES:
+            raise ValueError(f"PretrainConfig.tlm_style must be one of {TLM_STYLES}, got {self.tlm_style!r}")
         if self.tlm_fraction > 0:
             missing = [name for name, ok in (("kind='mlm'", self.kind == "mlm"), ("extra_languages", bool(self.extra_languages)))
                        if not ok]  # fmt: skip

@@ -84,21 +84,23 @@ def set_dropout(model: PreTrainedModel, p: float) -> None:
 
 
 def token_loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: torch.Tensor,
-               attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+               attention_mask: torch.Tensor | None = None, *, position_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Mean token loss. For MLM only the selected positions go through the LM head (~7x cheaper).
 
-    ``attention_mask``: padded MLM batches (TLM); None for the full blocks of MLM pretraining. The
-    tensors are moved to the model's device (a no-op on the CPU).
+    ``attention_mask``: padded MLM batches (TLM); None for the full blocks of MLM pretraining.
+    ``position_ids``: explicit positions (XLM-style TLM restarts them at each side); None: the model's
+    own numbering. The tensors are moved to the model's device (a no-op on the CPU).
     """
     device = model.device
     inputs, labels = inputs.to(device), labels.to(device)
     attention_mask = attention_mask.to(device) if attention_mask is not None else None
     if kind == "mlm":
         assert isinstance(model, RobertaForMaskedLM)
+        extra = {} if position_ids is None else {"position_ids": position_ids.to(device)}
         if attention_mask is None:
-            hidden = model.roberta(input_ids=inputs).last_hidden_state
+            hidden = model.roberta(input_ids=inputs, **extra).last_hidden_state
         else:
-            hidden = model.roberta(input_ids=inputs, attention_mask=attention_mask).last_hidden_state
+            hidden = model.roberta(input_ids=inputs, attention_mask=attention_mask, **extra).last_hidden_state
         selected = labels != -100
         logits = model.lm_head(hidden[selected])
         return F.cross_entropy(logits, labels[selected])
@@ -143,9 +145,9 @@ class MaskedLMLoss(torch.nn.Module):
     def get_input_embeddings(self) -> torch.nn.Module:
         return self.model.get_input_embeddings()
 
-    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor,
-                attention_mask: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
-        return token_loss(self.model, "mlm", input_ids, labels, attention_mask)
+    def forward(self, input_ids: torch.Tensor, labels: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                position_ids: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
+        return token_loss(self.model, "mlm", input_ids, labels, attention_mask, position_ids=position_ids)
 
 
 def encode_model(model: PreTrainedModel, config: PretrainConfig, languages: Sequence[str]) -> Any:

@@ -17,8 +17,12 @@ puts the languages into one representation space. Here (``PretrainConfig.tlm_fra
   ``[batch, length]``, read per token by :class:`harness.language_encoding.LanguageTable`);
   ``attached`` gets its language token after each side's ``<s>``, labelled -100.
 
-XLM restarts the positions at the second sentence; RoBERTa numbers positions from the input ids, so
-here they run on. Every random draw comes from explicit generators of the pretraining seed.
+Two styles (``PretrainConfig.tlm_style``): ``packed`` (the default) packs pairs greedily into
+sequences of ``max_len`` positions and numbers positions from the input ids (RoBERTa's way), so they
+run on across the sides; ``xlm`` follows XLM: one pair per sequence, the positions restarting at the
+second side (a word and its translation then sit at similar positions, a cue attention can learn
+from), and each batch holds as many pairs as fill ``batch_size x max_len`` positions (about the pairs a
+packed batch holds). Every random draw comes from explicit generators of the pretraining seed.
 
 Example:
     >>> seqs = pack_pairs(tok, {"near": [("Ka mu.", "Ke mu.")]}, "src", 32, generator)  # doctest: +SKIP
@@ -40,7 +44,7 @@ from harness import seeding
 from harness.world import pretrain_data as pdata
 from harness.world import pretrain_model as pmodel
 
-__all__ = ["TlmBatches", "TlmSequences", "is_tlm_step", "pack_pairs", "read_pairs", "tlm_loss"]
+__all__ = ["TLM_STYLES", "TlmBatches", "TlmSequences", "is_tlm_step", "pack_pairs", "read_pairs", "restarted_positions", "tlm_loss"]
 
 
 @dataclass(frozen=True)
@@ -60,11 +64,24 @@ class TlmSequences:
     languages: tuple[str, ...]
     pairs: dict[str, int]
     dropped: int
+    style: str = "packed"
+    """``packed`` or ``xlm`` (module docstring)."""
 
     def info(self) -> dict[str, Any]:
-        """Facts for ``pretrain_info.json``."""
+        """Facts for ``pretrain_info.json`` (the style only when it is not the default)."""
         return {"pairs": dict(self.pairs), "sequences": len(self.ids), "dropped_pairs": self.dropped,
-                "tokens": sum(len(s) for s in self.ids)}  # fmt: skip
+                "tokens": sum(len(s) for s in self.ids), **({"style": self.style} if self.style != "packed" else {})}  # fmt: skip
+
+    def rows_per_batch(self, batch_size: int, max_len: int) -> int:
+        """Sequences per batch: ``batch_size`` when packed; with ``xlm``, as many single pairs as fill
+        ``batch_size x max_len`` positions on average (at least ``batch_size``)."""
+        if self.style != "xlm":
+            return batch_size
+        mean = sum(len(s) + len(sides) for s, sides in zip(self.ids, self.sides, strict=True)) / len(self.ids)
+        return max(batch_size, round(batch_size * max_len / mean))
+
+
+TLM_STYLES = ("packed", "xlm")
 
 
 def is_tlm_step(step: int, fraction: float) -> bool:
@@ -101,8 +118,11 @@ def _encode(tok: Any, texts: list[str], chunk: int = 4096) -> list[list[int]]:
 
 
 def pack_pairs(tok: Any, pairs: dict[str, list[tuple[str, str]]], source_language: str, max_len: int,
-               generator: torch.Generator) -> TlmSequences:  # fmt: skip
-    """Pack ``{language: [(source sentence, translation), ...]}`` into TLM sequences (see the module docstring)."""
+               generator: torch.Generator, style: str = "packed") -> TlmSequences:  # fmt: skip
+    """Pack ``{language: [(source sentence, translation), ...]}`` into TLM sequences (see the module
+    docstring; ``style="xlm"``: one pair per sequence, the same order and side flips)."""
+    if style not in TLM_STYLES:
+        raise ValueError(f"TLM style must be one of {TLM_STYLES}, got {style!r}")
     languages = (source_language, *pairs)
     items: list[tuple[list[int], int, list[int], int]] = []
     for li, rows in enumerate(pairs.values(), 1):
@@ -123,7 +143,7 @@ def pack_pairs(tok: Any, pairs: dict[str, list[tuple[str, str]]], source_languag
         if need > max_len:
             dropped += 1
             continue
-        if cur and len(cur) + len(cur_sides) + need > max_len:
+        if cur and (style == "xlm" or len(cur) + len(cur_sides) + need > max_len):
             ids.append(cur)
             sides.append(cur_sides)
             cur, cur_sides = [], []
@@ -136,23 +156,26 @@ def pack_pairs(tok: Any, pairs: dict[str, list[tuple[str, str]]], source_languag
         sides.append(cur_sides)
     if not ids:
         raise ValueError(f"no parallel pair fits a TLM sequence of max_len={max_len} positions")
-    return TlmSequences(ids, sides, languages, {lang: len(rows) for lang, rows in pairs.items()}, dropped)
+    return TlmSequences(ids, sides, languages, {lang: len(rows) for lang, rows in pairs.items()}, dropped, style)
 
 
 class TlmBatches:
     """Endless masked TLM batches from :class:`TlmSequences` (order and masks from the pretraining seed)."""
 
-    def __init__(self, seqs: TlmSequences, batch_size: int, seed: int, pad_id: int, mask_kwargs: dict[str, Any]) -> None:
+    def __init__(self, seqs: TlmSequences, batch_size: int, seed: int, pad_id: int, mask_kwargs: dict[str, Any],
+                 max_len: int | None = None) -> None:  # fmt: skip
         self.seqs = seqs
         self.pad_id = pad_id
         self.mask_kwargs = mask_kwargs
+        rows = batch_size if max_len is None else seqs.rows_per_batch(batch_size, max_len)
         self._order: Iterator[torch.Tensor] = pdata.batch_indices(
-            len(seqs.ids), batch_size, seeding.torch_generator(seed, "pretrain", "tlm-data"))
+            len(seqs.ids), rows, seeding.torch_generator(seed, "pretrain", "tlm-data"))
         self._mask_gen = seeding.torch_generator(seed, "pretrain", "tlm-mask")
 
     def next(self) -> dict[str, Any]:
         """``{input_ids, labels, attention_mask, languages, sides, pad_id}``: masked ids, labels (-100 where
-        not masked), the mask, each token's language index, each row's sides and the padding id."""
+        not masked), the mask, each token's language index, each row's sides and the padding id; with the
+        ``xlm`` style also ``position_ids`` (RoBERTa's numbering, ``pad_id + 1`` onwards, restarting at each side)."""
         idx = next(self._order).tolist()
         rows = [self.seqs.ids[i] for i in idx]
         length = max(len(r) for r in rows)
@@ -167,8 +190,26 @@ class TlmBatches:
             for (start, lang), end in zip(row_sides, ends, strict=True):
                 langs[r, start:end] = lang
         inputs, labels = pdata.mask_tokens(ids, generator=self._mask_gen, **self.mask_kwargs)
-        return {"input_ids": inputs, "labels": labels, "attention_mask": attn, "languages": langs, "sides": sides,
-                "pad_id": self.pad_id}
+        out = {"input_ids": inputs, "labels": labels, "attention_mask": attn, "languages": langs, "sides": sides,
+               "pad_id": self.pad_id}
+        if self.seqs.style == "xlm":
+            out["position_ids"] = restarted_positions(sides, [len(r) for r in rows], length, self.pad_id)
+        return out
+
+
+def restarted_positions(sides: list[list[tuple[int, int]]], lengths: list[int], width: int, pad_id: int) -> torch.Tensor:
+    """RoBERTa position ids that restart at every side: ``pad_id + 1 + offset in the side``; pads get ``pad_id``.
+
+    Example:
+        >>> restarted_positions([[(0, 0), (3, 1)]], [5], 6, 1).tolist()
+        [[2, 3, 4, 2, 3, 1]]
+    """
+    pos = torch.full((len(sides), width), pad_id, dtype=torch.long)
+    for r, (row_sides, n) in enumerate(zip(sides, lengths, strict=True)):
+        ends = [s for s, _ in row_sides[1:]] + [n]
+        for (start, _), end in zip(row_sides, ends, strict=True):
+            pos[r, start:end] = torch.arange(pad_id + 1, pad_id + 1 + end - start)
+    return pos
 
 
 def _insert_language_tokens(batch: dict[str, Any], table_ids: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -181,6 +222,8 @@ def _insert_language_tokens(batch: dict[str, Any], table_ids: torch.Tensor) -> d
     out_labels = torch.full((n, width), -100, dtype=torch.long)
     out_attn = torch.zeros((n, width), dtype=torch.long)
     out_langs = torch.zeros((n, width), dtype=torch.long)
+    positions = batch.get("position_ids")
+    out_pos = None if positions is None else torch.full((n, width), int(batch["pad_id"]), dtype=torch.long)
     added = torch.zeros((n, width), dtype=torch.bool)
     for r, row_sides in enumerate(sides):
         cols: list[int] = []
@@ -196,19 +239,23 @@ def _insert_language_tokens(batch: dict[str, Any], table_ids: torch.Tensor) -> d
         out_labels[r, : len(cols)] = labels[r, src]
         out_attn[r, : len(cols)] = attn[r, src]
         out_langs[r, : len(cols)] = table_ids[r, src]
+        if out_pos is not None:  # the slot takes its <s>'s position; the side's tokens keep theirs
+            out_pos[r, : len(cols)] = positions[r, src]
         out_labels[r, slots] = -100
         added[r, slots] = True
     return {"input_ids": out_ids, "labels": out_labels, "attention_mask": out_attn, "language_ids": out_langs,
-            "added_positions": added}  # fmt: skip
+            "added_positions": added, **({"position_ids": out_pos} if out_pos is not None else {})}  # fmt: skip
 
 
 def tlm_loss(model: Any, wrapped: Any, batch: dict[str, Any], languages: tuple[str, ...]) -> torch.Tensor:
     """Mean masked-token loss of a TLM batch: the plain masked LM (``wrapped`` None) or the
     language-encoded one, every token with its side's language."""
+    positions = batch.get("position_ids")
     if wrapped is None:
-        return pmodel.token_loss(model, "mlm", batch["input_ids"], batch["labels"], batch["attention_mask"])
+        return pmodel.token_loss(model, "mlm", batch["input_ids"], batch["labels"], batch["attention_mask"],
+                                 position_ids=positions)  # fmt: skip
     table_ids = wrapped.language_index(list(languages))[batch["languages"]]
     if wrapped.encoding == "attached":
         return wrapped(**_insert_language_tokens(batch, table_ids))
     return wrapped(input_ids=batch["input_ids"], labels=batch["labels"], attention_mask=batch["attention_mask"],
-                   language_ids=table_ids)  # fmt: skip
+                   language_ids=table_ids, **({"position_ids": positions} if positions is not None else {}))  # fmt: skip

@@ -202,3 +202,52 @@ def test_tlm_batches_are_a_function_of_the_seed(tok):
             assert torch.equal(a[key], b[key]), key
     other = draw(12)
     assert any(a["sides"] != b["sides"] or not torch.equal(a["labels"], b["labels"]) for a, b in zip(first, other, strict=True))
+
+
+def test_xlm_style_one_pair_per_sequence_with_positions_restarting_at_each_side(tok):
+    """``tlm_style: xlm``: XLM's layout. One pair per sequence in the packed order, positions restarting at
+    the second side (RoBERTa's numbering from pad + 1), a batch of as many pairs as fill batch x max_len,
+    and every encoding's loss takes the positions (``attached`` keeps them around its inserted token)."""
+    packed = tlm.pack_pairs(tok, PAIRS, "src", 64, torch.Generator().manual_seed(1))
+    xlm = tlm.pack_pairs(tok, PAIRS, "src", 64, torch.Generator().manual_seed(1), style="xlm")
+    assert len(xlm.ids) == 4 and all(len(s) == 2 for s in xlm.sides) and xlm.info()["style"] == "xlm"
+    assert [i for ids in xlm.ids for i in ids] == [i for ids in packed.ids for i in ids]  # same order and flips
+    assert "style" not in packed.info() and packed.rows_per_batch(2, 64) == 2
+    assert xlm.rows_per_batch(2, 64) == round(2 * 64 / (sum(len(i) + 2 for i in xlm.ids) / 4)) > 2
+    with pytest.raises(ValueError, match="TLM style must be one of"):
+        tlm.pack_pairs(tok, PAIRS, "src", 64, torch.Generator().manual_seed(1), style="stacked")
+    pad = tok.pad_token_id
+    batch = tlm.TlmBatches(xlm, 2, seed=5, pad_id=pad, mask_kwargs=_mask_kwargs(tok, 0.5), max_len=64).next()
+    assert batch["input_ids"].shape[0] == xlm.rows_per_batch(2, 64)
+    for r, sides in enumerate(batch["sides"]):
+        (a, _), (b, _) = sides
+        n = int(batch["attention_mask"][r].sum())
+        assert batch["position_ids"][r, :n].tolist() == [*range(pad + 1, pad + 1 + b), *range(pad + 1, pad + 1 + n - b)]
+        assert batch["position_ids"][r, n:].eq(pad).all() and a == 0
+    for name in ("none", "attached", "xlp"):
+        torch.manual_seed(0)
+        model = make_mlm(tok, dropout=0.0)
+        wrapped = None if name == "none" else enc(name).wrap(pmodel.MaskedLMLoss(model), list(xlm.languages), seed=1)
+        loss = tlm.tlm_loss(model, wrapped, batch, xlm.languages)
+        running_on = tlm.tlm_loss(model, wrapped, {k: v for k, v in batch.items() if k != "position_ids"}, xlm.languages)
+        assert torch.isfinite(loss) and not torch.isclose(loss, running_on), name  # the positions reach the model
+    table_ids = torch.zeros_like(batch["languages"])
+    out = tlm._insert_language_tokens(batch, table_ids)
+    for r in range(len(batch["sides"])):
+        slots = out["added_positions"][r].nonzero().flatten().tolist()
+        assert [int(out["position_ids"][r, c]) for c in slots] == [pad + 1, pad + 1]  # each slot at its <s>'s position
+    assert out["position_ids"][~out["added_positions"] & out["attention_mask"].bool()].tolist() == (
+        batch["position_ids"][batch["attention_mask"].bool()].tolist())
+
+
+def test_xlm_style_pretraining_is_another_source_and_packed_keeps_its_keys(tiny_world):
+    assert content_hash(pt._cache_key(PretrainConfig(tlm_style="packed"), [], [])) == (
+        "8fdeeb9a86eb7d500ba1095098c34092307a1af5445cf917190579fddfd34e33")
+    with pytest.raises(ValueError, match="tlm_style must be one of"):
+        PretrainConfig(tlm_style="XLM")
+    cfg = PretrainConfig.tiny(extra_languages=("near", "far"), encoding="none", tlm_fraction=0.5, steps=8, tlm_style="xlm")
+    assert content_hash(pt._cache_key(cfg, [], [])) != content_hash(
+        pt._cache_key(dataclasses.replace(cfg, tlm_style="packed"), [], []))
+    info = json.loads((Path(pretrained_source(tiny_world, config=cfg, progress=False)) / pt.INFO_FILE).read_text())
+    assert info["tlm"]["style"] == "xlm" and info["tlm"]["final_loss"] > 0
+    assert info["tlm"]["sequences"] + info["tlm"]["dropped_pairs"] == 180  # one pair per sequence
