@@ -7,7 +7,8 @@ other side's sentence unmasked in front of it (TLM, ``<s> other </s><s> side </s
 packs a pair). A model that aligned the languages predicts a masked word far better from its translation;
 ``gain = loss alone - loss with translation`` (nats per masked token) is how much it does. Masks: 15 % of
 each side's non-special tokens (at least one), all replaced by ``<mask>``, drawn once from ``--seed``,
-identical in both conditions. Both directions: the target side given the source sentence, and the
+identical in both conditions. Positions follow the source's TLM layout: numbered on across the two
+sentences (``tlm_style: packed``) or restarting at the second (``xlm``). Both directions: the target side given the source sentence, and the
 source side given the target sentence. A copy control (``copy``: a source sentence given itself,
 unmasked) asks whether the model retrieves from its context at all.
 
@@ -30,6 +31,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from harness.world.tlm import restarted_positions  # noqa: E402
 
 
 def read_pairs(path: Path, lang: str, source_lang: str, limit: int) -> list[tuple[str, str]]:
@@ -57,18 +60,22 @@ def masked(ids: list[int], specials: set[int], mask_id: int, gen: torch.Generato
 
 
 @torch.no_grad()
-def side_loss(model, rows: list[tuple[list[int], list[int]]], pad_id: int, batch: int = 64) -> tuple[float, int]:
-    """Token-weighted masked loss over ``[(inputs, labels)]``: ``(nats per masked token, masked tokens)``."""
+def side_loss(model, rows: list[tuple[list[int], list[int], list[int]]], pad_id: int, batch: int = 64) -> tuple[float, int]:
+    """Token-weighted masked loss over ``[(inputs, labels, side starts)]`` (a side's positions restart at its
+    start; ``[0]``: one numbering): ``(nats per masked token, masked tokens)``."""
     total, count = 0.0, 0
     for a in range(0, len(rows), batch):
         chunk = rows[a : a + batch]
-        width = max(len(x) for x, _ in chunk)
+        width = max(len(x) for x, _, _ in chunk)
         ids = torch.full((len(chunk), width), pad_id)
         labels = torch.full((len(chunk), width), -100)
         attn = torch.zeros((len(chunk), width), dtype=torch.long)
-        for r, (x, y) in enumerate(chunk):
+        sides = []
+        for r, (x, y, starts) in enumerate(chunk):
             ids[r, : len(x)], labels[r, : len(y)], attn[r, : len(x)] = torch.tensor(x), torch.tensor(y), 1
-        hidden = model.roberta(input_ids=ids, attention_mask=attn).last_hidden_state
+            sides.append([(s, 0) for s in starts])
+        positions = restarted_positions(sides, [len(x) for x, _, _ in chunk], width, pad_id)
+        hidden = model.roberta(input_ids=ids, attention_mask=attn, position_ids=positions).last_hidden_state
         sel = labels != -100
         logits = model.lm_head(hidden[sel])
         total += float(torch.nn.functional.cross_entropy(logits, labels[sel], reduction="sum"))
@@ -76,8 +83,9 @@ def side_loss(model, rows: list[tuple[list[int], list[int]]], pad_id: int, batch
     return total / count, count
 
 
-def probe_language(model, tok, pairs, seed: int) -> dict:
-    """Both directions' losses alone and with the translation in front, for one language's pairs."""
+def probe_language(model, tok, pairs, seed: int, restart: bool = False) -> dict:
+    """Both directions' losses alone and with the translation in front, for one language's pairs
+    (``restart``: the positions restart at the second sentence, as ``tlm_style: xlm`` trained them)."""
     specials = set(tok.all_special_ids)
     gen = torch.Generator().manual_seed(seed)
     out = {}
@@ -87,8 +95,8 @@ def probe_language(model, tok, pairs, seed: int) -> dict:
             side = tok(pair[side_of])["input_ids"]
             other = tok(pair[other_of])["input_ids"]
             x, y = masked(side, specials, tok.mask_token_id, gen)
-            alone.append((x, y))
-            with_other.append((other + x, [-100] * len(other) + y))
+            alone.append((x, y, [0]))
+            with_other.append((other + x, [-100] * len(other) + y, [0, len(other)] if restart else [0]))
         a, n = side_loss(model, alone, tok.pad_token_id)
         b, _ = side_loss(model, with_other, tok.pad_token_id)
         out[name] = {"loss_alone": round(a, 4), "loss_with_translation": round(b, 4), "gain": round(a - b, 4),
@@ -114,17 +122,19 @@ def main(argv: list[str] | None = None) -> int:
     langs = args.languages or info["config"].get("extra_languages") or []
     if not langs:
         raise SystemExit(f"{args.source}: no extra languages; pass --languages")
+    restart = info["config"].get("tlm_style", "packed") == "xlm"
     torch.manual_seed(0)
     model = RobertaForMaskedLM.from_pretrained(args.source).eval()
     tok = AutoTokenizer.from_pretrained(args.source)
     t0 = time.perf_counter()
     results = {lang: probe_language(model, tok, read_pairs(world / lang / "translation" / "test.jsonl", lang,
-                                                           info["source_language"], args.pairs), args.seed)
+                                                           info["source_language"], args.pairs), args.seed, restart)
                for lang in langs}  # fmt: skip
     first = read_pairs(world / langs[0] / "translation" / "test.jsonl", langs[0], info["source_language"], args.pairs)
-    results["copy"] = probe_language(model, tok, [(s, s) for _, s in first], args.seed)
+    results["copy"] = probe_language(model, tok, [(s, s) for _, s in first], args.seed, restart)
     out = {"source": str(args.source), "source_dir": args.source.name, "world": str(world), "pairs": args.pairs,
-           "seed": args.seed, "pretrain": {k: info["config"].get(k) for k in ("steps", "tlm_fraction", "lr", "seed")},
+           "seed": args.seed, "pretrain": {k: info["config"].get(k) for k in ("steps", "tlm_fraction", "tlm_style", "lr", "seed")},
+           "positions": "restart at the second sentence" if restart else "one numbering",
            "dev_loss": info.get("dev_loss"), "final_tlm_loss": (info.get("tlm") or {}).get("final_loss"),
            "languages": results, "seconds": round(time.perf_counter() - t0, 1), "threads": torch.get_num_threads()}  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
