@@ -30,6 +30,10 @@ MAX_BATCH = 65_536
 """Largest ``batch_size`` / ``eval_blocks``: each is a tensor of this many blocks of ``max_len`` tokens."""
 
 
+TLM_STYLES = ("packed", "xlm")
+"""The TLM layouts of :attr:`PretrainConfig.tlm_style` (:mod:`harness.world.tlm`)."""
+
+
 @dataclass(frozen=True)
 class PretrainConfig:
     """How a built-in source model is built and pretrained. Every field is part of the cache key.
@@ -186,8 +190,6 @@ class PretrainConfig:
             raise ValueError(f"PretrainConfig.bf16 must be true or false, got {self.bf16!r}")
         if not 0 <= self.tlm_fraction < 1:
             raise ValueError(f"PretrainConfig.tlm_fraction must be in [0, 1), got {self.tlm_fraction!r}")
-        from harness.world.tlm import TLM_STYLES
-
         if self.tlm_style not in TLM_STYLES:
             raise ValueError(f"PretrainConfig.tlm_style must be one of {TLM_STYLES}, got {self.tlm_style!r}")
         if self.tlm_fraction > 0:

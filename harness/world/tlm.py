@@ -43,6 +43,7 @@ import torch
 from harness import seeding
 from harness.world import pretrain_data as pdata
 from harness.world import pretrain_model as pmodel
+from harness.world.pretrain_config import TLM_STYLES
 
 __all__ = ["TLM_STYLES", "TlmBatches", "TlmSequences", "is_tlm_step", "pack_pairs", "read_pairs", "restarted_positions", "tlm_loss"]
 
@@ -80,8 +81,6 @@ class TlmSequences:
         mean = sum(len(s) + len(sides) for s, sides in zip(self.ids, self.sides, strict=True)) / len(self.ids)
         return max(batch_size, round(batch_size * max_len / mean))
 
-
-TLM_STYLES = ("packed", "xlm")
 
 
 def is_tlm_step(step: int, fraction: float) -> bool:
