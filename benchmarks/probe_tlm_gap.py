@@ -32,6 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from harness.world.pretrain_model import token_loss  # noqa: E402
 from harness.world.tlm import restarted_positions  # noqa: E402
 
 
@@ -75,11 +76,9 @@ def side_loss(model, rows: list[tuple[list[int], list[int], list[int]]], pad_id:
             ids[r, : len(x)], labels[r, : len(y)], attn[r, : len(x)] = torch.tensor(x), torch.tensor(y), 1
             sides.append([(s, 0) for s in starts])
         positions = restarted_positions(sides, [len(x) for x, _, _ in chunk], width, pad_id)
-        hidden = model.roberta(input_ids=ids, attention_mask=attn, position_ids=positions).last_hidden_state
-        sel = labels != -100
-        logits = model.lm_head(hidden[sel])
-        total += float(torch.nn.functional.cross_entropy(logits, labels[sel], reduction="sum"))
-        count += int(sel.sum())
+        n = int((labels != -100).sum())
+        total += float(token_loss(model, "mlm", ids, labels, attn, position_ids=positions)) * n
+        count += n
     return total / count, count
 
 

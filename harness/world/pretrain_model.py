@@ -96,11 +96,8 @@ def token_loss(model: PreTrainedModel, kind: str, inputs: torch.Tensor, labels: 
     attention_mask = attention_mask.to(device) if attention_mask is not None else None
     if kind == "mlm":
         assert isinstance(model, RobertaForMaskedLM)
-        extra = {} if position_ids is None else {"position_ids": position_ids.to(device)}
-        if attention_mask is None:
-            hidden = model.roberta(input_ids=inputs, **extra).last_hidden_state
-        else:
-            hidden = model.roberta(input_ids=inputs, attention_mask=attention_mask, **extra).last_hidden_state
+        position_ids = position_ids.to(device) if position_ids is not None else None
+        hidden = model.roberta(input_ids=inputs, attention_mask=attention_mask, position_ids=position_ids).last_hidden_state
         selected = labels != -100
         logits = model.lm_head(hidden[selected])
         return F.cross_entropy(logits, labels[selected])

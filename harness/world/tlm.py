@@ -45,7 +45,7 @@ from harness.world import pretrain_data as pdata
 from harness.world import pretrain_model as pmodel
 from harness.world.pretrain_config import TLM_STYLES
 
-__all__ = ["TLM_STYLES", "TlmBatches", "TlmSequences", "is_tlm_step", "pack_pairs", "read_pairs", "restarted_positions", "tlm_loss"]
+__all__ = ["TLM_STYLES", "TlmBatches", "TlmSequences", "is_tlm_step", "pack_pairs", "read_pairs", "restarted_positions", "side_spans", "tlm_loss"]
 
 
 @dataclass(frozen=True)
@@ -185,8 +185,7 @@ class TlmBatches:
         for r, (row, row_sides) in enumerate(zip(rows, sides, strict=True)):
             ids[r, : len(row)] = torch.tensor(row, dtype=torch.long)
             attn[r, : len(row)] = 1
-            ends = [s for s, _ in row_sides[1:]] + [len(row)]
-            for (start, lang), end in zip(row_sides, ends, strict=True):
+            for start, end, lang in side_spans(row_sides, len(row)):
                 langs[r, start:end] = lang
         inputs, labels = pdata.mask_tokens(ids, generator=self._mask_gen, **self.mask_kwargs)
         out = {"input_ids": inputs, "labels": labels, "attention_mask": attn, "languages": langs, "sides": sides,
@@ -205,10 +204,20 @@ def restarted_positions(sides: list[list[tuple[int, int]]], lengths: list[int], 
     """
     pos = torch.full((len(sides), width), pad_id, dtype=torch.long)
     for r, (row_sides, n) in enumerate(zip(sides, lengths, strict=True)):
-        ends = [s for s, _ in row_sides[1:]] + [n]
-        for (start, _), end in zip(row_sides, ends, strict=True):
+        for start, end, _ in side_spans(row_sides, n):
             pos[r, start:end] = torch.arange(pad_id + 1, pad_id + 1 + end - start)
     return pos
+
+
+def side_spans(row_sides: list[tuple[int, int]], length: int) -> list[tuple[int, int, int]]:
+    """``(start, end, language index)`` of each side of a row of ``length`` tokens (a side ends where the next begins).
+
+    Example:
+        >>> side_spans([(0, 0), (3, 2)], 5)
+        [(0, 3, 0), (3, 5, 2)]
+    """
+    ends = [start for start, _ in row_sides[1:]] + [length]
+    return [(start, end, lang) for (start, lang), end in zip(row_sides, ends, strict=True)]
 
 
 def _insert_language_tokens(batch: dict[str, Any], table_ids: torch.Tensor) -> dict[str, torch.Tensor]:
