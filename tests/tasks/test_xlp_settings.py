@@ -269,12 +269,15 @@ def test_tokenized_bleu_options():
 # ------------------------------------------------------------------------------------- specs
 
 
-def _record(encoding: str, seed: int, task: str, setting: str | None, metrics: dict, tlm: float | None = 0.5) -> dict:
+def _record(encoding: str, seed: int, task: str, setting: str | None, metrics: dict, tlm: float | None = 0.5,
+            style: str | None = "xlm") -> dict:
     task_cfg = {"setting": setting} if setting else {}
     pretrain = {"encoding": "trial"} if tlm is None else {"encoding": "trial", "tlm_fraction": tlm}
+    if tlm is not None and style is not None:  # a packed-TLM source's config omits tlm_style (its default)
+        pretrain["tlm_style"] = style
     name = "xlp" if encoding == "xlp-nodec" else encoding
     return {"schema_version": 1, "tokxfer_version": "0.1.0", "status": "ok",
-            "trial_id": f"{encoding}-{seed}-{setting}-{tlm}", "seed": seed, "flags": [], "metrics": metrics,
+            "trial_id": f"{encoding}-{seed}-{setting}-{tlm}-{style}", "seed": seed, "flags": [], "metrics": metrics,
             "config": {"method": {"id": "original", "name": "original"}, "encoding": {"id": encoding, "name": name},
                        "task": {"name": task, "config": task_cfg}, "target": {"language": "near"}, "seed": seed,
                        "source": {"model": "world:mlm", "pretrain": pretrain}}}  # fmt: skip
@@ -298,8 +301,12 @@ def test_xlp_specs_render_from_synthetic_records():
                 m["all"] = language_summary({lang: v["accuracy"] for lang, v in m.items()}, "src")
                 recs.append(_record(encoding, seed, "xnli", setting, m))
                 recs.append(_record(encoding, seed, "xnli", setting, m, tlm=None))  # an earlier source: not shown
+                wrong = {lang: {"accuracy": 0.0} for lang in m} | {"all": m["all"]}
+                recs.append(_record(encoding, seed, "xnli", setting, wrong, style=None))  # a packed-TLM source: not shown
             bleu = {lang: {"bleu": 10.0 + i + j + seed, "bleu_tokenized": 11.0 + i + j + seed} for j, lang in enumerate(WORLD_TARGETS)}
             recs.append(_record(encoding, seed, "iwslt-bleu", None, bleu))
+            recs.append(_record(encoding, seed, "iwslt-bleu", None, {lang: {"bleu": 0.0, "bleu_tokenized": 0.0} for lang in bleu},
+                                style=None))  # a packed-TLM source: not shown
 
     t1 = aggregate(recs, load_spec(PACKAGED_SPECS / "xlp-table1.yaml"))
     rows = {r.method: r for r in t1.rows}
