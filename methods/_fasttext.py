@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 
 from harness.cache import build_lock
-from methods._fasttext_bin import BinVectors
+from methods._fasttext_bin import BinVectors, open_bin
 from methods._fasttext_compact import (
     CACHE_READ_ERRORS,
     COMPACT_SUFFIX,
@@ -87,6 +87,7 @@ __all__ = [
     "COMPACT_VERSION",
     "subword_lengths",
     "load_fasttext",
+    "load_fasttext_vectors",
     "token_vectors",
     "string_vectors",
     "vector_reader",
@@ -393,6 +394,16 @@ def load_fasttext(path: Path) -> Any:
     return fasttext.load_model(str(path))
 
 
+def load_fasttext_vectors(path: Path) -> Any:
+    """A fastText ``.bin`` opened for its vectors: a :class:`BinVectors` (dictionary read, input matrix mapped, the
+    same vectors bit for bit as fastText's), or ``fasttext.load_model``'s model for a file that reader does not
+    cover (quantized, pruned, another format version). What every caller that only asks for vectors opens."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"fastText model not found: {path}")
+    return open_bin(path) or load_fasttext(path)
+
+
 def token_vectors(model: Any, tokenizer: Any, *, token_format: TokenFormat = "string") -> tuple[np.ndarray, np.ndarray]:
     """In-vocabulary fastText vectors of a tokenizer's tokens (token-level fastText).
 
@@ -411,6 +422,10 @@ def token_vectors(model: Any, tokenizer: Any, *, token_format: TokenFormat = "st
     """
     words = fasttext_words(tokenizer, token_format)
     vecs = np.zeros((len(words), model.get_dimension()), dtype=np.float32)
+    if isinstance(model, BinVectors):  # the vocabulary's words in one call
+        has = np.fromiter(map(model.get_word_id, words), dtype=np.int64, count=len(words)) >= 0
+        vecs[has] = model.vectors([w for w, known in zip(words, has) if known])
+        return vecs, has
     has = np.zeros(len(words), dtype=bool)
     word_id, read = vector_reader(model)
     for i, w in enumerate(words):

@@ -66,7 +66,7 @@ from harness.errors import TokxferError
 from harness.files import open_atomic
 from harness.vocab import WORD_PATTERN, read_dictionary, word_tokenize
 from methods import _fasttext
-from methods._fasttext_bin import BinVectors, open_bin
+from methods._fasttext_bin import BinVectors
 
 logger = logging.getLogger(__name__)
 
@@ -265,7 +265,7 @@ def load_word_vectors(path: str | Path) -> WordVectors:
     name = path.name.lower()
     if name.endswith(".bin"):
         # the dictionary and the rows step 2 reads, not the whole model (fastText's own loader for other formats)
-        model = open_bin(path) or _fasttext.load_fasttext(path)
+        model = _fasttext.load_fasttext_vectors(path)
         return WordVectors.from_fasttext(model, origin=str(path))
     return _load_text_vectors(path)
 

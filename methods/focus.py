@@ -585,7 +585,7 @@ class Focus:
         with tempfile.TemporaryDirectory(prefix="tokxfer-focus-") as tmp:
             if cfg.aux == "token-fasttext":
                 if cfg.aux_model_path:
-                    model = _fasttext.load_fasttext(Path(cfg.aux_model_path))
+                    model = _fasttext.load_fasttext_vectors(Path(cfg.aux_model_path))
                     info["source"] = {"path": str(cfg.aux_model_path)}
                 else:
                     corpus = self._corpus(inputs)
@@ -603,7 +603,7 @@ class Focus:
                 path = cfg.aux_model_path or inputs.target_word_vectors
                 strings = _canon.token_strings(tok)
                 if path:
-                    model = _fasttext.load_fasttext(Path(path))
+                    model = _fasttext.load_fasttext_vectors(Path(path))
                     info["source"] = {"path": str(path)}
                 else:
                     corpus = self._corpus(inputs)

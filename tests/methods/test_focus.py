@@ -242,6 +242,15 @@ def test_pretokenize_train_cache_and_token_vectors(toks, corpus, tmp_path):
     vocab = set(ft.get_words())
     assert has.tolist() == [w in vocab for w in words]
     assert vecs.dtype == np.float32 and np.all(vecs[~has] == 0) and np.all(np.any(vecs[has] != 0, axis=1))
+    # the same file opened for its vectors only (what aux_model_path loads): the reader's batched path, same bits
+    from methods._fasttext_bin import BinVectors
+
+    mapped = _fasttext.load_fasttext_vectors(cached[0])
+    assert isinstance(mapped, BinVectors)
+    vecs_m, has_m = _fasttext.token_vectors(mapped, tgt)
+    assert np.array_equal(has_m, has) and np.array_equal(vecs_m, vecs) and vecs_m.dtype == np.float32
+    with pytest.raises(FileNotFoundError, match="fastText model not found"):
+        _fasttext.load_fasttext_vectors(tmp_path / "absent.bin")
 
 
 def test_pretokenize_keeps_tokens_with_spaces_whole(corpus, tmp_path):
