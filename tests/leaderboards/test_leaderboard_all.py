@@ -28,8 +28,6 @@ PENDING: dict[str, str] = {
     "xlp-table1-translate-train": "harness/configs/xlp-table1-translate-train.yaml has not been run yet",
     "xlp-table2": "harness/configs/xlp-table2.yaml on the TLM-pretrained sources has not been run yet",
     "methods-x-encodings-new-downstream": "harness/configs/methods-x-encodings-new-downstream.yaml has not been run yet",
-    # issue 30: the budget curves on the small world (a multi-session grid; records land as it finishes)
-    "warmup-budget-small": "harness/configs/warmup-budget-small.yaml is running; its records are not committed yet",
 }
 SPECS = [p for p in ALL_SPECS if p.stem not in PENDING]
 RECORDS = ROOT / "leaderboards" / "records"
