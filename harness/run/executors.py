@@ -187,6 +187,18 @@ def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, 
         return
 
 
+def _prepare_worker(threads: int, plugins: Sequence[str], init: Callable[[], None] | None) -> None:
+    """Start of a :meth:`WorkerPoolExecutor.prepare` process: the trials' thread count, the command's settings, plugins."""
+    import torch
+
+    torch.set_num_threads(threads)
+    with contextlib.suppress(RuntimeError):
+        torch.set_num_interop_threads(threads)
+    if init is not None:
+        init()
+    _load_plugins(plugins)
+
+
 @contextlib.contextmanager
 def _environment(values: dict[str, str]):
     """``os.environ`` updated with ``values`` for the ``with`` block (what a process started inside inherits)."""
@@ -442,8 +454,8 @@ class WorkerPoolExecutor(_PoolExecutor):
     default, for both: :func:`trial_threads`; the grid equality test in ``tests/run/test_workers.py``
     holds this). The thread count is not part of a trial's identity; it is recorded in each record's
     ``environment.torch_threads``. What several trials share and whose result depends on the thread
-    count (the built-in source model's pretraining) is built by the grid in this process before the
-    workers start (:attr:`prepare_in_parent`). No more workers start than there are trials.
+    count (the built-in source model's pretraining) is built before the trials, at the trials' thread count,
+    several at once over the workers (:meth:`prepare`). No more workers start than there are trials.
 
     Args:
         workers: worker processes (>= 2 makes sense; 1 runs one worker process).
@@ -455,7 +467,7 @@ class WorkerPoolExecutor(_PoolExecutor):
 
     flag = "--workers"
     prepare_in_parent = True
-    """Ask :func:`harness.run.experiment.run_experiment` to build shared inputs before :meth:`run`."""
+    """Ask :func:`harness.run.experiment.run_experiment` to build shared inputs before :meth:`run` (:meth:`prepare`)."""
 
     def __init__(self, workers: int, threads: int = 1, progress: bool = True, plugins: Sequence[str] = (),
                  worker_init: Callable[[], None] | None = None):
@@ -467,6 +479,32 @@ class WorkerPoolExecutor(_PoolExecutor):
         self.plugins = tuple(str(p) for p in plugins)
         self.worker_init = worker_init
         self.poll_s = 1.0
+
+    def prepare(self, specs: Sequence[Any], build: Callable[[Any], None]) -> None:
+        """``build(spec)`` for every spec, before the trials, at the trials' thread count (``threads``).
+
+        For what several trials share and whose bits follow the thread count (a built-in source model's
+        pretraining, :func:`harness.run.runner.prepare_source`): one spec is built in this process, several at
+        once in up to ``workers`` processes (an XLP grid pretrains one source per encoding; one process after
+        another left all but one core idle for hours). Either way each build runs at ``threads`` threads, as a
+        one-process run builds it inside its trial, so the result does not depend on ``--workers``. ``build``
+        must be picklable and handle its own errors (a failed build is left to the trials that need it).
+        """
+        specs = list(specs)
+        n = min(self.workers, len(specs))
+        if n <= 1:
+            with trial_threads(self.threads):
+                for spec in specs:
+                    build(spec)
+            return
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with _environment({v: str(self.threads) for v in WORKER_THREAD_VARS}), ProcessPoolExecutor(
+                n, mp_context=mp.get_context("spawn"), initializer=_prepare_worker,
+                initargs=(self.threads, self.plugins, self.worker_init)) as pool:
+            for done in [pool.submit(build, spec) for spec in specs]:
+                done.result()
 
     def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         # the index tells the slots apart; the thread count is what the worker is pinned to

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -24,7 +25,7 @@ from harness.run.claims import TrialClaims
 from harness.run.config import ExperimentConfig, TrialSpec, config_hash
 from harness.run.executors import LocalExecutor
 from harness.run.records import TrialRecord
-from harness.run.runner import execute, failed_record, prepare_shared
+from harness.run.runner import execute, failed_record, prepare_shared, prepare_source, shared_sources
 
 log = logging.getLogger("tokxfer")
 
@@ -277,7 +278,9 @@ def run_experiment(
             tracking_failed(e)
 
     if todo and getattr(executor, "prepare_in_parent", False):
-        prepare_shared(todo, progress=progress)
+        # the source models at the trials' thread count, several at once; then the rest here
+        executor.prepare(shared_sources(todo), functools.partial(prepare_source, progress=progress))
+        prepare_shared(todo, progress=progress, sources=False)
     results: list[TrialRecord] = []
     pending = list(todo)
     try:

@@ -36,7 +36,7 @@ from harness.tokenizers import tokenizer_state
 log = logging.getLogger("tokxfer")
 
 __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run_trial", "trial_record", "failed_record",
-           "execute", "prepare_shared"]
+           "execute", "prepare_shared", "prepare_source", "shared_sources"]
 
 
 def device() -> str:
@@ -199,32 +199,49 @@ def failed_record(spec: TrialSpec, exc: BaseException, started: str, *, with_tra
                         flags=None)  # the sanity guards need a finished trial
 
 
-def prepare_shared(specs: list[TrialSpec], *, progress: bool = True) -> None:
+def shared_sources(specs: list[TrialSpec]) -> list[TrialSpec]:
+    """One trial per distinct built-in source model the ``specs`` read (the first that reads it), in grid order."""
+    seen: dict[str, TrialSpec] = {}
+    for spec in specs:
+        seen.setdefault(repr((spec.source, spec.world, spec.encoding.name)), spec)
+    return list(seen.values())
+
+
+def prepare_source(spec: TrialSpec, progress: bool = False) -> None:
+    """Build (or find cached) the source model of ``spec``; a failure is left to the trials that need it, which
+    record it as they always do. Picklable (:meth:`harness.run.executors.WorkerPoolExecutor.prepare` runs it in
+    worker processes)."""
+    try:
+        resources.source_model_dir(spec.source, spec.world, progress=progress, encoding=spec.encoding.name)
+    except Exception as e:
+        log.debug("could not prepare the source model of trial %s (%s) before the trials: %s", spec.trial_id,
+                  spec.describe(), e)
+
+
+def prepare_shared(specs: list[TrialSpec], *, progress: bool = True, sources: bool = True) -> None:
     """Build, in this process, what several trials of a grid share: built-in source models and target tokenizers.
 
-    For worker processes (:class:`harness.run.executors.WorkerPoolExecutor`): two workers would
-    otherwise build the same entry at once (the cache keeps one, the other's minutes are lost), and a
-    source model's pretraining depends on the torch thread count (:mod:`harness.world.pretrain`), so it
-    is pretrained here, with this process's threads, exactly as a one-worker run pretrains it. A
-    resource that cannot be built is left to its trials, which record the error as they always do.
+    For worker processes (:class:`harness.run.executors.WorkerPoolExecutor`): two workers would otherwise
+    build the same entry at once (the cache keeps one, the other's minutes are lost). The source models,
+    whose pretraining depends on the torch thread count (:mod:`harness.world.pretrain`), are built first by
+    the executor's :meth:`~harness.run.executors.WorkerPoolExecutor.prepare` (:func:`shared_sources`,
+    :func:`prepare_source`) at the trials' thread count, and ``sources=False`` skips them here. A resource
+    that cannot be built is left to its trials, which record the error as they always do.
     """
+    if sources:
+        for spec in shared_sources(specs):
+            prepare_source(spec, progress=progress)
     done: set[str] = set()
     for spec in specs:
-        for what, key, build in (
-            ("source model", ("source", spec.source, spec.world, spec.encoding.name),
-             lambda s=spec: resources.source_model_dir(s.source, s.world, progress=progress, encoding=s.encoding.name)),
-            ("target tokenizer", ("target", spec.target, spec.world),
-             lambda s=spec: resources.target_tokenizer(s.target, resources.world_for(s.world), progress=progress)),
-        ):
-            k = repr(key)
-            if k in done:
-                continue
-            done.add(k)
-            try:
-                build()
-            except Exception as e:  # the trials that need it fail and record why
-                log.debug("could not prepare the %s of trial %s (%s) before the workers start: %s", what,
-                          spec.trial_id, spec.describe(), e)
+        k = repr((spec.target, spec.world))
+        if k in done:
+            continue
+        done.add(k)
+        try:
+            resources.target_tokenizer(spec.target, resources.world_for(spec.world), progress=progress)
+        except Exception as e:  # the trials that need it fail and record why
+            log.debug("could not prepare the target tokenizer of trial %s (%s) before the workers start: %s",
+                      spec.trial_id, spec.describe(), e)
 
 
 def execute(spec: TrialSpec, runs_dir: str, progress: bool = False) -> TrialRecord:

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -56,6 +57,17 @@ def logs_its_interval(spec, runs_dir, progress=False):
     log.mkdir(exist_ok=True)
     (log / spec.trial_id).write_text(f"{spec.method.id}/{spec.target.language}/{spec.seed} {start} {time.time()}")
     return rec
+
+
+def records_its_builder(spec):
+    """A stand-in source build: a file ``<name>.<pid>`` holding the torch thread count it ran at; with ``wait``, it
+    returns only once two processes have built something (so the builds must run at once to finish quickly)."""
+    out = Path(spec.out)
+    out.mkdir(exist_ok=True)
+    (out / f"{spec.name}.{os.getpid()}").write_text(str(torch.get_num_threads()))
+    deadline = time.monotonic() + 120
+    while spec.wait and len({p.suffix for p in out.iterdir()}) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @pytest.fixture()
@@ -187,3 +199,38 @@ def test_threads_set_what_each_trial_runs_with_and_records(tmp_path, importable)
         assert {r["environment"]["torch_threads"] for r in records.iter_records(out / "exp")} == {want}
     with pytest.raises(ExecutorError, match=r"--threads: expected a positive number of torch threads per trial, got 0"):
         LocalExecutor(threads=0)
+
+
+def test_prepare_builds_several_sources_at_once_at_the_trials_thread_count(tmp_path, importable):
+    ex = WorkerPoolExecutor(2, progress=False)
+    ex.prepare([SimpleNamespace(out=str(tmp_path / "many"), name=n, wait=True) for n in "abc"], records_its_builder)
+    built = list((tmp_path / "many").iterdir())
+    assert sorted(p.stem for p in built) == ["a", "b", "c"]
+    builders = {p.suffix[1:] for p in built}
+    assert len(builders) == 2 and str(os.getpid()) not in builders  # two worker processes, side by side
+    assert {p.read_text() for p in built} == {"1"}  # the trials' thread count, as a one-process run builds it
+    # a single build runs here, at the trials' thread count, and the process's count comes back
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ex.prepare([SimpleNamespace(out=str(tmp_path / "one"), name="x", wait=False)], records_its_builder)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    [only] = list((tmp_path / "one").iterdir())
+    assert only.name == f"x.{os.getpid()}" and only.read_text() == "1"
+
+
+def test_shared_sources_lists_each_source_model_once_in_grid_order():
+    from harness.run.runner import shared_sources
+
+    cfg = parse_experiment({
+        "name": "exp", "world": {"size": "tiny"},
+        "source": {"model": "world:mlm", "pretrain": {"encoding": "trial", "extra_languages": ["near"]}},
+        "targets": [{"language": "near"}], "methods": ["random", "overlap"], "encodings": ["none", "additive"],
+        "tasks": ["mlm-at-init"], "seeds": [1, 2]})
+    specs = cfg.trials()
+    assert len(specs) == 8
+    # one source per encoding and seed (each seed pretrains its own); the methods share it
+    assert [(s.encoding.name, s.seed, s.method.id) for s in shared_sources(specs)] == [
+        ("none", 1, "random"), ("none", 2, "random"), ("additive", 1, "random"), ("additive", 2, "random")]
