@@ -17,6 +17,7 @@ Worker processes (``gpus``) and Slurm jobs load the ``--plugin`` files before ru
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import time
@@ -503,8 +504,13 @@ class WorkerPoolExecutor(_PoolExecutor):
         with _environment({v: str(self.threads) for v in WORKER_THREAD_VARS}), ProcessPoolExecutor(
                 n, mp_context=mp.get_context("spawn"), initializer=_prepare_worker,
                 initargs=(self.threads, self.plugins, self.worker_init)) as pool:
-            for done in [pool.submit(build, spec) for spec in specs]:
-                done.result()
+            for spec, done in [(spec, pool.submit(build, spec)) for spec in specs]:
+                try:
+                    done.result()
+                except Exception as e:  # the builder died (killed, out of memory): the trials build it themselves
+                    logging.getLogger("tokxfer").warning(
+                        "could not prepare %s before the trials (%s: %s); its trials will build it",
+                        getattr(spec, "trial_id", spec), type(e).__name__, e)
 
     def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         # the index tells the slots apart; the thread count is what the worker is pinned to

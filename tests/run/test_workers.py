@@ -70,6 +70,11 @@ def records_its_builder(spec):
         time.sleep(0.05)
 
 
+def dies_building(spec):
+    """A stand-in source build whose process dies (as one killed or out of memory would)."""
+    os._exit(3)
+
+
 @pytest.fixture()
 def importable(monkeypatch):
     """Worker processes import the stand-ins from the checkout (as ``tests.run.test_workers``)."""
@@ -234,3 +239,10 @@ def test_shared_sources_lists_each_source_model_once_in_grid_order():
     # one source per encoding and seed (each seed pretrains its own); the methods share it
     assert [(s.encoding.name, s.seed, s.method.id) for s in shared_sources(specs)] == [
         ("none", 1, "random"), ("none", 2, "random"), ("additive", 1, "random"), ("additive", 2, "random")]
+
+
+def test_a_builder_that_dies_is_left_to_the_trials(tmp_path, importable, caplog):
+    specs = [SimpleNamespace(trial_id=f"t{i}") for i in range(2)]
+    with caplog.at_level("WARNING", logger="tokxfer"):
+        WorkerPoolExecutor(2, progress=False).prepare(specs, dies_building)  # returns: the trials build it
+    assert "could not prepare t0 before the trials" in caplog.text and "its trials will build it" in caplog.text
