@@ -1,0 +1,110 @@
+"""Every committed probe of the XLP grids' multilingual source in two tables: where each language stands.
+
+The XLP issue's gate asks the ``none`` source to transfer XNLI from src to every other language (>= 50 %,
+chance 33.3) or, for a language that cannot get there, a curve of where it stands and why. The probes that
+searched for a source recipe were run one at a time (``benchmarks/probe_xlp.py``, seed-1 sources, loaded
+machine) and committed as ``benchmarks/results/xlp_probe_*.json``. This script reads them and prints, per
+source recipe, the zero-shot XNLI accuracy per language (mean over the fine-tuning seeds it has, n shown)
+and the bitext retrieval accuracy per language (how well the source's sentence vectors of a target sentence
+and its src translation find each other), so the comparison is one command, not prose::
+
+    python benchmarks/xlp_probes.py            # markdown to stdout
+    python benchmarks/xlp_probes.py --json out.json
+
+Each probe is descriptive (one source seed, 1-3 fine-tuning seeds): no test, no claim. :data:`PROBES` names
+which file holds which recipe (the probes' own command lines are in the files).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+LANGUAGES = ("src", "near", "agglu", "far", "script")
+
+PROBES: list[tuple[str, str, tuple[str, ...]]] = [
+    # (source recipe, XNLI fine-tuning, files): the recipe is the source's; files may hold retrieval and XNLI records
+    ("packed TLM, 600 steps", "4k pairs x 2 epochs", ("xlp_probe_tlm600.json",)),
+    ("packed TLM, 2000 steps", "12k x 3 epochs", ("xlp_probe_tlm2000.json", "xlp_probe_align_tlm2000.json")),
+    ("packed TLM, 4000 steps", "12k x 3 epochs", ("xlp_probe_tlm4000.json",)),
+    ("packed TLM, 2000 steps", "12k x 2 epochs, bf16", ("xlp_probe_xnli_fast_tlm2000.json", "xlp_probe_xnli_packed_ft23.json")),
+    ("packed TLM, 2000 steps", "12k x 2 epochs, bf16, embeddings frozen", ("xlp_probe_xnli_freeze_tlm2000.json",)),
+    ("packed TLM 90 %, bf16", "-", ("xlp_probe_align_tlm09_bf16.json",)),
+    ("packed TLM, peak LR 1e-3, bf16", "-", ("xlp_probe_align_lr1e3_bf16.json",)),
+    ("packed TLM + code-switching 0.3, bf16", "12k x 2 epochs, bf16", ("xlp_probe_xnli_cs03_bf16.json",)),
+    ("packed TLM + code-switching 0.6, bf16", "12k x 2 epochs, bf16", ("xlp_probe_xnli_cs06_bf16.json",)),
+    ("XLM-layout TLM, 2000 steps, bf16", "12k x 2 epochs, bf16",
+     ("xlp_probe_xnli_xlm_bf16.json", "xlp_probe_xnli_xlm_bf16_ft23.json")),
+]
+
+
+def _records(files: tuple[str, ...], results: Path) -> list[dict]:
+    out = []
+    for name in files:
+        path = results / name
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"{path}: cannot read a probe result ({e})") from None
+        if not isinstance(data.get("records"), list):
+            raise SystemExit(f"{path}: expected a 'records' list (a benchmarks/probe_xlp.py result)")
+        out += [r for r in data["records"] if r.get("status") == "ok"]
+    return out
+
+
+def summarize(results: Path = RESULTS) -> list[dict]:
+    """One row per :data:`PROBES` entry: XNLI accuracy per language (mean, n) and retrieval accuracy per language."""
+    rows = []
+    for recipe, finetune, files in PROBES:
+        recs = _records(files, results)
+        xnli = {lang: [] for lang in LANGUAGES}
+        for r in recs:
+            if r.get("task") == "xnli-cross-lingual":
+                for lang in LANGUAGES:
+                    if lang in r["metrics"]:
+                        xnli[lang].append(r["metrics"][lang]["accuracy"])
+        retrieval = {lang: r["metrics"][lang]["accuracy"] for r in recs if r.get("task") == "bitext-retrieval"
+                     for lang in r["metrics"] if lang in LANGUAGES}  # fmt: skip
+        n = max((len(v) for v in xnli.values()), default=0)
+        rows.append({"recipe": recipe, "finetune": finetune if n else "-", "files": list(files), "xnli_n": n,
+                     "xnli": {k: round(100 * statistics.fmean(v), 1) for k, v in xnli.items() if v},
+                     "retrieval": {k: round(100 * v, 1) for k, v in retrieval.items()}})
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    def cell(d: dict, lang: str) -> str:
+        return f"{d[lang]:.1f}" if lang in d else "–"
+
+    out = ["| source recipe (seed 1) | XNLI fine-tuning | n | " + " | ".join(f"XNLI {lang}" for lang in LANGUAGES)
+           + " | " + " | ".join(f"retrieval {lang}" for lang in LANGUAGES[1:]) + " |",
+           "|:---|:---|---:|" + "---:|" * (2 * len(LANGUAGES) - 1)]
+    for r in rows:
+        out.append(f"| {r['recipe']} | {r['finetune']} | {r['xnli_n'] or '–'} | "
+                   + " | ".join(cell(r["xnli"], lang) for lang in LANGUAGES) + " | "
+                   + " | ".join(cell(r["retrieval"], lang) for lang in LANGUAGES[1:]) + " |")
+    out.append("")
+    out.append("XNLI: zero-shot accuracy (%) after fine-tuning on src, mean over the fine-tuning seeds (n; chance 33.3). "
+               "Retrieval: bitext retrieval accuracy (%) of the source's sentence vectors, target vs its src translation. "
+               "One source seed per recipe, loaded machine: descriptive, no test.")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--results", type=Path, default=RESULTS, help="folder of the xlp_probe_*.json files")
+    p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = p.parse_args(argv)
+    rows = summarize(args.results)
+    print(markdown(rows))
+    if args.json is not None:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
