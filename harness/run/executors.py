@@ -153,10 +153,14 @@ WORKER_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREAD
 do not each start one thread per core."""
 
 
-def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, plugins: Sequence[str],
-                 init: Callable[[], None] | None = None) -> None:
-    """Worker loop: pin the slot (a device, or a torch thread count), run ``init`` (the command's logging
-    and library settings), load plugins, then run the specs the parent sends until ``None``."""
+def _slot_env(slot: tuple[str, ...]) -> dict[str, str]:
+    """The environment a worker process of ``slot`` starts with: a CPU slot's thread count for the BLAS libraries."""
+    return {v: slot[1] for v in WORKER_THREAD_VARS} if slot[0] == "cpu" else {}
+
+
+def _start_slot(slot: tuple[str, ...], init: Callable[[], None] | None) -> None:
+    """First thing in a worker process: pin the slot (a device, or a torch thread count), then run ``init`` (the
+    command's logging and library settings)."""
     kind, value = slot[0], slot[1]
     if kind == "gpu":
         os.environ["CUDA_VISIBLE_DEVICES"] = value
@@ -168,6 +172,13 @@ def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, 
             torch.set_num_interop_threads(int(value))
     if init is not None:
         init()
+
+
+def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, plugins: Sequence[str],
+                 init: Callable[[], None] | None = None) -> None:
+    """Worker loop: pin the slot and run ``init`` (:func:`_start_slot`), load plugins, then run the specs the
+    parent sends until ``None``."""
+    _start_slot(slot, init)
     try:
         _load_plugins(plugins)
     except BaseException as e:
@@ -188,15 +199,9 @@ def _pool_worker(slot: tuple[str, ...], conn, runs_dir: str, execute: Callable, 
         return
 
 
-def _prepare_worker(threads: int, plugins: Sequence[str], init: Callable[[], None] | None) -> None:
-    """Start of a :meth:`WorkerPoolExecutor.prepare` process: the trials' thread count, the command's settings, plugins."""
-    import torch
-
-    torch.set_num_threads(threads)
-    with contextlib.suppress(RuntimeError):
-        torch.set_num_interop_threads(threads)
-    if init is not None:
-        init()
+def _prepare_worker(slot: tuple[str, ...], plugins: Sequence[str], init: Callable[[], None] | None) -> None:
+    """Start of a :meth:`WorkerPoolExecutor.prepare` process: as a trial worker's (:func:`_start_slot`), then plugins."""
+    _start_slot(slot, init)
     _load_plugins(plugins)
 
 
@@ -221,8 +226,7 @@ class _Worker:
         self.slot = slot
         self.conn, child = ctx.Pipe()
         self.proc = ctx.Process(target=_pool_worker, args=(slot, child, runs_dir, execute, tuple(plugins), init))
-        env = {v: slot[1] for v in WORKER_THREAD_VARS} if slot[0] == "cpu" else {}
-        with _environment(env):
+        with _environment(_slot_env(slot)):
             self.proc.start()
         child.close()
         self.ready = False
@@ -501,9 +505,10 @@ class WorkerPoolExecutor(_PoolExecutor):
         import multiprocessing as mp
         from concurrent.futures import ProcessPoolExecutor
 
-        with _environment({v: str(self.threads) for v in WORKER_THREAD_VARS}), ProcessPoolExecutor(
+        slot = ("cpu", str(self.threads), "prepare")
+        with _environment(_slot_env(slot)), ProcessPoolExecutor(
                 n, mp_context=mp.get_context("spawn"), initializer=_prepare_worker,
-                initargs=(self.threads, self.plugins, self.worker_init)) as pool:
+                initargs=(slot, self.plugins, self.worker_init)) as pool:
             for spec, done in [(spec, pool.submit(build, spec)) for spec in specs]:
                 try:
                     done.result()
