@@ -42,6 +42,10 @@ PROBES: list[tuple[str, str, tuple[str, ...]]] = [
 ]
 
 
+class ProbeFileError(ValueError):
+    """A listed probe file is missing or is not a ``benchmarks/probe_xlp.py`` result (the message names it)."""
+
+
 def _records(files: tuple[str, ...], results: Path) -> list[dict]:
     out = []
     for name in files:
@@ -49,9 +53,9 @@ def _records(files: tuple[str, ...], results: Path) -> list[dict]:
         try:
             data = json.loads(path.read_text())
         except (OSError, ValueError) as e:
-            raise SystemExit(f"{path}: cannot read a probe result ({e})") from None
-        if not isinstance(data.get("records"), list):
-            raise SystemExit(f"{path}: expected a 'records' list (a benchmarks/probe_xlp.py result)")
+            raise ProbeFileError(f"{path}: cannot read a probe result ({e})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("records"), list):
+            raise ProbeFileError(f"{path}: expected a 'records' list (a benchmarks/probe_xlp.py result)")
         out += [r for r in data["records"] if r.get("status") == "ok"]
     return out
 
@@ -99,7 +103,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS, help="folder of the xlp_probe_*.json files")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = p.parse_args(argv)
-    rows = summarize(args.results)
+    try:
+        rows = summarize(args.results)
+    except ProbeFileError as e:
+        print(f"xlp_probes: {e}", file=sys.stderr)
+        return 2
     print(markdown(rows))
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

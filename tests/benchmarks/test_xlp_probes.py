@@ -24,11 +24,15 @@ def test_every_listed_probe_is_committed_and_the_xlm_row_is_what_the_readme_quot
     assert md.count("\n| ") == len(rows) and "| XLM-layout TLM, 2000 steps, bf16 | 12k x 2 epochs, bf16 | 3 | 74.3 |" in md
 
 
-def test_a_file_that_is_not_a_probe_result_is_named(tmp_path, monkeypatch):
+def test_a_file_that_is_not_a_probe_result_is_named(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(xlp_probes, "PROBES", [("r", "f", ("bad.json",))])
     (tmp_path / "bad.json").write_text(json.dumps({"note": "no records"}))
-    with pytest.raises(SystemExit, match=r"bad\.json: expected a 'records' list"):
+    with pytest.raises(xlp_probes.ProbeFileError, match=r"bad\.json: expected a 'records' list"):
         xlp_probes.summarize(tmp_path)
-    with pytest.raises(SystemExit, match=r"missing\.json: cannot read a probe result"):
+    # the command: one line naming the file, exit 2, no traceback
+    assert xlp_probes.main(["--results", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "bad.json: expected a 'records' list" in err and "Traceback" not in err
+    with pytest.raises(xlp_probes.ProbeFileError, match=r"missing\.json: cannot read a probe result"):
         monkeypatch.setattr(xlp_probes, "PROBES", [("r", "f", ("missing.json",))])
         xlp_probes.summarize(tmp_path)
