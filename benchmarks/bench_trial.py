@@ -90,8 +90,9 @@ def profile_phases(path: Path) -> dict[str, float | None]:
     return out
 
 
-def trial_config(config: Path, method: str, task: str, out: Path) -> Path:
-    """``config`` cut down to ``method`` (by name or id, its settings kept) and ``task``, written to ``out``."""
+def trial_config(config: Path, method: str, task: str, out: Path, encoding: str | None = None) -> Path:
+    """``config`` cut down to ``method`` (by name or id, its settings kept) and ``task`` (and, given one,
+    to the ``encoding`` of that name or id, e.g. one row of the XLP grids), written to ``out``."""
     from harness.inputs import load_yaml, read_text_file
 
     raw = load_yaml(read_text_file(config, "experiment file"))
@@ -106,6 +107,11 @@ def trial_config(config: Path, method: str, task: str, out: Path) -> Path:
     if not tasks:
         raise SystemExit(f"{config}: no task {task!r} (has {[name(t) for t in raw['tasks']]})")
     raw["methods"], raw["tasks"] = methods, [t if isinstance(t, dict) else {"name": t} for t in tasks]
+    if encoding is not None:
+        encodings = [e for e in raw.get("encodings") or [] if name(e) == encoding]
+        if not encodings:
+            raise SystemExit(f"{config}: no encoding {encoding!r} (has {[name(e) for e in raw.get('encodings') or []]})")
+        raw["encodings"] = encodings
     raw["tasks"][0].setdefault("config", {})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(yaml.safe_dump(raw, sort_keys=False))
@@ -164,13 +170,14 @@ def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs
 
 def benchmark(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-trial-"))
-    config = trial_config(ROOT / args.config, args.method, args.task, work / "trial.yaml")
-    held = [f"seeds=[{args.seed}]", "source.pretrain.seed=0"]
+    config = trial_config(ROOT / args.config, args.method, args.task, work / "trial.yaml", args.encoding)
+    held = [f"seeds=[{args.seed}]", *held_source(args.source_seed)]
     mine = [*held, *_qualified(args.overrides)]
     theirs = [*held, *_qualified(args.baseline_overrides if args.baseline_overrides is not None else args.overrides)]
     sides = [("this", ROOT, mine)] + ([("baseline", Path(args.baseline_tree).resolve(), theirs)] if args.baseline_tree else [])
     result: dict[str, Any] = {
-        "benchmark": "bench_trial", "task": args.task, "method": args.method, "seed": args.seed, "threads": args.threads,
+        "benchmark": "bench_trial", "task": args.task, "method": args.method, "encoding": args.encoding, "seed": args.seed,
+        "source_seed": args.source_seed, "threads": args.threads,
         "config": args.config, "overrides": {name: over for name, _, over in sides},
         "git": _git(), "machine": machine_facts(), "load_start": load_average(), "prepare": None, "runs": [],
     }  # fmt: skip
@@ -200,6 +207,22 @@ def benchmark(args: argparse.Namespace) -> dict:
 
 
 EXPERIMENT_KEYS = ("seeds", "source", "stages", "world", "methods")
+
+
+def held_source(source_seed: str) -> list[str]:
+    """The override that holds the source model's pretraining seed: ``source.pretrain.seed=N``, or none for
+    ``trial`` (the source follows the trial seed, as in grids that pretrain one source per seed, so a run
+    reuses the grid's cached source of that seed).
+
+    Example:
+        >>> held_source("0"), held_source("trial")
+        (['source.pretrain.seed=0'], [])
+    """
+    if source_seed == "trial":
+        return []
+    if not source_seed.isdigit():
+        raise SystemExit(f"--source-seed must be a non-negative integer or 'trial', got {source_seed!r}")
+    return [f"source.pretrain.seed={int(source_seed)}"]
 
 
 def _qualified(overrides: Any) -> list[str]:
@@ -237,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--task", required=True)
     ap.add_argument("--method", default="overlap", help="method name or id in the config")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--encoding", default=None, help="language encoding name or id in the config (default: the config's, all of them)")
+    ap.add_argument("--source-seed", default="0",
+                    help="pretraining seed of a world source, held (default 0), or 'trial' to follow --seed (the XLP grids' per-seed sources)")
     ap.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads of the trial (default 1)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per side")
     ap.add_argument("--overrides", nargs="*", default=[],
@@ -256,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     if "ratio_wall" in s:
         mark = "  (LOADED machine: not a speed result)" if s["loaded"] else ""
         print(f"baseline / this: wall {s['ratio_wall']:.2f}x, task {s['ratio_task']:.2f}x, CPU {s['ratio_cpu']:.2f}x{mark}")
-    path = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"trial_{args.task}_{args.method}.json"
+    stem = f"trial_{args.task}_{args.method}" + (f"_{args.encoding}" if args.encoding else "")
+    path = Path(args.json) if args.json else ROOT / "benchmarks" / "results" / f"{stem}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {path}")

@@ -23,6 +23,23 @@ def test_trial_config_keeps_one_method_and_one_task_with_their_settings(tmp_path
         bt.trial_config(ROOT / bt.DEFAULT_CONFIG, "focus", "nope", tmp_path / "bad.yaml")
 
 
+def test_trial_config_cuts_an_xlp_grid_to_one_encoding_by_name_or_id(tmp_path):
+    cfg = ROOT / "harness/configs/xlp-table2.yaml"
+    raw = yaml.safe_load(bt.trial_config(cfg, "original", "iwslt-bleu", tmp_path / "a.yaml", "xlp-nodec").read_text())
+    assert raw["encodings"] == [{"id": "xlp-nodec", "name": "xlp", "config": {"decoder": False}}]
+    raw = yaml.safe_load(bt.trial_config(cfg, "original", "iwslt-bleu", tmp_path / "b.yaml", "none").read_text())
+    assert raw["encodings"] == ["none"]
+    with pytest.raises(SystemExit, match="no encoding 'nope'"):
+        bt.trial_config(cfg, "original", "iwslt-bleu", tmp_path / "c.yaml", "nope")
+
+
+def test_source_seed_is_held_or_follows_the_trial():
+    assert bt.held_source("0") == ["source.pretrain.seed=0"] and bt.held_source("3") == ["source.pretrain.seed=3"]
+    assert bt.held_source("trial") == []
+    with pytest.raises(SystemExit, match="--source-seed"):
+        bt.held_source("-1")
+
+
 def test_task_overrides_are_qualified_and_experiment_overrides_pass():
     assert bt._qualified(["train.epochs=3", "source.pretrain.seed=0", "seeds=[2]"]) == [
         "tasks.0.config.train.epochs=3", "source.pretrain.seed=0", "seeds=[2]"]  # fmt: skip
