@@ -10,6 +10,10 @@ and its src translation find each other), so the comparison is one command, not 
 
     python benchmarks/xlp_probes.py            # markdown to stdout
     python benchmarks/xlp_probes.py --json out.json
+    python benchmarks/xlp_probes.py --plot benchmarks/results/xlp_probes_transfer_vs_alignment.png
+
+The plot is the gate's curve: zero-shot XNLI accuracy against bitext retrieval, one point per language and
+recipe that has both (:func:`transfer_vs_alignment`), with chance and the gate (chance + 15 points) drawn.
 
 Each probe is descriptive (one source seed, 1-3 fine-tuning seeds): no test, no claim. :data:`PROBES` names
 which file holds which recipe (the probes' own command lines are in the files).
@@ -80,6 +84,36 @@ def summarize(results: Path = RESULTS) -> list[dict]:
     return rows
 
 
+def transfer_vs_alignment(rows: list[dict]) -> list[dict]:
+    """``(recipe, language, retrieval %, XNLI %)`` of every recipe and target language that has both."""
+    return [{"recipe": r["recipe"], "language": lang, "retrieval": r["retrieval"][lang], "xnli": r["xnli"][lang]}
+            for r in rows for lang in LANGUAGES[1:] if lang in r["retrieval"] and lang in r["xnli"]]  # fmt: skip
+
+
+def plot(points: list[dict], path: Path) -> Path:
+    """Scatter of :func:`transfer_vs_alignment`'s points (a marker per language), chance and gate lines, to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.4))
+    for lang, marker in zip(LANGUAGES[1:], "osD^"):
+        pts = [p for p in points if p["language"] == lang]
+        ax.scatter([p["retrieval"] for p in pts], [p["xnli"] for p in pts], marker=marker, label=lang, s=36)
+    ax.axhline(100 / 3, color="grey", lw=0.8, ls=":", label="chance (33.3)")
+    ax.axhline(100 / 3 + 15, color="grey", lw=0.8, ls="--", label="gate (chance + 15)")
+    ax.set_xlabel("bitext retrieval accuracy of the source (%)")
+    ax.set_ylabel("zero-shot XNLI accuracy from src (%)")
+    ax.set_title(f"XLP source probes: transfer vs alignment ({len({p['recipe'] for p in points})} recipes, seed 1)", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def markdown(rows: list[dict]) -> str:
     def cell(d: dict, lang: str) -> str:
         return f"{d[lang]:.1f}" if lang in d else "–"
@@ -102,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=RESULTS, help="folder of the xlp_probe_*.json files")
     p.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    p.add_argument("--plot", type=Path, default=None, help="also draw XNLI transfer against retrieval per language here (PNG)")
     args = p.parse_args(argv)
     try:
         rows = summarize(args.results)
@@ -111,6 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     print(markdown(rows))
     if args.json is not None:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    if args.plot is not None:
+        print(f"wrote {plot(transfer_vs_alignment(rows), args.plot)}")
     return 0
 
 

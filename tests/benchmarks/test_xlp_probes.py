@@ -36,3 +36,16 @@ def test_a_file_that_is_not_a_probe_result_is_named(tmp_path, monkeypatch, capsy
     with pytest.raises(xlp_probes.ProbeFileError, match=r"missing\.json: cannot read a probe result"):
         monkeypatch.setattr(xlp_probes, "PROBES", [("r", "f", ("missing.json",))])
         xlp_probes.summarize(tmp_path)
+
+
+def test_transfer_vs_alignment_pairs_each_language_that_has_both_and_plots_them(tmp_path):
+    rows = xlp_probes.summarize()
+    points = xlp_probes.transfer_vs_alignment(rows)
+    # the four recipes with retrieval and XNLI, four target languages each (src is the pivot, never a point)
+    assert len(points) == 16 and {p["language"] for p in points} == {"near", "agglu", "far", "script"}
+    xlm = {p["language"]: (p["retrieval"], p["xnli"]) for p in points if p["recipe"].startswith("XLM-layout")}
+    assert xlm == {"near": (51.4, 53.3), "agglu": (19.0, 36.4), "far": (12.8, 34.9), "script": (5.5, 33.9)}
+    # the README's reading of the plot: no distant-language point reaches the gate (chance + 15)
+    assert max(p["xnli"] for p in points if p["language"] != "near") < 100 / 3 + 15
+    png = xlp_probes.plot(points, tmp_path / "sub" / "t.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
