@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import shutil
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 
-from harness.inputs import check_name, require_inside
+from harness.inputs import check_name, name_problem, require_inside
 from harness.run.records import TrialRecord, as_trial_records
 from leaderboards.aggregate import aggregate, load_records, matches_where
 from leaderboards.regression import check_regression, default_golden_path, update_golden
@@ -283,6 +284,14 @@ def leaderboard_command(args) -> int:
     if args.collect and not args.all:
         print("tokxfer: error: leaderboard: --collect goes with --all", file=sys.stderr)
         return 2
+    experiments = tuple(getattr(args, "experiment", None) or ())
+    if experiments and args.all:
+        print("tokxfer: error: leaderboard: --experiment goes with one SPEC, not --all", file=sys.stderr)
+        return 2
+    for e in experiments:
+        if name_problem(e):
+            print(f"tokxfer: error: leaderboard: --experiment {e!r} is not an experiment name ({name_problem(e)})", file=sys.stderr)
+            return 2
     specs = sorted(SPECS_DIR.glob("*.yaml")) if args.all else [Path(args.spec)]
     runs_dir = Path(args.runs_dir) if args.runs_dir else (RECORDS_DIR if args.all else Path("runs"))
     if args.collect:
@@ -293,6 +302,8 @@ def leaderboard_command(args) -> int:
     tables, figures = [], {}
     for sp in specs:
         spec = load_spec(sp)
+        if experiments:  # the same table from another preset's records (e.g. xlp-table1-medium)
+            spec = dataclasses.replace(spec, experiments=experiments)
         try:
             table, records = _render(spec, runs_dir, out, getattr(args, "known_names", None), every_experiment=args.all)
         except FileNotFoundError as e:

@@ -534,6 +534,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where the experiments' records are (default: ./runs; with --all: leaderboards/records)")
     sp.add_argument("--collect", metavar="RUNS_DIR", default=None,
                     help="with --all: first copy the specs' experiments' records from RUNS_DIR into leaderboards/records")
+    sp.add_argument("--experiment", action="append", default=None, metavar="NAME",
+                    help="read these experiments' records instead of the spec's (repeatable; e.g. a GPU preset's "
+                         "xlp-table1-medium under the xlp-table1 spec)")
     sp.add_argument("--out", default=None, help="output directory (default: next to the records)")
     sp.set_defaults(fn=cmd_leaderboard)
 

@@ -175,3 +175,30 @@ def test_model_dir_without_weights(tmp_path, tiny_source, capsys):
     assert main(["init", "--method", "random", "--source", str(broken), "--target-tokenizer", str(tiny_source),
                  "--out", str(tmp_path / "o")]) == 2
     assert "no weights" in capsys.readouterr().err
+
+
+def test_leaderboard_experiment_renders_a_spec_from_another_presets_records(tmp_path, capsys):
+    """`--experiment NAME` reads NAME's records under the spec (a GPU preset's records under the small spec): the
+    same records under another experiment name give the same table; a name that is not one is refused in one line."""
+    import shutil
+
+    from leaderboards.cli import RECORDS_DIR, SPECS_DIR
+
+    spec = str(SPECS_DIR / "quickstart-tiny.yaml")
+    dest = tmp_path / "runs" / "quickstart-tiny-gpu" / "records"
+    shutil.copytree(RECORDS_DIR / "quickstart-tiny" / "records", dest)
+    for path in dest.glob("*.json"):  # what a run of a preset named quickstart-tiny-gpu would have written
+        rec = json.loads(path.read_text())
+        rec["experiment"] = "quickstart-tiny-gpu"
+        path.write_text(json.dumps(rec))
+    main(["leaderboard", spec, "--runs-dir", str(RECORDS_DIR), "--out", str(tmp_path / "a")])
+    main(["leaderboard", spec, "--runs-dir", str(tmp_path / "runs"), "--experiment", "quickstart-tiny-gpu",
+          "--out", str(tmp_path / "b")])
+    a, b = ((tmp_path / d / "quickstart-tiny.csv").read_text() for d in "ab")
+    assert a == b and a.count("\n") > 2
+    capsys.readouterr()
+    assert main(["leaderboard", spec, "--runs-dir", str(tmp_path / "runs"), "--experiment", "../x"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--experiment '../x' is not an experiment name" in err
+    assert main(["leaderboard", "--all", "--experiment", "quickstart-tiny-gpu"]) == 2
+    assert "--experiment goes with one SPEC" in capsys.readouterr().err
