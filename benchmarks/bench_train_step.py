@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_quickstart import load_average, machine_facts  # noqa: E402
+from benchmarks.bench_quickstart import _git, load_average, machine_facts  # noqa: E402
 
 
 def build(vocab: int, hidden: int, layers: int, heads: int, ffn: int, seed: int):
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     shape = {"vocab": 6000, "hidden": 256, "layers": 4, "heads": 4, "ffn": 1024}
     result = {"benchmark": "bench_train_step", "shape": shape, "length": args.length, "bf16": not args.fp32,
-              "threads": 1, "machine": machine_facts(), "load_before": load_average(), "batches": {}}  # fmt: skip
+              "threads": 1, "git": _git(), "machine": machine_facts(), "load_before": load_average(), "batches": {}}  # fmt: skip
     for b in (int(x) for x in args.batches.split(",")):
         model, opt = build(**shape, seed=0)
         s = time_step(make_step(model, opt, b, args.length, shape["vocab"], not args.fp32, seed=1), 3, args.steps)
