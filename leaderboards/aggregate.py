@@ -585,7 +585,8 @@ def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "meth
     Per cell (row, task, task id, target language), a component seed under ``seeds`` that takes
     several values across the cell's trial seeds varies; one that never does is held fixed. The
     source model counts as pretrained once when no record has a ``source``/``pretrain`` seed and every
-    cell's records share one ``revisions.source_model``.
+    cell's records share one ``revisions.source_model``. Where no cell has two trial seeds yet, nothing is
+    claimed about what varies (one seed holds every component fixed trivially).
 
     Example:
         >>> recs = [{"trial_id": f"t{s}", "status": "ok", "seed": s, "seeds": {"init": 10 + s},
@@ -601,6 +602,9 @@ def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "meth
             groups[key].append(r)
     if not groups:
         return ""
+    if all(len({r.trial_seed for r in g}) < 2 for g in groups.values()):
+        # one trial seed per cell: no interval, and no component can be seen to vary or to be held
+        return "Every cell has one trial seed so far: no CI, and which random sources vary across seeds is not yet observable."
     order = list(SEED_COMPONENTS)
     # a component whose seed is null everywhere is not a random source of these trials (a source model
     # tokxfer did not pretrain)

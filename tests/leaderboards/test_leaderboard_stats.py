@@ -220,6 +220,12 @@ def test_random_sources_footnote_reads_the_records():
         r["revisions"] = {"source_model": "xlm-roberta-base"}
     text = random_sources(recs)
     assert "initialization" in text and "held fixed" not in text and "pretrained once" in text
+    # one trial seed per cell (the first replication of a grid): nothing is claimed to vary or to be held
+    first = [r for r in recs if r["seed"] == recs[0]["seed"]]
+    for r in first:
+        r["seeds"] = {"source": r["seed"], "init": r["seed"], "task": r["seed"]}
+    text = random_sources(first)
+    assert text.startswith("Every cell has one trial seed so far") and "held fixed" not in text
 
 
 # ---------------------------------------------------------------------------------------------
