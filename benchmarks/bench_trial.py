@@ -90,6 +90,10 @@ def profile_phases(path: Path) -> dict[str, float | None]:
     return out
 
 
+class TrialConfigError(ValueError):
+    """The experiment file has no method, task or encoding of the name asked for (the message names them)."""
+
+
 def trial_config(config: Path, method: str, task: str, out: Path, encoding: str | None = None) -> Path:
     """``config`` cut down to ``method`` (by name or id, its settings kept) and ``task`` (and, given one,
     to the ``encoding`` of that name or id, e.g. one row of the XLP grids), written to ``out``."""
@@ -103,14 +107,14 @@ def trial_config(config: Path, method: str, task: str, out: Path, encoding: str 
     methods = [m for m in raw["methods"] if name(m) == method]
     tasks = [t for t in raw["tasks"] if name(t) == task]
     if not methods:
-        raise SystemExit(f"{config}: no method {method!r} (has {[name(m) for m in raw['methods']]})")
+        raise TrialConfigError(f"{config}: no method {method!r} (has {[name(m) for m in raw['methods']]})")
     if not tasks:
-        raise SystemExit(f"{config}: no task {task!r} (has {[name(t) for t in raw['tasks']]})")
+        raise TrialConfigError(f"{config}: no task {task!r} (has {[name(t) for t in raw['tasks']]})")
     raw["methods"], raw["tasks"] = methods, [t if isinstance(t, dict) else {"name": t} for t in tasks]
     if encoding is not None:
         encodings = [e for e in raw.get("encodings") or [] if name(e) == encoding]
         if not encodings:
-            raise SystemExit(f"{config}: no encoding {encoding!r} (has {[name(e) for e in raw.get('encodings') or []]})")
+            raise TrialConfigError(f"{config}: no encoding {encoding!r} (has {[name(e) for e in raw.get('encodings') or []]})")
         raw["encodings"] = encodings
     raw["tasks"][0].setdefault("config", {})
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +174,11 @@ def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs
 
 def benchmark(args: argparse.Namespace) -> dict:
     work = Path(tempfile.mkdtemp(prefix="bench-trial-"))
-    config = trial_config(ROOT / args.config, args.method, args.task, work / "trial.yaml", args.encoding)
+    try:
+        config = trial_config(ROOT / args.config, args.method, args.task, work / "trial.yaml", args.encoding)
+    except TrialConfigError:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
     held = [f"seeds=[{args.seed}]", *held_source(args.source_seed)]
     mine = [*held, *_qualified(args.overrides)]
     theirs = [*held, *_qualified(args.baseline_overrides if args.baseline_overrides is not None else args.overrides)]
@@ -218,11 +226,14 @@ def held_source(source_seed: str) -> list[str]:
         >>> held_source("0"), held_source("trial")
         (['source.pretrain.seed=0'], [])
     """
-    if source_seed == "trial":
-        return []
-    if not source_seed.isdigit():
-        raise SystemExit(f"--source-seed must be a non-negative integer or 'trial', got {source_seed!r}")
-    return [f"source.pretrain.seed={int(source_seed)}"]
+    return [] if source_seed == "trial" else [f"source.pretrain.seed={int(source_seed)}"]
+
+
+def source_seed_arg(text: str) -> str:
+    """``--source-seed``'s type: a non-negative integer or ``trial`` (anything else: argparse's one-line error, exit 2)."""
+    if text != "trial" and not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer or 'trial', got {text!r}")
+    return text
 
 
 def _qualified(overrides: Any) -> list[str]:
@@ -261,7 +272,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--method", default="overlap", help="method name or id in the config")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--encoding", default=None, help="language encoding name or id in the config (default: the config's, all of them)")
-    ap.add_argument("--source-seed", default="0",
+    ap.add_argument("--source-seed", default="0", type=source_seed_arg,
                     help="pretraining seed of a world source, held (default 0), or 'trial' to follow --seed (the XLP grids' per-seed sources)")
     ap.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads of the trial (default 1)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs per side")
@@ -277,7 +288,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.repeat < 1 or args.threads < 1:
         ap.error("--repeat and --threads must be >= 1")
-    result = benchmark(args)
+    try:
+        result = benchmark(args)
+    except TrialConfigError as e:
+        print(f"bench_trial: {e}", file=sys.stderr)
+        return 2
     s = result["summary"]
     if "ratio_wall" in s:
         mark = "  (LOADED machine: not a speed result)" if s["loaded"] else ""

@@ -19,7 +19,7 @@ def test_trial_config_keeps_one_method_and_one_task_with_their_settings(tmp_path
     raw = yaml.safe_load(out.read_text())
     assert [m["name"] for m in raw["methods"]] == ["focus"] and raw["methods"][0]["config"]["aux_dim"] == 100
     assert [t["name"] for t in raw["tasks"]] == ["qa"] and raw["tasks"][0]["config"]["max_train_examples"] == 8000
-    with pytest.raises(SystemExit, match="no task 'nope'"):
+    with pytest.raises(bt.TrialConfigError, match="no task 'nope'"):
         bt.trial_config(ROOT / bt.DEFAULT_CONFIG, "focus", "nope", tmp_path / "bad.yaml")
 
 
@@ -29,15 +29,27 @@ def test_trial_config_cuts_an_xlp_grid_to_one_encoding_by_name_or_id(tmp_path):
     assert raw["encodings"] == [{"id": "xlp-nodec", "name": "xlp", "config": {"decoder": False}}]
     raw = yaml.safe_load(bt.trial_config(cfg, "original", "iwslt-bleu", tmp_path / "b.yaml", "none").read_text())
     assert raw["encodings"] == ["none"]
-    with pytest.raises(SystemExit, match="no encoding 'nope'"):
+    with pytest.raises(bt.TrialConfigError, match="no encoding 'nope'"):
         bt.trial_config(cfg, "original", "iwslt-bleu", tmp_path / "c.yaml", "nope")
 
 
 def test_source_seed_is_held_or_follows_the_trial():
     assert bt.held_source("0") == ["source.pretrain.seed=0"] and bt.held_source("3") == ["source.pretrain.seed=3"]
     assert bt.held_source("trial") == []
-    with pytest.raises(SystemExit, match="--source-seed"):
-        bt.held_source("-1")
+
+
+def test_an_unknown_row_ends_the_command_in_one_line_with_exit_2(capsys):
+    assert bt.main(["--config", "harness/configs/xlp-table1.yaml", "--task", "xnli-cross-lingual", "--method", "original",
+                    "--encoding", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no encoding 'nope'" in err and "Traceback" not in err
+
+
+def test_a_bad_source_seed_is_refused_in_one_line_with_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        bt.main(["--task", "qa", "--source-seed", "-1"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and "--source-seed: expected a non-negative integer or 'trial', got '-1'" in err
 
 
 def test_task_overrides_are_qualified_and_experiment_overrides_pass():
