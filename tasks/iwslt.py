@@ -412,10 +412,11 @@ def tokenized_bleu(hypotheses: list[str], references: list[str], pretokenizer: s
     """
     tok, what = _pretokenizer(pretokenizer, language)
     hyps, refs = [tok(h) for h in hypotheses], [tok(r) for r in references]
-    score = metrics.bleu(hyps, refs, tokenize="none")
+    # force: the texts are tokenized on purpose; sacreBLEU would warn that they look tokenized (same score and signature)
+    score = metrics.bleu(hyps, refs, tokenize="none", force=True)
     out = {"score": score["score"], "signature": f"pretok:{what}|{score['signature']}"}
     if examples:
-        out["examples"] = metrics.bleu_segment_statistics(hyps, refs, tokenize="none")
+        out["examples"] = metrics.bleu_segment_statistics(hyps, refs, tokenize="none", force=True)
     return out
 
 
