@@ -585,8 +585,7 @@ def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "meth
     Per cell (row, task, task id, target language), a component seed under ``seeds`` that takes
     several values across the cell's trial seeds varies; one that never does is held fixed. The
     source model counts as pretrained once when no record has a ``source``/``pretrain`` seed and every
-    cell's records share one ``revisions.source_model``. Where no cell has two trial seeds yet, nothing is
-    claimed about what varies (one seed holds every component fixed trivially).
+    cell's records share one ``revisions.source_model``. With one trial seed per cell nothing is claimed.
 
     Example:
         >>> recs = [{"trial_id": f"t{s}", "status": "ok", "seed": s, "seeds": {"init": 10 + s},
@@ -600,11 +599,8 @@ def random_sources(records: Iterable[TrialRecord | Mapping], row_by: str = "meth
         if r.ok:
             key = (record_row(r, row_by), r.task_name, r.config_value("task.id"), r.target_language)
             groups[key].append(r)
-    if not groups:
-        return ""
-    if all(len({r.trial_seed for r in g}) < 2 for g in groups.values()):
-        # one trial seed per cell: no interval, and no component can be seen to vary or to be held
-        return "Every cell has one trial seed so far: no CI, and which random sources vary across seeds is not yet observable."
+    if not groups or all(len({r.trial_seed for r in g}) < 2 for g in groups.values()):  # one seed: nothing observable
+        return "Every cell has one trial seed so far: no CI, and which random sources vary across seeds is not yet observable." if groups else ""
     order = list(SEED_COMPONENTS)
     # a component whose seed is null everywhere is not a random source of these trials (a source model
     # tokxfer did not pretrain)
