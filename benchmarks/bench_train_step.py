@@ -11,7 +11,8 @@ loop could remove::
     python benchmarks/bench_train_step.py --json benchmarks/results/train_step_qa.json
 
 The model is randomly initialized (the step's cost does not depend on the weights); the JSON records the
-machine's load before and after, like every benchmark here.
+machine's load while it ran (:class:`benchmarks._load.LoadMonitor`, the other benchmarks' check), and the printed
+banner says loudly when other processes took CPU.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_quickstart import _git, load_average, machine_facts  # noqa: E402
+from benchmarks._load import LoadMonitor  # noqa: E402
+from benchmarks.bench_quickstart import _git, machine_facts  # noqa: E402
 
 
 def build(vocab: int, hidden: int, layers: int, heads: int, ffn: int, seed: int):
@@ -103,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     shape = {"vocab": 6000, "hidden": 256, "layers": 4, "heads": 4, "ffn": 1024}
     result = {"benchmark": "bench_train_step", "shape": shape, "length": args.length, "bf16": not args.fp32,
-              "threads": 1, "git": _git(), "machine": machine_facts(), "load_before": load_average(), "batches": {}}  # fmt: skip
+              "threads": 1, "git": _git(), "machine": machine_facts(), "batches": {}}  # fmt: skip
+    mon = LoadMonitor().start()
     for b in (int(x) for x in args.batches.split(",")):
         model, opt = build(**shape, seed=0)
         s = time_step(make_step(model, opt, b, args.length, shape["vocab"], not args.fp32, seed=1), 3, args.steps)
@@ -117,11 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     result["ops"] = op_shares(step, max(5, args.steps // 2), 12)
     for o in result["ops"]:
         print(f"  {o['op']:<32} {100 * o['share']:5.1f} %  ({o['calls_per_step']:.0f} calls a step)")
-    result["load_after"] = load_average()
-    cores = machine_facts().get("cores_usable") or 1
-    result["loaded"] = any(x is not None and x[0] > cores for x in (result["load_before"], result["load_after"]))
-    if result["loaded"]:
-        print("LOADED machine: the 1-minute load exceeded the cores; not a timing result")
+    mon.stop()
+    result["load"] = mon.record()
+    print(mon.banner())
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=1) + "\n")
         print(f"wrote {args.json}")
