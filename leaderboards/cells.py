@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 
 from leaderboards.aggregate import FLAGS, NONDETERMINISTIC_PREFIX, Cell, Table, best_methods
+from leaderboards.claims import claim_verdict
 from leaderboards.spec import Column, MetricSpec
 from leaderboards.stats import BETTER, NO_DIFFERENCE, WORSE, Verdict
 
@@ -231,3 +232,40 @@ def findings_lines(table: Table, with_spec: bool = True) -> list[str]:
         head = f"{table.spec.name}: " if with_spec else ""
         out.append(f"{head}{pair}, {col}: Δ {diff}, p (Holm) {p}, P(A > B) {imp_point} → {verdict}{tail}")
     return out
+
+
+CLAIMS_NOTE = ("A claim reads: A better than B in its column. Its verdict is that declared comparison's (above): "
+               "reproduced (A significantly better after Holm), not reproduced (B significantly better), no "
+               "detectable difference at this n (with its MDE), or untestable. The paper's effect is shown, not "
+               "compared: the world's languages and models are not the paper's, so only the direction is tested.")
+
+
+def claim_lines(table: Table) -> list[str]:
+    """One line per claim of the spec (:mod:`leaderboards.claims`): the claim, the paper's effect, and the
+    declared comparison behind its verdict, worded as in :func:`findings_lines`.
+
+    Example:
+        >>> claim_lines(table)[0]  # doctest: +SKIP
+        'Claim: XLP beats ... (paper: +1.2) — XLP vs additive, XNLI acc. ↑ avg: Δ +0.8 [-0.5, 2.1], p (Holm) 0.406 → no detectable difference at n = 5 (MDE 2.3)'
+    """
+    verdicts = table.stats.verdicts if table.stats is not None else ()
+    with_task = _multi_task(table)
+    out = []
+    for claim in table.spec.claims:
+        head = f"Claim: {claim.text}" + (f" (paper: {claim.paper})" if claim.paper else "")
+        verdict, v = claim_verdict(claim, verdicts)
+        if claim.untestable:
+            out.append(f"{head} → untestable here: {claim.untestable}")
+            continue
+        if v is None:
+            a, b = table.spec.label(claim.a), table.spec.label(claim.b)
+            out.append(f"{head} — {a} vs {b}, {claim.column} → untestable: a side has no measurement")
+            continue
+        pair, col, diff, p, _imp, mde, _ = _comparison_cells(v, table, with_task)
+        if verdict == NO_DIFFERENCE:
+            verdict = f"{verdict} at n = {v.difference.n} (MDE {mde})"
+        elif v.difference.p is None:
+            verdict = _verdict_text(v, table)
+        out.append(f"{head} — {pair}, {col}: Δ {diff}, p (Holm) {p} → {verdict}")
+    return out
+

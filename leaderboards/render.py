@@ -28,6 +28,7 @@ from harness.files import write_atomic
 from harness.inputs import check_name, require_inside
 from leaderboards.aggregate import FLAGS, Cell, Row, Table, best_methods
 from leaderboards.cells import (
+    CLAIMS_NOTE,
     COMPARISON_HEADER,
     RANK_NOTE,
     _cell_parts,
@@ -40,6 +41,7 @@ from leaderboards.cells import (
     _rank_text,
     _summary_lines,
     bold_rows,
+    claim_lines,
     column_header,
     findings_lines,
     format_number,
@@ -55,6 +57,7 @@ __all__ = [
     "render_csv",
     "render_comparisons_csv",
     "render_comparisons_markdown",
+    "claim_lines",
     "findings_lines",
     "render_latex",
     "render_html",
@@ -160,6 +163,9 @@ def render_markdown(table: Table) -> str:
     for line in _legend_lines(table) + _summary_lines(table):
         lines.append(f"- {line}")
     lines += ["", "#### Declared comparisons", ""] + render_comparisons_markdown(table)
+    if spec.claims:
+        lines += ["", "#### The paper's claims", ""] + [f"- {line}" for line in claim_lines(table)]
+        lines += ["", f"- {CLAIMS_NOTE}"]
     if table.stats is not None and table.stats.ranks:
         ranked = [c for c in table.columns if c.key in table.stats.ranks]
         lines += ["", "#### Ranks (95 % rank intervals)", "",

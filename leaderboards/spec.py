@@ -27,6 +27,9 @@ Example spec::
     paper_numbers: []              # paths relative to this file, e.g. ../paper_numbers/focus.yaml
     against: random                # declared comparisons: every row vs random, in every column …
     comparisons: [{a: focus, b: wechsel}]   # … and/or named pairs (a vs b); only these get a verdict
+                                   #   ({a, b, columns: [xnli/avg/accuracy]}: tested in those columns only)
+    claims: [{claim: "…", a: focus, b: wechsel, column: xnli/avg/accuracy, paper: "+1.2"}]
+                                   # a paper's claims, each a declared comparison's verdict (leaderboards/claims.py)
     alpha: 0.05                    # family-wise level of the declared comparisons (Holm); default 0.05
     test: t                        # paired t over seeds (default) or permutation (exact sign flips)
 
@@ -53,6 +56,7 @@ import yaml
 
 from harness.errors import TokxferError
 from harness.inputs import InputFileError, load_yaml, name_problem, one_line, read_text_file
+from leaderboards.claims import Claim, parse_claims, parse_comparison_columns
 from leaderboards.stats import ALPHA, TESTS, min_achievable_p
 
 __all__ = [
@@ -258,7 +262,10 @@ class LeaderboardSpec:
         required_seeds: seeds each cell must have; fewer are flagged.
         where: ``((dotted config path, value), …)`` filter applied to every record.
         paper: reference-number files.
-        comparisons: declared ``(a, b)`` row pairs, in order (each tested in every column).
+        comparisons: declared ``(a, b)`` row pairs, in order (each tested in every column, or in
+            those of ``comparison_columns``).
+        comparison_columns: ``((a, b), column keys)`` for the declared pairs tested in some columns only.
+        claims: the paper's claims, each a declared comparison in one column (:mod:`leaderboards.claims`).
         against: a declared baseline row: every other row is compared with it (after ``comparisons``).
         alpha: family-wise significance level of the declared comparisons (Holm).
         test: the verdict test, one of :data:`leaderboards.stats.TESTS`.
@@ -277,6 +284,8 @@ class LeaderboardSpec:
     where: tuple[tuple[str, Any], ...] = ()
     paper: tuple[PaperNumbers, ...] = ()
     comparisons: tuple[tuple[str, str], ...] = ()
+    comparison_columns: tuple[tuple[tuple[str, str], tuple[str, ...]], ...] = ()
+    claims: tuple[Claim, ...] = ()
     against: str | None = None
     alpha: float = ALPHA
     test: str = "t"
@@ -304,6 +313,10 @@ class LeaderboardSpec:
                 f"does not have (rows: {', '.join(rows)})"
             )
         return list(dict.fromkeys(p for p in pairs if p[0] in rows and p[1] in rows))
+
+    def compared_columns(self, a: str, b: str) -> tuple[str, ...] | None:
+        """The column keys the declared comparison ``a`` vs ``b`` is tested in (``None``: every column)."""
+        return dict(self.comparison_columns).get((a, b))
 
     def label(self, method: str) -> str:
         """Display label of a method id."""
@@ -403,14 +416,17 @@ def _finite_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _comparisons(raw: Mapping, origin: str, rows: tuple[RowSpec, ...] | None, seeds: list[int]) -> dict:
-    """The declared comparisons (``comparisons``, ``against``, ``alpha``, ``test``), checked."""
+def _comparisons(raw: Mapping, origin: str, rows: tuple[RowSpec, ...] | None, seeds: list[int],
+                 column_keys: list[str]) -> dict:  # fmt: skip
+    """The declared comparisons (``comparisons`` with their ``columns``, ``against``, ``alpha``, ``test``)
+    and the ``claims`` they test, checked."""
     pairs: list[tuple[str, str]] = []
+    only: list[tuple[tuple[str, str], tuple[str, ...]]] = []
     comps = raw.get("comparisons") or []
     if not isinstance(comps, list):
         raise SpecError(f"{origin}: comparisons must be a list of {{a: row, b: row}}")
     for i, c in enumerate(comps):
-        c = _check_keys(c, {"a", "b"}, origin, f"comparisons[{i}]", required={"a", "b"})
+        c = _check_keys(c, {"a", "b", "columns"}, origin, f"comparisons[{i}]", required={"a", "b"})
         a, b = c["a"], c["b"]
         if not isinstance(a, str) or not isinstance(b, str) or not a or not b:
             raise SpecError(f"{origin}: comparisons[{i}]: a and b must be row names, got {a!r} and {b!r}")
@@ -419,6 +435,12 @@ def _comparisons(raw: Mapping, origin: str, rows: tuple[RowSpec, ...] | None, se
         if (a, b) in pairs or (b, a) in pairs:
             raise SpecError(f"{origin}: comparisons[{i}] ({a} vs {b}) is declared twice")
         pairs.append((a, b))
+        try:
+            cols = parse_comparison_columns(c.get("columns"), f"comparisons[{i}]", column_keys)
+        except ValueError as e:
+            raise SpecError(f"{origin}: {e}") from None
+        if cols is not None:
+            only.append(((a, b), cols))
     against = raw.get("against")
     if against is not None and (not isinstance(against, str) or not against):
         raise SpecError(f"{origin}: against must be a row name, got {against!r}")
@@ -448,7 +470,18 @@ def _comparisons(raw: Mapping, origin: str, rows: tuple[RowSpec, ...] | None, se
                 f"{origin}: declared comparisons name row(s) {', '.join(map(repr, unknown))} that are not in "
                 f"rows ({', '.join(names)})"
             )
-    return {"comparisons": tuple(pairs), "against": against, "alpha": float(alpha), "test": test}
+    compared = {p: dict(only).get(p) for p in pairs}
+    names = [r.method for r in rows] if rows is not None else []
+    compared.update({(r, against): None for r in names if against is not None and r != against})
+    if against is not None and rows is None:  # rows: all — any row's claim against the baseline (rows checked later)
+        claimed = [c for c in raw.get("claims") or [] if isinstance(c, Mapping) and c.get("b") == against]
+        compared.update({(c["a"], against): None for c in claimed if isinstance(c.get("a"), str) and c["a"] != against})
+    try:
+        claims = parse_claims(raw.get("claims"), compared, column_keys)
+    except ValueError as e:
+        raise SpecError(f"{origin}: {e}") from None
+    return {"comparisons": tuple(pairs), "comparison_columns": tuple(only), "claims": claims, "against": against,
+            "alpha": float(alpha), "test": test}
 
 
 _TOP_KEYS = {
@@ -467,6 +500,7 @@ _TOP_KEYS = {
     "where",
     "paper_numbers",
     "comparisons",
+    "claims",
     "against",
     "alpha",
     "test",
@@ -646,7 +680,7 @@ def parse_spec(data: Any, origin: str = "<spec>", base_dir: Path | None = None) 
         required_seeds=tuple(sorted(seeds_raw)),
         where=tuple((str(k), v) for k, v in where_raw.items()),
         paper=paper,
-        **_comparisons(raw, origin, rows, seeds_raw),
+        **_comparisons(raw, origin, rows, seeds_raw, [c.key for c in columns]),
         source=None if origin == "<spec>" else Path(origin),
     )
 

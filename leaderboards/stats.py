@@ -643,8 +643,8 @@ def analyze(
 
     Args:
         table: a :class:`leaderboards.aggregate.Table` (its measured rows' cells are the samples).
-        pairs: the comparisons to test; default: the spec's declared ones
-            (:meth:`~leaderboards.spec.LeaderboardSpec.declared_pairs`).
+        pairs: the comparisons to test (in every column); default: the spec's declared ones
+            (:meth:`~leaderboards.spec.LeaderboardSpec.declared_pairs`), each in its declared columns.
         alpha / test: default: the spec's.
         rng_seed: seed of the bootstrap generators (one fresh generator per comparison, so a
             comparison's numbers do not depend on which others the table holds).
@@ -659,11 +659,13 @@ def analyze(
     alpha = spec.alpha if alpha is None else alpha
     test = spec.test if test is None else test
     rows = {r.method: r for r in table.rows}
+    declared = pairs is None
     pairs = spec.declared_pairs(list(rows)) if pairs is None else list(pairs)
     todo = []
     for a, b in pairs:
+        only = spec.compared_columns(a, b) if declared else None  # a declared comparison's own columns
         for col in table.columns:
-            if not col.metric.compare:  # shown, not tested (MetricSpec.compare)
+            if not col.metric.compare or (only is not None and col.key not in only):  # shown, not tested
                 continue
             ca, cb = rows[a].cells[col.key], rows[b].cells[col.key]
             if ca.mean is None or cb.mean is None:
