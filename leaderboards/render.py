@@ -446,6 +446,8 @@ def _tex_comparisons(table: Table) -> list[str]:
     caption = " ".join(latex_escape(line.replace("`", "")) for line in _comparison_notes(table))
     name = latex_escape(table.spec.name).replace(chr(92), "")
     out += [rf"\caption{{{caption}}}", rf"\label{{tab:{name}-comparisons}}", r"\end{table}"]
+    if table.spec.claims:  # the paper's claims, each the verdict of a comparison above
+        out += [r"\begin{itemize}", *(rf"\item {latex_escape(line)}" for line in claim_lines(table)), r"\end{itemize}"]
     return out
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from leaderboards.aggregate import FLAGS, Cell, Row, Table
 from leaderboards.cells import (
+    CLAIMS_NOTE,
     COMPARISON_HEADER,
     RANK_NOTE,
     _cell_parts,
@@ -21,6 +22,7 @@ from leaderboards.cells import (
     _rank_text,
     _summary_lines,
     bold_rows,
+    claim_lines,
     column_header,
 )
 from leaderboards.spec import Column
@@ -114,6 +116,9 @@ def _html_table(table: Table) -> str:
                             ([html.escape(x) for x in _comparison_cells(v, table, with_task)] for v in st.verdicts),
                             "comparisons")
     parts.append(_html_notes(_comparison_notes(table)))
+    if spec.claims:
+        parts.append("<h3>The paper's claims</h3>")
+        parts.append(_html_notes([*claim_lines(table), CLAIMS_NOTE]))
     if st is not None and st.ranks:
         ranked = [c for c in table.columns if c.key in st.ranks]
         parts.append("<h3>Ranks (95 % rank intervals)</h3>")

@@ -7,7 +7,7 @@ from scipy import stats as sps
 
 from leaderboards.aggregate import aggregate
 from leaderboards.cli import render_findings
-from leaderboards.render import claim_lines, render_markdown
+from leaderboards.render import claim_lines, render_html, render_latex, render_markdown
 from leaderboards.spec import PACKAGED_SPECS, SpecError, load_spec, parse_spec
 from tests.leaderboards.test_leaderboards import LOSSES, SPEC, TASK, all_records
 
@@ -70,6 +70,8 @@ def test_claims_are_rendered_in_the_table_and_in_findings():
     table = aggregate(all_records(), spec)
     md = render_markdown(table)
     assert "#### The paper's claims" in md and "- Claim: focus beats random — FOCUS vs random, loss ↓ avg" in md
+    assert "<h3>The paper's claims</h3>" in render_html(table) and "focus beats random" in render_html(table)
+    assert r"\item Claim: focus beats random" in render_latex(table)
     findings = render_findings([table])
     assert "- Claim: focus beats random — FOCUS vs random, loss ↓ avg" in findings
     # without claims a table shows no claims section
