@@ -14,10 +14,10 @@ unknown to it.
 
 Every run records its wall time (process start-up included), CPU seconds (with one thread, close to
 the wall time the run would take on an idle core, and far less disturbed by other load), peak RSS, the record's
-timings (``task_s``, ``stages_s``, ``total_s``), its metrics, torch's thread count, and the load
-average before and after. A speed result needs an idle machine: when the 1-minute load average
-exceeds the usable cores before or after a run, the run is marked ``loaded`` and the printed ratio
-says so.
+timings (``task_s``, ``stages_s``, ``total_s``), its metrics, torch's thread count, and the machine's load
+while it ran (:class:`benchmarks._load.LoadMonitor`, the check every benchmark uses: the CPU other
+processes took, the trial's own excluded; the 1-minute load average where that is unknown). A speed
+result needs an idle machine: a run on a busy one is marked ``loaded`` and the printed ratio says so.
 
 ``--profile`` runs each timed trial under ``cProfile`` and adds, per run, the cumulative seconds of the
 phases a trial spends its time in (:data:`PHASES`: fine-tuning, its backward passes, optimizer steps and
@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from benchmarks._load import LoadMonitor  # noqa: E402
 from benchmarks.bench_quickstart import THREAD_VARS, _git, load_average, machine_facts  # noqa: E402
 
 DEFAULT_CONFIG = "harness/configs/tasks-encoder.yaml"
@@ -144,14 +145,12 @@ def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs
     prof = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
     cmd = [sys.executable, *prof, "-m", "harness.cli", "run", str(config), *overrides, "--runs-dir", str(runs),
            "--no-tracking", "--quiet", "--force"]  # fmt: skip
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    before = load_average()
-    with open(log, "wb") as out:
+    with open(log, "wb") as out, LoadMonitor() as mon:  # the trial is a child waited for: its CPU is ours
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, env=child_env(tree, threads), cwd=tree, stdout=out, stderr=subprocess.STDOUT)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
-    after = load_average()
+    load = mon.record()
     code = os.waitstatus_to_exitcode(status)
     if code != 0:
         raise RuntimeError(f"`{' '.join(cmd[1:])}` (code {tree}) exited with {code}; end of {log}:\n"
@@ -160,14 +159,13 @@ def run_trial(tree: Path, config: Path, overrides: list[str], threads: int, runs
     if len(recs) != 1 or recs[0].get("status") != "ok":
         raise RuntimeError(f"{runs}: expected one ok record, found {[r.get('status') for r in recs]}")
     rec = recs[0]
-    loaded = any(x is not None and x[0] > cores for x in (before, after))
     return {
         "code": str(tree), "wall_s": round(wall, 2), "cpu_s": round(usage.ru_utime + usage.ru_stime, 2),
         "peak_rss_bytes": int(usage.ru_maxrss) * 1024,
         "timings": {k: round(rec["timings"][k], 2) for k in TIMING_KEYS if rec.get("timings", {}).get(k) is not None},
         "metrics": rec["metrics"], "torch_threads": rec.get("environment", {}).get("torch_threads"),
         "trial_id": rec["trial_id"], "finetune": (rec.get("task_info") or {}).get("finetune"),
-        "load_before": before, "load_after": after, "loaded": loaded,
+        "load_before": load["before"], "load_after": load["after"], "load": load, "loaded": bool(load["busy"]),
         "profile_s": profile_phases(profile) if profile is not None else None,
     }  # fmt: skip
 

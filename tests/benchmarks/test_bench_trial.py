@@ -84,3 +84,39 @@ def test_summarize_gives_medians_and_ratios_and_flags_load():
     assert s["this"]["metrics_identical"] is True
     assert bt.summarize([run("this", 10, 8, metrics={"a": 1}), run("this", 10, 8, metrics={"a": 2})])["this"][
         "metrics_identical"] is False  # fmt: skip
+
+
+FAKE_CLI = '''
+import json, sys, time
+from pathlib import Path
+runs = Path(sys.argv[sys.argv.index("--runs-dir") + 1]) / "exp" / "records"
+runs.mkdir(parents=True)
+end = time.process_time() + 0.3
+while time.process_time() < end:  # the trial's own CPU: must not count against the machine
+    pass
+(runs / "t.json").write_text(json.dumps({"status": "ok", "trial_id": "t", "metrics": {"near": {"f1": 1.0}},
+                                         "timings": {"task_s": 0.3, "total_s": 0.3}}))
+'''
+
+
+def test_a_timed_trial_is_judged_by_the_benchmarks_load_monitor(tmp_path, monkeypatch):
+    """The trial runs as a child: its CPU is the benchmark's own, and the run carries the monitor's record."""
+    tree = tmp_path / "tree"
+    (tree / "harness").mkdir(parents=True)
+    (tree / "harness" / "__init__.py").write_text("")
+    (tree / "harness" / "cli.py").write_text(FAKE_CLI)
+    (tmp_path / "runs").mkdir()
+    seen = []
+
+    class Monitor(bt.LoadMonitor):
+        def record(self):
+            rec = super().record()
+            seen.append(rec)
+            return {**rec, "busy": True}  # as if other processes had taken the machine
+
+    monkeypatch.setattr(bt, "LoadMonitor", Monitor)
+    r = bt.run_trial(tree, tmp_path / "exp.yaml", [], 1, tmp_path / "runs", tmp_path / "log.txt")
+    assert r["metrics"] == {"near": {"f1": 1.0}} and r["cpu_s"] >= 0.3
+    assert r["load"]["verdict"] == seen[0]["verdict"] and r["loaded"] is True
+    assert r["load_before"] == seen[0]["before"] and r["load_after"] == seen[0]["after"]
+    assert seen[0]["rule"] in ("foreign CPU", "load average", "none")
