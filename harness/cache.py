@@ -46,7 +46,7 @@ from harness.files import write_atomic
 log = logging.getLogger("tokxfer")
 
 __all__ = ["cache_root", "ensure_root", "cache_subdir", "is_cache_root", "adopt_root", "CacheError", "MARKER",
-           "content_hash", "canonical_json", "file_hash", "cached_dir", "KEY_FILE", "CacheEntry",
+           "content_hash", "canonical_json", "file_hash", "cached_dir", "cache_target", "KEY_FILE", "CacheEntry",
            "list_entries", "remove_entries", "parse_age", "ProcessMemo"]
 
 KEY_FILE = "tokxfer_cache_key.json"
@@ -366,6 +366,23 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
         if target.is_dir():  # built by the process we waited for
             return target
         return _build_entry(target, parent, key_json, build_fn)
+
+
+def cache_target(kind: str, key_obj: Any, *, root: Path | None = None) -> Path:
+    """Where the cache entry of ``key_obj`` lives (as :func:`cached_dir` would return it), built or not; builds
+    nothing. The entry is complete once the directory exists (entries appear by an atomic rename).
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> where = cache_target("x", {"k": 1}, root=root)
+        >>> where.is_dir(), cached_dir("x", {"k": 1}, lambda d: None, root=root) == where, where.is_dir()
+        (False, True, True)
+    """
+    if not _KIND_RE.match(kind):
+        raise ValueError(f"cache kind must match {_KIND_RE.pattern}, got {kind!r}")
+    digest = hashlib.sha256(canonical_json(key_obj).encode("utf-8")).hexdigest()
+    return Path(root if root is not None else cache_root()).expanduser() / kind / digest[:_HASH_DIR_CHARS]
 
 
 @contextlib.contextmanager

@@ -22,7 +22,7 @@ import os
 import re
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -254,9 +254,15 @@ def init_group(spec: Any) -> str | None:
     return content_hash({k: v for k, v in resolved().items() if k not in ("task", "stages", "stage_set")})
 
 
-def next_spec(queue: deque, busy: set) -> Any:
-    """Take the first spec of ``queue`` whose :func:`init_group` is not in ``busy`` (the groups other
-    workers are running), else the first one.
+SOURCE_GROUP = "source:"
+"""Prefix of the group of a trial whose source model another trial is building (:meth:`_PoolExecutor._groups`)."""
+
+
+def next_spec(queue: deque, busy: set, groups: Callable[[Any], set] | None = None) -> Any:
+    """Take the first spec of ``queue`` none of whose groups is in ``busy`` (the groups other workers are
+    running; a spec's groups: ``groups(spec)``, by default its :func:`init_group`), else the first one that
+    waits only on an initialization, else none (``None``: every spec reads a source model being built, a wait of
+    minutes that the worker spends idle rather than inside a trial).
 
     Why: a grid lists the tasks of one initialization next to each other. Handed out in that order,
     the second worker would start the second task while the first still builds the initialization
@@ -272,13 +278,22 @@ def next_spec(queue: deque, busy: set) -> Any:
         ('bP', ['aQ', 'bQ'])
         >>> next_spec(q, {init_group(spec("a", "P")), init_group(spec("b", "P"))}).id  # nothing else to do
         'aQ'
+        >>> reads_x = lambda s: {init_group(s), SOURCE_GROUP + "/cache/x"}  # a source another worker builds
+        >>> next_spec(deque([spec("c", "P")]), {SOURCE_GROUP + "/cache/x"}, reads_x) is None
+        True
     """
     busy = busy - {None}
+    groups = groups or (lambda spec: {init_group(spec)})
     if busy:
         for i, spec in enumerate(queue):
-            if init_group(spec) not in busy:
+            if not (groups(spec) & busy):
                 del queue[i]
                 return spec
+        for i, spec in enumerate(queue):  # each waits on something: a sibling's initialization (seconds) at most
+            if not any(str(g).startswith(SOURCE_GROUP) for g in groups(spec) & busy):
+                del queue[i]
+                return spec
+        return None
     return queue.popleft()
 
 
@@ -299,6 +314,18 @@ class _PoolExecutor:
     worker_init: Callable[[], None] | None = None
     """Run first in every worker (picklable): the command line passes its logging and library settings."""
     poll_s = 1.0
+    building: Mapping[str, str] = {}
+    """Trial id → the cache directory of a source model its trial builds (:func:`harness.run.runner.plan_sources`,
+    set by :func:`harness.run.experiment.run_experiment`): while that directory is missing, no two such trials
+    run at once (the second would wait on the first's build lock with its core idle)."""
+
+    def _groups(self, spec: Any) -> set:
+        """What ``spec`` must not share with a running trial: its initialization and a source still being built."""
+        out = {init_group(spec)}
+        where = self.building.get(getattr(spec, "trial_id", None))
+        if where is not None and not Path(where).is_dir():
+            out.add(f"{SOURCE_GROUP}{where}")
+        return out - {None}
 
     def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         raise NotImplementedError
@@ -331,7 +358,10 @@ class _PoolExecutor:
                 while True:
                     for w in workers.values():  # hand out work to idle workers
                         while w.ready and w.spec is None and queue:
-                            spec = next_spec(queue, {init_group(o.spec) for o in workers.values() if o.spec is not None})
+                            running = [self._groups(o.spec) for o in workers.values() if o.spec is not None]
+                            spec = next_spec(queue, set().union(*running), self._groups)
+                            if spec is None:  # every trial left reads a source being built: wait for it
+                                break
                             if not claim(spec):
                                 bar.advance(1)
                                 continue

@@ -25,7 +25,7 @@ from harness.run.claims import TrialClaims
 from harness.run.config import ExperimentConfig, TrialSpec, config_hash
 from harness.run.executors import LocalExecutor
 from harness.run.records import TrialRecord
-from harness.run.runner import execute, failed_record, prepare_shared, prepare_source, shared_sources
+from harness.run.runner import execute, failed_record, plan_sources, prepare_shared, prepare_source
 
 log = logging.getLogger("tokxfer")
 
@@ -278,9 +278,13 @@ def run_experiment(
             tracking_failed(e)
 
     if todo and getattr(executor, "prepare_in_parent", False):
-        # the source models at the trials' thread count, several at once; then the rest here
-        executor.prepare(shared_sources(todo), functools.partial(prepare_source, progress=progress))
+        # the source models at the trials' thread count, several at once (whole rounds of the pool; the last
+        # few are built by their first trials, handed out first, beside trials whose source exists); then the
+        # rest here
+        plan = plan_sources(todo, getattr(executor, "workers", 1))
+        executor.prepare(plan.before, functools.partial(prepare_source, progress=progress))
         prepare_shared(todo, progress=progress, sources=False)
+        todo, executor.building = plan.order, plan.building
     results: list[TrialRecord] = []
     pending = list(todo)
     try:

@@ -79,11 +79,12 @@ def model_kind_of(name: str) -> str | None:
 
 
 def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: bool = True,
-                     encoding: str | None = None) -> str:  # fmt: skip
+                     encoding: str | None = None, locate_only: bool = False) -> str:  # fmt: skip
     """Resolve ``source.model`` to a local directory (pretraining world models) or a hub id.
 
     ``source.pretrain.encoding: trial`` pretrains the world model with the trial's ``encoding``
-    (one cached source per encoding of the grid, as the XLP settings need).
+    (one cached source per encoding of the grid, as the XLP settings need). ``locate_only``: pretrain
+    nothing; a world model's cache directory, which exists once the model is built.
     """
     kind = model_kind_of(source.model)
     if kind is None:
@@ -99,7 +100,8 @@ def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: b
     if source.pretrain.get("encoding") == "trial" and encoding is None:
         raise ResourceError("source.pretrain.encoding: 'trial' follows the trial's encoding, and none was given")
     cfg = source.pretrain_config(encoding)
-    return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress))
+    return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress,
+                                 locate_only=locate_only))
 
 
 def check_model_dir(path: str) -> None:

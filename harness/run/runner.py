@@ -36,7 +36,7 @@ from harness.tokenizers import tokenizer_state
 log = logging.getLogger("tokxfer")
 
 __all__ = ["device", "init_cache_key", "init_inputs", "model_requirements", "run_trial", "trial_record", "failed_record",
-           "execute", "prepare_shared", "prepare_source", "shared_sources"]
+           "execute", "prepare_shared", "prepare_source", "shared_sources", "plan_sources", "SourcePlan"]
 
 
 def device() -> str:
@@ -203,8 +203,64 @@ def shared_sources(specs: list[TrialSpec]) -> list[TrialSpec]:
     """One trial per distinct built-in source model the ``specs`` read (the first that reads it), in grid order."""
     seen: dict[str, TrialSpec] = {}
     for spec in specs:
-        seen.setdefault(repr((spec.source, spec.world, spec.encoding.name)), spec)
+        seen.setdefault(_source_key(spec), spec)
     return list(seen.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class SourcePlan:
+    """How a pool of workers gets the built-in source models a grid reads (:func:`plan_sources`).
+
+    Attributes:
+        before: one trial per source to build before the trials, several at once (whole rounds of the pool).
+        order: the trials, those whose source is built inside them first.
+        building: trial id → the cache directory of a source its trial builds (or waits for); a pool
+            gives no worker a trial whose source directory another running trial of it has not finished.
+    """
+
+    before: list[TrialSpec]
+    order: list[TrialSpec]
+    building: dict[str, str]
+
+
+def plan_sources(specs: list[TrialSpec], workers: int) -> SourcePlan:
+    """Which of the grid's built-in sources to build before the trials, and in which order to hand the trials out.
+
+    Sources already in the cache are left out. Of the ``n`` others, the largest multiple of ``workers`` is
+    built before the trials (every worker busy in every round); the remaining ``n mod workers`` are built
+    each by its first trial, which goes to the front of the queue, so that the workers without a source to
+    build run trials whose source exists meanwhile instead of waiting for the last builds (unless every
+    trial reads one of those sources: then all are built first, as nothing could run beside them; a grid resumed
+    with one source left to build kept one core idle through that build; five sources on two workers
+    left one idle for the whole third round). Each build runs at the trials' thread count either way, so
+    no number depends on the plan.
+
+    Example:
+        >>> plan_sources([], 2)
+        SourcePlan(before=[], order=[], building={})
+    """
+    where: dict[str, str | None] = {}
+    for spec in shared_sources(specs):
+        try:
+            where[_source_key(spec)] = (
+                resources.source_model_dir(spec.source, spec.world, encoding=spec.encoding.name, locate_only=True)
+                if resources.model_kind_of(spec.source.model) else None)
+        except Exception as e:  # the trials that need it record why
+            log.debug("could not locate the source model of trial %s: %s", spec.trial_id, e)
+            where[_source_key(spec)] = None
+    todo = [s for s in shared_sources(specs) if where[_source_key(s)] and not Path(str(where[_source_key(s)])).is_dir()]
+    n_before = len(todo) - len(todo) % max(1, workers)
+    inside = {_source_key(s) for s in todo[n_before:]}
+    if all(_source_key(s) in inside for s in specs):  # no trial could run beside those builds: build them all first
+        n_before, inside = len(todo), set()
+    first = [s for s in todo[n_before:]]
+    order = first + [s for s in specs if s not in first]
+    building = {s.trial_id: str(where[_source_key(s)]) for s in specs if _source_key(s) in inside}
+    return SourcePlan(todo[:n_before], order, building)
+
+
+def _source_key(spec: TrialSpec) -> str:
+    return repr((spec.source, spec.world, spec.encoding.name))
 
 
 def prepare_source(spec: TrialSpec, progress: bool = False) -> None:

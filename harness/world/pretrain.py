@@ -44,7 +44,7 @@ import transformers
 from harness import progress as _progress
 from harness import seeding
 from harness import tokenizers as tk
-from harness.cache import cached_dir
+from harness.cache import cache_target, cached_dir
 from harness.world import codeswitch, tlm
 from harness.world import pretrain_data as pdata
 from harness.world import pretrain_model as pmodel
@@ -430,6 +430,7 @@ def pretrained_source(
     config: PretrainConfig | None = None,
     cache_dir: Path | str | None = None,
     progress: bool = True,
+    locate_only: bool = False,
 ) -> Path:
     """The world's built-in source model: pretrained on first use, then served from the cache.
 
@@ -445,6 +446,7 @@ def pretrained_source(
         config: what to build; ``PretrainConfig(kind=kind)`` if None.
         cache_dir: cache root (entries under ``<cache_dir>/sources/``); :func:`harness.cache.cache_root` if None.
         progress: show a progress bar with the running loss.
+        locate_only: build nothing: return where the cached model is or will be (complete once it exists).
 
     Returns:
         An HF model directory (``AutoModelForMaskedLM`` / ``AutoModelForCausalLM`` and
@@ -517,4 +519,5 @@ def pretrained_source(
             pairs = None if parallel is None else {lang: tlm.read_pairs(parallel[lang], n_extra) for lang in parallel}
             _pretrain_into(out, config, [mixed], [dev], root, progress, prov, language_files, pairs)
 
-    return cached_dir("sources", _cache_key(config, train, dev, parallel, word_maps), build, root=root)
+    key = _cache_key(config, train, dev, parallel, word_maps)
+    return cache_target("sources", key, root=root) if locate_only else cached_dir("sources", key, build, root=root)

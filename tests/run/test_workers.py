@@ -246,3 +246,85 @@ def test_a_builder_that_dies_is_left_to_the_trials(tmp_path, importable, caplog)
     with caplog.at_level("WARNING", logger="tokxfer"):
         WorkerPoolExecutor(2, progress=False).prepare(specs, dies_building)  # returns: the trials build it
     assert "could not prepare t0 before the trials" in caplog.text and "its trials will build it" in caplog.text
+
+
+def builds_a_source(spec, runs_dir, progress=False):
+    """A stand-in trial; those listed in ``<runs_dir>/building.json`` "build" a shared source (the directory
+    appears when the trial ends) once another worker has started a trial too. Each writes when it ran."""
+    import json
+
+    start = time.time()
+    here = Path(runs_dir) / "pids"
+    here.mkdir(exist_ok=True)
+    (here / str(os.getpid())).touch()
+    where = json.loads((Path(runs_dir) / "building.json").read_text()).get(spec.trial_id)
+    if where is not None:
+        deadline = time.monotonic() + 60
+        while len(list(here.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        Path(where).mkdir(exist_ok=True)
+    rec = ok_execute(spec, runs_dir, progress)
+    log = Path(runs_dir) / "intervals"
+    log.mkdir(exist_ok=True)
+    (log / str(spec.seed)).write_text(f"{start} {time.time()}")
+    return rec
+
+
+def test_two_trials_of_a_source_being_built_never_run_at_once_and_a_third_runs_beside(tmp_path, importable):
+    import json
+
+    cfg = _fake_cfg(seeds=(1, 2, 3))
+    specs = cfg.trials()
+    source = tmp_path / "cache" / "source-of-1-and-2"
+    (tmp_path / "cache").mkdir()
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    (runs / "building.json").write_text(json.dumps({s.trial_id: str(source) for s in specs if s.seed in (1, 2)}))
+    ex = WorkerPoolExecutor(2, progress=False)
+    ex.building = {s.trial_id: str(source) for s in specs if s.seed in (1, 2)}  # what run_experiment's plan sets
+    out = ex.run(specs, str(runs), lambda rec: None, execute=builds_a_source)
+    assert sorted(r.status for r in out) == ["ok"] * 3
+    span = {int(p.name): tuple(map(float, p.read_text().split())) for p in (runs / "intervals").iterdir()}
+    assert sorted(span) == [1, 2, 3] and source.is_dir()
+    (a0, a1), (b0, b1) = sorted([span[1], span[2]])
+    assert b0 >= a1 - 0.05  # the second reader of the source waited for the build, on no worker's time
+    builder = span[1] if span[1][0] < span[2][0] else span[2]
+    assert span[3][0] < builder[1]  # meanwhile the other worker ran the trial that needs no build
+
+
+def test_plan_sources_builds_whole_rounds_first_and_hands_the_rest_to_the_first_trials(tmp_path, monkeypatch):
+    from harness.run import runner
+
+    cfg = parse_experiment({
+        "name": "exp", "world": {"size": "tiny"},
+        "source": {"model": "world:mlm", "pretrain": {"encoding": "trial", "extra_languages": ["near"]}},
+        "targets": [{"language": "near"}], "methods": ["random", "overlap"],
+        "encodings": ["none", "additive", "attached", "xlp", "xlp-shared"], "tasks": ["mlm-at-init"], "seeds": [1]})
+    specs = cfg.trials()  # 10 trials (2 methods x 5 encodings), 5 sources
+
+    def located(source, world, *, encoding=None, locate_only=False, progress=True):
+        assert locate_only
+        return str(tmp_path / f"src-{encoding}")
+
+    monkeypatch.setattr(runner.resources, "source_model_dir", located)
+    plan = runner.plan_sources(specs, workers=2)
+    assert [s.encoding.name for s in plan.before] == ["none", "additive", "attached", "xlp"]  # two whole rounds
+    assert plan.order[0].encoding.name == "xlp-shared" and sorted(map(id, plan.order)) == sorted(map(id, specs))
+    assert set(plan.building) == {s.trial_id for s in specs if s.encoding.name == "xlp-shared"}
+    assert set(plan.building.values()) == {str(tmp_path / "src-xlp-shared")}
+    # sources already in the cache are not built again: one left with two workers is built by its first trial
+    for enc in ("none", "additive", "attached", "xlp"):
+        (tmp_path / f"src-{enc}").mkdir()
+    plan = runner.plan_sources(specs, workers=2)
+    assert plan.before == [] and plan.order[0].encoding.name == "xlp-shared" and len(plan.building) == 2
+    (tmp_path / "src-xlp-shared").mkdir()
+    assert runner.plan_sources(specs, workers=2) == runner.SourcePlan([], specs, {})
+    # one worker builds every source before the trials, in grid order (as before)
+    for d in tmp_path.iterdir():
+        d.rmdir()
+    plan = runner.plan_sources(specs, workers=1)
+    assert len(plan.before) == 5 and plan.order == specs and plan.building == {}
+    # when every trial reads a source left over, nothing could run beside its build: it is built first
+    xs = [s for s in specs if s.encoding.name == "xlp-shared"]
+    assert runner.plan_sources(xs, workers=2) == runner.SourcePlan([xs[0]], xs, {})
