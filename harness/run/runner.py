@@ -253,7 +253,7 @@ def plan_sources(specs: list[TrialSpec], workers: int) -> SourcePlan:
     inside = {_source_key(s) for s in todo[n_before:]}
     if all(_source_key(s) in inside for s in specs):  # no trial could run beside those builds: build them all first
         n_before, inside = len(todo), set()
-    first = [s for s in todo[n_before:]]
+    first = todo[n_before:]
     order = first + [s for s in specs if s not in first]
     building = {s.trial_id: str(where[_source_key(s)]) for s in specs if _source_key(s) in inside}
     return SourcePlan(todo[:n_before], order, building)
