@@ -71,7 +71,9 @@ def test_claims_are_rendered_in_the_table_and_in_findings():
     md = render_markdown(table)
     assert "#### The paper's claims" in md and "- Claim: focus beats random — FOCUS vs random, loss ↓ avg" in md
     assert "<h3>The paper's claims</h3>" in render_html(table) and "focus beats random" in render_html(table)
-    assert r"\item Claim: focus beats random" in render_latex(table)
+    tex = render_latex(table)
+    assert r"\item Claim: focus beats random --- FOCUS vs random" in tex and r"$\rightarrow$ reproduced" in tex
+    assert "→" not in tex and "—" not in tex  # pdflatex without extra packages
     findings = render_findings([table])
     assert "- Claim: focus beats random — FOCUS vs random, loss ↓ avg" in findings
     # without claims a table shows no claims section
