@@ -100,8 +100,8 @@ def source_model_dir(source: SourceSpec, world: WorldSpec | None, *, progress: b
     if source.pretrain.get("encoding") == "trial" and encoding is None:
         raise ResourceError("source.pretrain.encoding: 'trial' follows the trial's encoding, and none was given")
     cfg = source.pretrain_config(encoding)
-    return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress,
-                                 locate_only=locate_only))
+    where = {"locate_only": True} if locate_only else {}  # the plain call unchanged
+    return str(pretrained_source(world_dir(world.size, world.seed), kind=kind, config=cfg, progress=progress, **where))
 
 
 def check_model_dir(path: str) -> None:
