@@ -353,15 +353,10 @@ def cached_dir(kind: str, key_obj: Any, build_fn: Callable[[Path], None], *, roo
         >>> a == b and len(calls) == 1
         True
     """
-    if not _KIND_RE.match(kind):
-        raise ValueError(f"cache kind must match {_KIND_RE.pattern}, got {kind!r}")
-    key_json = canonical_json(key_obj)
-    digest = hashlib.sha256(key_json.encode("utf-8")).hexdigest()
-    parent = Path(root if root is not None else cache_root()).expanduser() / kind
-    target = parent / digest[:_HASH_DIR_CHARS]
+    key_json, digest, target = _entry_address(kind, key_obj, root)
     if target.is_dir():  # renames are atomic: an existing target is always complete
         return target
-    parent = cache_subdir(kind, parent.parent)
+    parent = cache_subdir(kind, target.parent.parent)
     with build_lock(parent.parent, kind, digest):
         if target.is_dir():  # built by the process we waited for
             return target
@@ -379,10 +374,16 @@ def cache_target(kind: str, key_obj: Any, *, root: Path | None = None) -> Path:
         >>> where.is_dir(), cached_dir("x", {"k": 1}, lambda d: None, root=root) == where, where.is_dir()
         (False, True, True)
     """
+    return _entry_address(kind, key_obj, root)[2]
+
+
+def _entry_address(kind: str, key_obj: Any, root: Path | None) -> tuple[str, str, Path]:
+    """The canonical key, its sha256 and the entry's directory (:func:`cached_dir`, :func:`cache_target`)."""
     if not _KIND_RE.match(kind):
         raise ValueError(f"cache kind must match {_KIND_RE.pattern}, got {kind!r}")
-    digest = hashlib.sha256(canonical_json(key_obj).encode("utf-8")).hexdigest()
-    return Path(root if root is not None else cache_root()).expanduser() / kind / digest[:_HASH_DIR_CHARS]
+    key_json = canonical_json(key_obj)
+    digest = hashlib.sha256(key_json.encode("utf-8")).hexdigest()
+    return key_json, digest, Path(root if root is not None else cache_root()).expanduser() / kind / digest[:_HASH_DIR_CHARS]
 
 
 @contextlib.contextmanager
