@@ -239,23 +239,26 @@ def plan_sources(specs: list[TrialSpec], workers: int) -> SourcePlan:
         >>> plan_sources([], 2)
         SourcePlan(before=[], order=[], building={})
     """
-    where: dict[str, str | None] = {}
+    keys = [_source_key(s) for s in specs]
+    unbuilt: dict[str, tuple[TrialSpec, str]] = {}  # source key -> its first trial and its cache directory
     for spec in shared_sources(specs):
         try:
-            where[_source_key(spec)] = (
-                resources.source_model_dir(spec.source, spec.world, encoding=spec.encoding.name, locate_only=True)
-                if resources.model_kind_of(spec.source.model) else None)
+            if not resources.model_kind_of(spec.source.model):
+                continue  # a hub or local model: nothing to build
+            where = resources.source_model_dir(spec.source, spec.world, encoding=spec.encoding.name, locate_only=True)
         except Exception as e:  # the trials that need it record why
             log.debug("could not locate the source model of trial %s: %s", spec.trial_id, e)
-            where[_source_key(spec)] = None
-    todo = [s for s in shared_sources(specs) if where[_source_key(s)] and not Path(str(where[_source_key(s)])).is_dir()]
+            continue
+        if not Path(where).is_dir():
+            unbuilt[_source_key(spec)] = (spec, where)
+    todo = [spec for spec, _ in unbuilt.values()]
     n_before = len(todo) - len(todo) % max(1, workers)
     inside = {_source_key(s) for s in todo[n_before:]}
-    if all(_source_key(s) in inside for s in specs):  # no trial could run beside those builds: build them all first
+    if all(k in inside for k in keys):  # no trial could run beside those builds: build them all first
         n_before, inside = len(todo), set()
     first = todo[n_before:]
     order = first + [s for s in specs if s not in first]
-    building = {s.trial_id: str(where[_source_key(s)]) for s in specs if _source_key(s) in inside}
+    building = {s.trial_id: unbuilt[k][1] for s, k in zip(specs, keys) if k in inside}
     return SourcePlan(todo[:n_before], order, building)
 
 
