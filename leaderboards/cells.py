@@ -174,6 +174,24 @@ def _comparison_cells(v: Verdict, table: Table, with_task: bool) -> list[str]:
 COMPARISON_HEADER = ["Comparison", "Column", "Δ (A − B) [95 % CI]", "p (Holm)", "P(A > B) [95 % CI]", "MDE", "Verdict"]
 
 
+_TEST_TEXT = {
+    "paired t": "two-sided paired t-test over seeds (df = n − 1)",
+    "sign-flip permutation": "two-sided exact sign-flip permutation test over seeds",
+    "Multi-Bootstrap t": "two-sided t on the Multi-Bootstrap SE (seeds and test examples resampled together; "
+                         "Welch–Satterthwaite df between the seed and example shares)",
+}
+
+
+def _test_text(tests: set[str]) -> str:
+    """The footnote's words for the tests behind a table's p values: the Multi-Bootstrap t where both cells
+    carry per-example results, the seed-level test otherwise."""
+    seed_level = [_TEST_TEXT[t] for t in ("paired t", "sign-flip permutation") if t in tests]
+    if "Multi-Bootstrap t" not in tests:
+        return " / ".join(seed_level) or "no test (too few paired seeds)"
+    mb = _TEST_TEXT["Multi-Bootstrap t"]
+    return mb if not seed_level else f"{mb} where both cells carry per-example results, else {' / '.join(seed_level)}"
+
+
 def _comparison_notes(table: Table) -> list[str]:
     st = table.stats
     if st is None:
@@ -183,15 +201,14 @@ def _comparison_notes(table: Table) -> list[str]:
         return ["No comparisons are declared in the spec (`against:` / `comparisons:`), so no row gets a verdict."]
     n = sorted({v.difference.n for v in st.verdicts if v.difference.p is not None})
     n_text = "/".join(map(str, n)) if n else "–"
-    test = {"t": "two-sided paired t-test over seeds (df = n − 1)",
-            "permutation": "two-sided exact sign-flip permutation test over seeds"}[st.test]
+    test = _test_text({v.difference.test for v in st.verdicts if v.difference.p is not None})
     family = st.verdicts[0].family
     lines = [
         f"Declared comparisons, paired by seed (n = {n_text}): Δ = A − B in "
         f"display units with its unadjusted 95 % CI; p: {test}, Holm-adjusted over the table's {family} testable "
         f"comparisons (α = {spec.alpha:g}); P(A > B): the share of seed pairs where A beats B (ties ½), with a "
-        f"percentile bootstrap CI (descriptive); MDE: the difference detected with 80 % power at α/{family or 1} "
-        f"for this n and the observed spread of the differences — no detectable difference means none larger "
+        f"percentile bootstrap CI (descriptive); MDE: the difference the same test detects with 80 % power at "
+        f"α/{family or 1} for this n, its df and the observed spread — no detectable difference means none larger "
         f"than about the MDE was found, not that there is none.",
     ]
     chance = [f"{column_header(c, _multi_task(table))} {format_number(c.metric.chance, c.metric)}"

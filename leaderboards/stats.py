@@ -41,7 +41,9 @@ unadjusted; the verdict uses the Holm-adjusted p. The minimum detectable effect 
 comparison is the difference the paired t-test detects with 80 % power at the Bonferroni level
 α/m (the strictest Holm step, so the MDE holds whatever the other comparisons do), for the table's
 n and the comparison's observed spread: ``MDE = d* × sd(differences)`` with d* from
-:class:`statsmodels.stats.power.TTestPower`. ("No detectable difference" then reads "no difference
+:class:`statsmodels.stats.power.TTestPower`; a Multi-Bootstrap comparison's MDE is solved at its own
+Welch–Satterthwaite df on its SE (:func:`minimum_detectable_effect`), so the MDE and the p always
+come from the same test. ("No detectable difference" then reads "no difference
 larger than the MDE".) statsmodels' two-sided ``solve_power`` silently returns wrong sizes at small n
 and α (scipy's non-central t returns NaN in the far tail it adds; e.g. d* = 5.5 instead of 14.6 at
 n = 3, α = 0.0025), so the MDE is solved one-sided at α/2 — the same power up to that negligible
@@ -207,6 +209,9 @@ class Difference:
             one, SE × √n), the spread the MDE is computed from.
         improvement: P(A better than B) with its CI (``None`` when a side has no values).
         note: why there is no test, if there is none.
+        df: the test's degrees of freedom when they are not n − 1 (Multi-Bootstrap t:
+            Welch–Satterthwaite between the seed and example shares); ``None``: n − 1. The MDE is
+            solved at these df, so it belongs to the test that gave ``p``.
     """
 
     diff: float | None
@@ -218,6 +223,7 @@ class Difference:
     sd: float | None
     improvement: Interval | None = None
     note: str = ""
+    df: float | None = None
 
 
 def _pairs(a: SeedSample, b: SeedSample) -> tuple[list[int], list[int], str]:
@@ -285,7 +291,7 @@ def paired_difference(
         se, df = seeds_by_examples_se(blocks, n_resamples, rng)
         if se > 0:
             low, high, p = _t_from_se(diff, se, df, confidence)
-            return Difference(diff, low, high, p, n, "Multi-Bootstrap t", se * math.sqrt(n), improvement)
+            return Difference(diff, low, high, p, n, "Multi-Bootstrap t", se * math.sqrt(n), improvement, df=df)
     if _no_spread(d):
         # The t-test's limit as the spread of the differences goes to 0 (scipy would divide by ~0):
         # the difference does not move with the seed, so no seed noise can explain it.
@@ -368,24 +374,34 @@ def holm(pvalues: Sequence[float | None], alpha: float = ALPHA) -> list[float | 
     return out
 
 
-def minimum_detectable_effect(sd: float, n: int, alpha: float, power: float = POWER) -> float | None:
-    """The difference a two-sided paired t-test at ``alpha`` detects with ``power``, given n pairs
-    and the standard deviation ``sd`` of the paired differences.
+def minimum_detectable_effect(
+    sd: float, n: int, alpha: float, power: float = POWER, df: float | None = None
+) -> float | None:
+    """The difference a two-sided t-test at ``alpha`` detects with ``power``, given n pairs, the
+    standard deviation ``sd`` of the paired differences (SE = sd / √n) and the test's ``df``.
 
-    ``d* = TTestPower().solve_power(nobs=n, alpha=alpha/2, power=power, alternative="larger")``
-    (solved one-sided at α/2: statsmodels' two-sided solve is wrong at small n, see the module
-    docstring), and the MDE is ``d* × sd``. ``None`` when n < 2 or sd is unknown.
+    ``df=None`` is the paired t-test (n − 1 df): ``d* = TTestPower().solve_power(nobs=n, alpha=alpha/2,
+    power=power, alternative="larger")`` (solved one-sided at α/2: statsmodels' two-sided solve is
+    wrong at small n, see the module docstring), and the MDE is ``d* × sd``. Other df (the
+    Multi-Bootstrap t's Welch–Satterthwaite df) solve the same non-central t at ``nobs = df + 1``,
+    whose non-centrality ``λ* = d* × √(df + 1)`` gives ``MDE = λ* × SE`` — at df = n − 1 exactly the
+    paired t's MDE. ``None`` when n < 2 or sd is unknown.
 
     Example:
         >>> round(minimum_detectable_effect(1.0, 5, 0.05), 3)
         1.682
+        >>> round(minimum_detectable_effect(1.0, 5, 0.05, df=4.0), 3)
+        1.682
+        >>> round(minimum_detectable_effect(1.0, 5, 0.05, df=500.0), 3)  # examples dominate: ~(z + z) × SE
+        1.255
     """
     from statsmodels.stats.power import TTestPower
 
     if sd is None or n < 2 or not math.isfinite(sd):
         return None
-    d = TTestPower().solve_power(effect_size=None, nobs=n, alpha=alpha / 2, power=power, alternative="larger")
-    return float(np.asarray(d).item()) * sd
+    nobs = n if df is None else float(df) + 1.0
+    d = TTestPower().solve_power(effect_size=None, nobs=nobs, alpha=alpha / 2, power=power, alternative="larger")
+    return float(np.asarray(d).item()) * math.sqrt(nobs) * sd / math.sqrt(n)
 
 
 # --------------------------------------------------------------------------------------------
@@ -678,7 +694,7 @@ def analyze(
     mde_alpha = alpha / family if family else None
     verdicts = tuple(
         Verdict(a, b, col.key, d, q, family, alpha,
-                minimum_detectable_effect(d.sd, d.n, mde_alpha) if mde_alpha and d.p is not None else None,
+                minimum_detectable_effect(d.sd, d.n, mde_alpha, df=d.df) if mde_alpha and d.p is not None else None,
                 _verdict(d, q, alpha, higher))
         for (a, b, col, d, higher), q in zip(todo, adjusted)
     )

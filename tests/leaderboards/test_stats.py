@@ -275,3 +275,23 @@ def test_seeds_by_examples_se_reduces_to_the_t_test_without_example_variance():
     i = mean_interval(Sample(tuple(range(5)), tuple(seed_values), (block,)))
     ref = sps.ttest_1samp(seed_values, 0).confidence_interval(0.95)
     assert (i.low, i.high) == pytest.approx((ref.low, ref.high)) and "Multi-Bootstrap" in i.method
+
+
+def test_multi_bootstrap_mde_is_solved_at_the_tests_own_df():
+    # the MDE belongs to the test behind p: at the Multi-Bootstrap's Welch-Satterthwaite df, on its SE
+    for n, df, alpha in [(2, 1.0, 0.05), (3, 7.4, 0.0025), (5, 4.0, 0.01), (5, 230.0, 0.05 / 6)]:
+        sd = 3.0
+        mde = minimum_detectable_effect(sd, n, alpha, df=df)
+        se = sd / math.sqrt(n)
+        power = sps.nct.sf(sps.t.isf(alpha / 2, df), df, mde / se)
+        assert power == pytest.approx(0.8, abs=1e-4), (n, df, alpha)
+    assert minimum_detectable_effect(3.0, 5, 0.01, df=4.0) == pytest.approx(minimum_detectable_effect(3.0, 5, 0.01))
+    # examples dominate: the test has many df, so its MDE is far below the one n - 1 df would claim
+    a, b = _seed_example_data(np.random.default_rng(0), 5, 200, 0.02, 0.5)
+    d = paired_difference(a, b, with_improvement=False, n_resamples=400, rng=np.random.default_rng(0))
+    assert d.test == "Multi-Bootstrap t" and d.df > 20
+    alpha = 0.05 / 6
+    assert minimum_detectable_effect(d.sd, d.n, alpha, df=d.df) < 0.6 * minimum_detectable_effect(d.sd, d.n, alpha)
+    # without examples the comparison is the paired t-test: df stays n - 1 (None)
+    t = paired_difference(Sample((1, 2, 3), (1.0, 2.0, 3.5)), Sample((1, 2, 3), (0.5, 1.0, 1.5)), with_improvement=False)
+    assert t.test == "paired t" and t.df is None
