@@ -27,9 +27,11 @@ Which test, and why (the default, ``test: t``):
   column), the test set is a second random source.
   The **Multi-Bootstrap** (Sellam et al., ICLR 2022) resamples seeds and examples jointly, each
   resample recomputing every seed's metric from its drawn examples exactly as the task defines it; at
-  n = 3–5 seeds its seed share has the same too-narrow problem, so it is used for the *example*
-  share of the variance only, the seed share being the t-test's s²/n, with Welch–Satterthwaite
-  degrees of freedom between the two (:func:`seeds_by_examples_se`). Without example-level
+  n = 3–5 seeds its seed share has the same too-narrow problem, so its example resamples are used for
+  the *example* share of the variance only — the covariance between two seeds' resampled metrics,
+  what a test set drawn again moves in every seed (:func:`example_share`) — the seed share being the
+  t-test's s²/n, with Welch–Satterthwaite degrees of freedom between the two (n − 1 at n = 2;
+  :func:`seeds_by_examples_se`). Without example-level
   variation this is exactly the paired t-test; with it, the interval widens to cover a test set
   drawn again. A t-test over seeds alone is anti-conservative then (it treats the test set as
   fixed): the simulation tests measure both.
@@ -99,6 +101,7 @@ from leaderboards.intervals import (
     _rng,
     _t_from_se,
     _usable_examples,
+    example_share,
     mean_interval,
     multi_bootstrap_se,
     seeds_by_examples_se,
@@ -118,6 +121,7 @@ __all__ = [
     "Interval",
     "Difference",
     "mean_interval",
+    "example_share",
     "multi_bootstrap_se",
     "seeds_by_examples_se",
     "paired_t",

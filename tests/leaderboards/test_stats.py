@@ -19,6 +19,7 @@ from leaderboards.stats import (
     RankInterval,
     Sample,
     _pair_tests,
+    example_share,
     holm,
     mean_interval,
     min_achievable_p,
@@ -295,3 +296,28 @@ def test_multi_bootstrap_mde_is_solved_at_the_tests_own_df():
     # without examples the comparison is the paired t-test: df stays n - 1 (None)
     t = paired_difference(Sample((1, 2, 3), (1.0, 2.0, 3.5)), Sample((1, 2, 3), (0.5, 1.0, 1.5)), with_improvement=False)
     assert t.test == "paired t" and t.df is None
+
+
+@pytest.mark.parametrize("seed_sd, example_sd", [(0.0, 0.5), (0.1, 0.3)], ids=["examples-only", "mixed"])
+def test_multi_bootstrap_test_has_its_size_at_three_seeds(seed_sd, example_sd):
+    # the example share is what every seed shares, not each seed's own noise counted again: the test
+    # rejects a true null about alpha of the time (the twice-counted estimate rejected ~1-2 %: no power)
+    rng = np.random.default_rng(11)
+    sims = 400
+    rejected = 0
+    for i in range(sims):
+        a, b = _seed_example_data(rng, 3, 60, seed_sd, example_sd)
+        d = paired_difference(a, b, with_improvement=False, n_resamples=300, rng=np.random.default_rng(i))
+        rejected += d.p < ALPHA
+    assert 0.025 <= rejected / sims <= ALPHA + 2.5 * _mc_se(ALPHA, sims)
+
+
+def test_example_share_counts_what_the_seeds_share_and_two_seeds_keep_one_df():
+    rng = np.random.default_rng(3)
+    common = rng.normal(0, 1, 300)
+    x = common + rng.normal(0, 2, (5, 300))  # each seed's own noise is 4x the shared variance
+    assert example_share([x], n_resamples=1000) * 300 == pytest.approx(np.var(common, ddof=1), rel=0.25)
+    # without a shared part there is (almost) no example share, however noisy each seed is
+    assert example_share([rng.normal(0, 2, (5, 300))], n_resamples=1000) * 300 < 0.3
+    se, df = seeds_by_examples_se([x[:2]], n_resamples=500)
+    assert df == 1.0 and se > 0
