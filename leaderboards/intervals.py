@@ -248,7 +248,7 @@ def example_share(blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np
     seed × example noise (which examples that seed's fine-tuning happens to get right), already in the
     seeds' spread: counting it again, as the joint bootstrap's variance minus its seed share did, made a
     pure seed effect look like example variance and gave the Welch–Satterthwaite df too many degrees of
-    freedom (at n = 2 the test then rejected a true null 13 % of the time at α = 0.05). For a mean metric
+    freedom (at n = 2 the test then rejected 13.6 % of true nulls at α = 0.05: `sim_multibootstrap_size`). For a mean metric
     this is σ²(per-example effect) / n_examples of the two-way random-effects model.
 
     Example:
@@ -286,13 +286,14 @@ def seeds_by_examples_se(
     set drawn again moves all seeds together). The df combine the two by Welch–Satterthwaite: n − 1
     when the seeds dominate (then this is exactly the paired t-test), up to ~n_examples − 1 when the
     examples do. At n = 2 the seed share has one df, its estimate is often near 0 by chance, and the
-    Welch–Satterthwaite df then grow exactly when the t statistic does: in simulation (1,000 nulls per
-    setting, 60 examples) the test rejected 6–10 % at α = 0.05, so n = 2 keeps df = 1 (rejecting 0.1–3.7 %:
-    conservative). At n = 3 and 5 the same simulation gives 4.0–6.1 % in every mix of seed and example
-    variance (the variance minus its seed share, the estimate used before, gave 1.1–5.5 %: each seed's
-    own noise counted a second time as example variance, which also inflated the df). Deep in the tail
-    the estimated df cost some accuracy: at α = 0.005 (3,000 nulls, 500 examples) it rejected 0.5–0.9 %
-    at n = 5 and 1.2–1.5 % at n = 3.
+    Welch–Satterthwaite df then grow exactly when the t statistic does, so n = 2 keeps df = 1
+    (conservative). Size under the null (``benchmarks/sim_multibootstrap_size.py``, 1,000 nulls per
+    setting, 60 or 500 examples, 300 resamples; ``benchmarks/results/multibootstrap_size.json``): at
+    α = 0.05, 4.3–6.6 % at n = 3 and 5 in every mix of seed and example variance, 0.1–3.8 % at n = 2;
+    the earlier example share (the joint bootstrap's variance minus its seed share, which counted each
+    seed's own noise again and inflated the df) gave 0.5–7.1 % at n = 3 and 5 (about 1 % where the
+    examples dominate: no power) and up to 13.6 % at n = 2. Deep in the tail the estimated df cost
+    accuracy: at α = 0.005 it rejects 0.1–2.0 % at n = 3 and 5 (the earlier one 0.0–2.3 %).
 
     Returns:
         ``(se, df)``.
