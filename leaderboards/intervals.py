@@ -248,8 +248,9 @@ def example_share(blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np
     seed × example noise (which examples that seed's fine-tuning happens to get right), already in the
     seeds' spread: counting it again, as the joint bootstrap's variance minus its seed share did, made a
     pure seed effect look like example variance and gave the Welch–Satterthwaite df too many degrees of
-    freedom (at n = 2 the test then rejected 13.6 % of true nulls at α = 0.05: `sim_multibootstrap_size`). For a mean metric
-    this is σ²(per-example effect) / n_examples of the two-way random-effects model.
+    freedom (up to 13.6 % of true nulls rejected at α = 0.05 at n = 2:
+    ``benchmarks/sim_multibootstrap_size.py``). For a mean metric this is σ²(per-example effect) /
+    n_examples of the two-way random-effects model.
 
     Example:
         >>> rng = np.random.default_rng(0)
@@ -258,6 +259,11 @@ def example_share(blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np
         >>> 0.7 < example_share([x]) * 200 < 1.3  # ~ Var(common) / 200, the noise left out
         True
     """
+    return max(_example_covariances(_resampled_per_seed(blocks, n_resamples, rng))[0], 0.0)
+
+
+def _resampled_per_seed(blocks: Sequence[Any], n_resamples: int, rng: np.random.Generator | None) -> np.ndarray:
+    """``resamples x seeds``: each seed's metric (averaged over the blocks) on the same example resamples."""
     rng = _rng(rng)
     blocks = [_block(b) for b in blocks]
     n_s = len(blocks[0])
@@ -270,8 +276,21 @@ def example_share(blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np
         for block, (counts, sums, known) in zip(blocks, draws):
             total += np.stack([_resampled(ex, counts, sums, known) for ex in block], axis=1)
         per_seed[start:start + len(weights)] = total / len(blocks)
+    return per_seed
+
+
+def _example_covariances(per_seed: np.ndarray) -> tuple[float, float]:
+    """``(shared, own)`` from resampled per-seed metrics (``resamples x seeds``): the mean covariance between
+    two different seeds (the example share, unclipped) and the mean variance of one seed beyond it (its own
+    seed × example noise: what its own per-example luck moves in a seed's metric)."""
+    n_s = per_seed.shape[1]
     cov = np.cov(per_seed, rowvar=False)
-    return max(float((cov.sum() - np.trace(cov)) / (n_s * (n_s - 1))), 0.0)
+    shared = float((cov.sum() - np.trace(cov)) / (n_s * (n_s - 1)))
+    return shared, float(np.trace(cov)) / n_s - shared
+
+
+def _satterthwaite(v_seed: float, n: int, v_ex: float, n_ex: int) -> float:
+    return (v_seed + v_ex) ** 2 / (v_seed**2 / (n - 1) + v_ex**2 / (n_ex - 1))
 
 
 def seeds_by_examples_se(
@@ -285,15 +304,16 @@ def seeds_by_examples_se(
     :func:`example_share`: the part of the examples' resampling variance that every seed shares (a test
     set drawn again moves all seeds together). The df combine the two by Welch–Satterthwaite: n − 1
     when the seeds dominate (then this is exactly the paired t-test), up to ~n_examples − 1 when the
-    examples do. At n = 2 the seed share has one df, its estimate is often near 0 by chance, and the
-    Welch–Satterthwaite df then grow exactly when the t statistic does, so n = 2 keeps df = 1
-    (conservative). Size under the null (``benchmarks/sim_multibootstrap_size.py``, 1,000 nulls per
-    setting, 60 or 500 examples, 300 resamples; ``benchmarks/results/multibootstrap_size.json``): at
-    α = 0.05, 4.3–6.6 % at n = 3 and 5 in every mix of seed and example variance, 0.1–3.8 % at n = 2;
-    the earlier example share (the joint bootstrap's variance minus its seed share, which counted each
-    seed's own noise again and inflated the df) gave 0.5–7.1 % at n = 3 and 5 (about 1 % where the
-    examples dominate: no power) and up to 13.6 % at n = 2. Deep in the tail the estimated df cost
-    accuracy: at α = 0.005 it rejects 0.1–2.0 % at n = 3 and 5 (the earlier one 0.0–2.3 %).
+    examples do. Two guards against the seed share's few df: at n = 2 (one df; its estimate is often
+    near 0 by chance, and the Welch–Satterthwaite df then grow exactly when the t statistic does) the df
+    stay 1; at n ≥ 3 the df are computed with the seed share raised to its known floor where it fell
+    below it — every seed's mean carries its own seed × example noise (``own / n``, measured from the same
+    resamples), so a smaller estimate is chance, and it keeps the SE but buys no df.
+
+    Size under the null (``python benchmarks/sim_multibootstrap_size.py``; 1,000 nulls per setting,
+    60/500/2,000 examples, 300 resamples; ``benchmarks/results/multibootstrap_size.json``) is in
+    ``benchmarks/README.md`` beside the earlier estimates: the joint bootstrap's variance minus its seed
+    share (each seed's own noise counted again) and the example share without the df floor.
 
     Returns:
         ``(se, df)``.
@@ -302,14 +322,17 @@ def seeds_by_examples_se(
     n = len(blocks[0])
     per_seed = np.mean([[ex.value() for ex in b] for b in blocks], axis=0)
     v_seed = float(per_seed.var(ddof=1)) / n
-    v_ex = example_share(blocks, n_resamples, rng)
+    shared, own = _example_covariances(_resampled_per_seed(blocks, n_resamples, rng))
+    v_ex = max(shared, 0.0)
     se2 = v_seed + v_ex
     if se2 == 0:
         return 0.0, float(n - 1)
     if n == 2:
         return math.sqrt(se2), 1.0  # see the docstring: with one df in the seed share, n − 1
     n_ex = min(b[0].n for b in blocks)
-    df = se2**2 / (v_seed**2 / (n - 1) + v_ex**2 / (n_ex - 1))
+    # a seed share below the seeds' own example noise (own / n, which every seed mean carries) is an
+    # underestimate by chance: it keeps the SE, but buys no degrees of freedom (see the docstring)
+    df = min(_satterthwaite(v_seed, n, v_ex, n_ex), _satterthwaite(max(v_seed, own / n), n, v_ex, n_ex))
     return math.sqrt(se2), float(df)
 
 

@@ -321,3 +321,15 @@ def test_example_share_counts_what_the_seeds_share_and_two_seeds_keep_one_df():
     assert example_share([rng.normal(0, 2, (5, 300))], n_resamples=1000) * 300 < 0.3
     se, df = seeds_by_examples_se([x[:2]], n_resamples=500)
     assert df == 1.0 and se > 0
+
+
+def test_a_seed_share_below_the_seeds_own_noise_buys_no_degrees_of_freedom():
+    rng = np.random.default_rng(4)
+    n, n_ex = 3, 400
+    x = rng.normal(0, 0.2, n_ex) + rng.normal(0, 1.0, (n, n_ex))  # each seed's own noise dominates
+    x -= x.mean(axis=1, keepdims=True) - x.mean()  # ... yet the seed means agree exactly (by chance, say)
+    se, df = seeds_by_examples_se([x], n_resamples=1000)
+    own = 1.0 / n_ex  # each seed mean carries its own noise: var 1 / n_ex
+    v_ex = se**2  # the seed share is 0, so the SE is the example share alone
+    floor_df = (own / n + v_ex) ** 2 / ((own / n) ** 2 / (n - 1) + v_ex**2 / (n_ex - 1))
+    assert df < 20 and df == pytest.approx(floor_df, rel=0.2)  # not the ~n_examples a zero seed share would give
