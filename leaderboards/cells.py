@@ -177,8 +177,8 @@ COMPARISON_HEADER = ["Comparison", "Column", "Δ (A − B) [95 % CI]", "p (Holm)
 _TEST_TEXT = {
     "paired t": "two-sided paired t-test over seeds (df = n − 1)",
     "sign-flip permutation": "two-sided exact sign-flip permutation test over seeds",
-    "Multi-Bootstrap t": "two-sided t on the Multi-Bootstrap SE (seeds and test examples resampled together; "
-                         "Welch–Satterthwaite df between the seed and example shares)",
+    "Multi-Bootstrap t": "two-sided t on the seeds' spread plus the test set's share (the examples' resampling "
+                         "variance every seed shares), Welch–Satterthwaite df between the two",
 }
 
 

@@ -30,8 +30,8 @@ Which test, and why (the default, ``test: t``):
   n = 3–5 seeds its seed share has the same too-narrow problem, so its example resamples are used for
   the *example* share of the variance only — the covariance between two seeds' resampled metrics,
   what a test set drawn again moves in every seed (:func:`example_share`) — the seed share being the
-  t-test's s²/n, with Welch–Satterthwaite degrees of freedom between the two (n − 1 at n = 2;
-  :func:`seeds_by_examples_se`). Without example-level
+  t-test's s²/n, with Welch–Satterthwaite degrees of freedom between the two (1 at n = 2, and a seed
+  share below the seeds' own example noise buys none; :func:`seeds_by_examples_se`). Without example-level
   variation this is exactly the paired t-test; with it, the interval widens to cover a test set
   drawn again. A t-test over seeds alone is anti-conservative then (it treats the test set as
   fixed): the simulation tests measure both.
