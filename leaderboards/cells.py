@@ -118,7 +118,7 @@ def _summary_lines(table: Table) -> list[str]:
     seeds = f"seeds {list(spec.required_seeds)}" if spec.required_seeds else "all seeds found"
     lines = [
         f"Spec `{spec.name}` v{spec.version}; {table.n_records} records. Each cell: mean [95 % CI] over {seeds} "
-        f"(t-interval on n−1 df; with per-example results, a t-interval on the Multi-Bootstrap SE over seeds × examples); n shown "
+        f"(t-interval on n−1 df; with per-example results, a t-interval on the seeds' spread plus the test set's shared share, Welch–Satterthwaite df); n shown "
         f"where it differs{'' if spec.required_seeds else ' (always)'}, and a single value has no interval (n=1). "
         f"Bold: not significantly worse than the column's best mean (paired tests over seeds against it, Holm, "
         f"α = {spec.alpha:g}) (↑ higher / ↓ lower is better).",

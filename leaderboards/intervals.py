@@ -376,7 +376,7 @@ def mean_interval(
     if blocks is not None:
         se, df = seeds_by_examples_se(blocks, n_resamples, rng)
         low, high, _ = _t_from_se(est, se, df, confidence)
-        return Interval(est, low, high, "t on the Multi-Bootstrap SE (seeds × examples)")
+        return Interval(est, low, high, "t on the seeds × examples SE (Multi-Bootstrap)")
     if _no_spread(x):
         return Interval(est, est, est, "t over seeds")
     ci = stats.ttest_1samp(x, 0.0).confidence_interval(confidence)
