@@ -25,7 +25,6 @@ ALL_SPECS = sorted((ROOT / "leaderboards" / "specs").glob("*.yaml"))
 PENDING: dict[str, str] = {
     # issue 28: the XLP tables on TLM-pretrained multilingual sources (the lead runs the 5-seed grids)
     "xlp-table1": "harness/configs/xlp-table1.yaml on the TLM-pretrained sources has not been run yet",
-    "xlp-table1-translate-train": "harness/configs/xlp-table1-translate-train.yaml has not been run yet",
     "xlp-table2": "harness/configs/xlp-table2.yaml on the TLM-pretrained sources has not been run yet",
     "methods-x-encodings-new-downstream": "harness/configs/methods-x-encodings-new-downstream.yaml has not been run yet",
 }
