@@ -35,7 +35,14 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from leaderboards.intervals import Sample, _block, _Difference, example_share, multi_bootstrap_se  # noqa: E402
+from leaderboards.intervals import (  # noqa: E402
+    Sample,
+    _block,
+    _Difference,
+    _satterthwaite,
+    example_share,
+    multi_bootstrap_se,
+)
 from leaderboards.stats import paired_difference  # noqa: E402
 
 SETTINGS = (  # n seeds, examples, seed_sd, example_sd
@@ -59,7 +66,7 @@ def _other_ps(a: np.ndarray, b: np.ndarray, n_resamples: int, seed: int) -> tupl
     ps = []
     for v_ex, first in ((v_joint, True), (v_shared, False)):
         se2 = v_seed + v_ex
-        df = 1.0 if n == 2 and not first else se2**2 / (v_seed**2 / (n - 1) + v_ex**2 / (n_ex - 1))
+        df = 1.0 if n == 2 and not first else _satterthwaite(v_seed, n, v_ex, n_ex)
         ps.append(float(2 * stats.t.sf(abs(d.mean()) / math.sqrt(se2), df)))
     return ps[0], ps[1]
 

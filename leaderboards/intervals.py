@@ -8,7 +8,7 @@ the choices); also the defaults every statistic shares (α, confidence, power, r
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -153,20 +153,34 @@ def multi_bootstrap_se(
         >>> 0.0 < multi_bootstrap_se([x]) < 0.5
         True
     """
+    stat = np.empty(n_resamples)
+    for start, weights, per_block in _per_seed_draws(blocks, n_resamples, rng, "multi_bootstrap_se", 1)[1]:
+        total = np.zeros(len(weights))
+        for per_seed in per_block:
+            total += (weights * per_seed).sum(axis=1)
+        stat[start:start + len(weights)] = total / len(per_block)
+    return float(stat.std(ddof=1))
+
+
+def _per_seed_draws(blocks: Sequence[Any], n_resamples: int, rng: np.random.Generator | None, who: str,
+                    min_seeds: int) -> tuple[int, Iterator[tuple[int, np.ndarray, list[np.ndarray]]]]:
+    """The number of seeds and, per chunk of resamples (:func:`_resample_draws`), its first index, the seed
+    weights and, per block, the ``size x seeds`` metrics of every seed on the chunk's example draws (the
+    same draws for every seed).
+
+    Raises:
+        ValueError: (naming ``who``) blocks with different seeds or examples, or fewer than ``min_seeds`` seeds.
+    """
     rng = _rng(rng)
     blocks = [_block(b) for b in blocks]
     n_s = len(blocks[0])
-    if any(len(b) != n_s or len({ex.n for ex in b}) != 1 for b in blocks):
-        raise ValueError("multi_bootstrap_se: every block must have the same seeds, each with the same examples")
-    stat = np.empty(n_resamples)
-    for start, (weights, draws) in zip(range(0, n_resamples, _CHUNK), _resample_draws(rng, n_resamples, n_s,
-                                                                                     [b[0].n for b in blocks])):
-        total = np.zeros(len(weights))
-        for block, (counts, sums, known) in zip(blocks, draws):
-            per_seed = np.stack([_resampled(ex, counts, sums, known) for ex in block], axis=1)  # (size, n_seeds)
-            total += (weights * per_seed).sum(axis=1)
-        stat[start:start + len(weights)] = total / len(blocks)
-    return float(stat.std(ddof=1))
+    if n_s < min_seeds or any(len(b) != n_s or len({ex.n for ex in b}) != 1 for b in blocks):
+        least = {1: "", 2: " (at least two)"}.get(min_seeds, f" (at least {min_seeds})")
+        raise ValueError(f"{who}: every block must have the same seeds{least}, each with the same examples")
+    chunks = zip(range(0, n_resamples, _CHUNK), _resample_draws(rng, n_resamples, n_s, [b[0].n for b in blocks]))
+    return n_s, ((start, weights, [np.stack([_resampled(ex, counts, sums, known) for ex in block], axis=1)
+                                   for block, (counts, sums, known) in zip(blocks, draws)])
+                 for start, (weights, draws) in chunks)
 
 
 def _resampled(ex: Any, counts: np.ndarray, sums: np.ndarray, known: dict) -> np.ndarray:
@@ -264,18 +278,13 @@ def example_share(blocks: Sequence[Any], n_resamples: int = N_RESAMPLES, rng: np
 
 def _resampled_per_seed(blocks: Sequence[Any], n_resamples: int, rng: np.random.Generator | None) -> np.ndarray:
     """``resamples x seeds``: each seed's metric (averaged over the blocks) on the same example resamples."""
-    rng = _rng(rng)
-    blocks = [_block(b) for b in blocks]
-    n_s = len(blocks[0])
-    if n_s < 2 or any(len(b) != n_s or len({ex.n for ex in b}) != 1 for b in blocks):
-        raise ValueError("example_share: every block must have the same seeds (at least two), each with the same examples")
+    n_s, chunks = _per_seed_draws(blocks, n_resamples, rng, "example_share", 2)
     per_seed = np.empty((n_resamples, n_s))
-    for start, (weights, draws) in zip(range(0, n_resamples, _CHUNK), _resample_draws(rng, n_resamples, n_s,
-                                                                                     [b[0].n for b in blocks])):
+    for start, weights, per_block in chunks:
         total = np.zeros((len(weights), n_s))
-        for block, (counts, sums, known) in zip(blocks, draws):
-            total += np.stack([_resampled(ex, counts, sums, known) for ex in block], axis=1)
-        per_seed[start:start + len(weights)] = total / len(blocks)
+        for block_values in per_block:
+            total += block_values
+        per_seed[start:start + len(weights)] = total / len(per_block)
     return per_seed
 
 
