@@ -176,6 +176,10 @@ def _escalation_budget(mode: str, rows: int, m: int, kk: int) -> float:
     return rows * (_base_width(kk) + (_SCREEN_COST[nxt] - _SCREEN_COST[mode]) * m / _RESCORE_COST)
 
 
+_PROBE_ROWS = 64
+"""``screen="auto"``: query rows of the first bf16 chunk, which decides whether bf16 pays (a chunk that escalates is
+screened again, so a full 512-row probe cost ~0.1 s of WECHSEL's 32k x 16k search on 2 threads when it did)."""
+
 _DEFER_SHARE = 0.25
 """``screen="auto"``: a chunk escalates to the next screen as a whole (for good) when more than this share
 of its rows need more candidates than :func:`_row_cap`; fewer such rows are screened again on their own."""
@@ -610,7 +614,10 @@ def _search(run: _ChunkRun, rows: torch.Tensor, n: int, cand: torch.Tensor, grou
     s = 0
     bar = _progress.counter("similarity search (query rows)", len(rows))
     while s < len(rows):
-        rr = rows[s : s + _chunk_step(chunk_rows, len(run.cand), run.mode)]
+        step = _chunk_step(chunk_rows, len(run.cand), run.mode)
+        if run.adaptive and run.mode == SCREENS[0] and not any(run.chunks.values()):
+            step = min(step, _PROBE_ROWS)  # auto's first bf16 chunk is small: on concentrated cosines it is redone
+        rr = rows[s : s + step]
         top = run.select(rr)
         if top is None:  # moved to a finer screen: cut the chunk again for its block size
             continue
