@@ -102,6 +102,9 @@ def machine_facts() -> dict:
     except OSError:  # not Linux
         facts["cpu_model"], facts["memory_gb"] = None, None
     facts["thread_env"] = {v: os.environ.get(v) for v in THREAD_VARS}
+    from harness.about import _cpu_facts  # the CPU's bf16 instructions, as every trial record has them
+
+    facts.update({k: v for k, v in _cpu_facts().items() if k != "cpu"})
     return facts
 
 

@@ -425,7 +425,7 @@ class _Screens:
     def _make(self, mode: str) -> torch.Tensor:
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
         m, d = int(self.cand.numel()), self.keys.shape[1]
-        if mode == "bf16":  # kept d x m: the layout AMX multiplies at full rate (3.6 vs 14.5 ms for the m x d view)
+        if mode == "bf16":  # kept d x m: faster with AMX tiles than the m x d view (benchmarks/bench_screen_product.py)
             kt = torch.empty((d, m), dtype=dtype)
             for a in range(0, m, 65536):
                 b = min(a + 65536, m)
