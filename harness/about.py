@@ -114,7 +114,8 @@ def _static_environment() -> dict:
 def _cpu_facts() -> dict:
     """The CPU's model and the instructions that decide a bf16 product's rounding: a trial with bf16 autocast
     (``train.cpu_bf16``, ``pretrain.bf16``) gives different last bits with AMX tiles than with AVX512-BF16
-    (measured: QA F1 52.4 vs 53.3 at one seed), so a record says which it ran on."""
+    (one QA trial id: F1 52.4 on an AMX Xeon, 53.3 on an AVX512-BF16 EPYC;
+    ``benchmarks/results/trial_qa_overlap_{3f3f786,4aaa3f6}.json``), so a record says which it ran on."""
     import torch
 
     model = None

@@ -178,7 +178,7 @@ def _escalation_budget(mode: str, rows: int, m: int, kk: int) -> float:
 
 _PROBE_ROWS = 64
 """``screen="auto"``: query rows of the first bf16 chunk, which decides whether bf16 pays (a chunk that escalates is
-screened again, so a full 512-row probe cost ~0.1 s of WECHSEL's 32k x 16k search on 2 threads when it did)."""
+screened again in the finer screen, so a small first chunk wastes little when it does)."""
 
 _DEFER_SHARE = 0.25
 """``screen="auto"``: a chunk escalates to the next screen as a whole (for good) when more than this share
