@@ -92,19 +92,19 @@ TIMING_KEYS = ("resources_s", "init_load_s", "init_method_s", "init_install_s", 
 
 def machine_facts() -> dict:
     """Cores, CPU model, memory and the thread settings children inherit (no timing in here)."""
+    from harness.about import _cpu_facts  # the model and bf16 instructions, as every trial record has them
+
     facts = environment()
     facts["cores_usable"] = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    cpu = _cpu_facts()
+    facts["cpu_model"] = cpu.pop("cpu")
+    facts.update(cpu)
     try:
-        info = Path("/proc/cpuinfo").read_text()
-        facts["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in info.splitlines() if ln.startswith("model name")), None)
         mem = Path("/proc/meminfo").read_text().split("\n", 1)[0].split()
         facts["memory_gb"] = round(int(mem[1]) * 1024 / 1e9, 1)
     except OSError:  # not Linux
-        facts["cpu_model"], facts["memory_gb"] = None, None
+        facts["memory_gb"] = None
     facts["thread_env"] = {v: os.environ.get(v) for v in THREAD_VARS}
-    from harness.about import _cpu_facts  # the CPU's bf16 instructions, as every trial record has them
-
-    facts.update({k: v for k, v in _cpu_facts().items() if k != "cpu"})
     return facts
 
 

@@ -405,7 +405,7 @@ def _select_chunk(
 
 
 class _Screens:
-    """The ``m x d`` copies of the unit keys the screens multiply with (bf16's kept ``d x m``), made when first needed.
+    """The copies of the unit keys the screens multiply with (``d x m`` operands, :meth:`_make`), made when first needed.
 
     bf16/fp32: the float32 key times its float32 inverse norm, rounded to the screen's type;
     fp64: the same product, exact in float64. Moving to a finer screen frees the coarser copy. The
@@ -423,21 +423,18 @@ class _Screens:
         self.buffer: torch.Tensor | None = None
 
     def _make(self, mode: str) -> torch.Tensor:
+        """The ``d x m`` right-hand operand of ``mode``'s product: bf16's stored so (faster with AMX tiles than a
+        transposed view, ``benchmarks/bench_screen_product.py``), the others a view of their ``m x d`` copy."""
         dtype = {"bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64}[mode]
         m, d = int(self.cand.numel()), self.keys.shape[1]
-        if mode == "bf16":  # kept d x m: faster with AMX tiles than the m x d view (benchmarks/bench_screen_product.py)
-            kt = torch.empty((d, m), dtype=dtype)
-            for a in range(0, m, 65536):
-                b = min(a + 65536, m)
-                kt[:, a:b] = (self.keys[self.cand[a:b]] * self.inv[a:b, None]).to(dtype).T
-            return kt
-        kt = torch.empty((m, d), dtype=dtype)
+        kt = torch.empty((d, m) if mode == "bf16" else (m, d), dtype=dtype)
+        by_key = kt.T if mode == "bf16" else kt
         for a in range(0, m, 65536):
             b = min(a + 65536, m)
             rows = self.keys[self.cand[a:b]]
-            kt[a:b] = (rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64"
-                       else (rows * self.inv[a:b, None]).to(dtype))  # fmt: skip
-        return kt
+            by_key[a:b] = (rows.to(dtype) * self.inv[a:b, None].to(dtype) if mode == "fp64"
+                           else (rows * self.inv[a:b, None]).to(dtype))  # fmt: skip
+        return by_key.T
 
     def scores(self, qn: torch.Tensor, mode: str) -> torch.Tensor:
         """Screen scores ``c x m`` of the unit queries ``qn`` in ``mode`` (valid until the next call)."""
@@ -449,12 +446,12 @@ class _Screens:
             self.mode = mode
             for coarser in SCREENS[: SCREENS.index(mode)]:
                 self.side.pop(coarser, None)
-        c, m = qn.shape[0], self.matrix.shape[1 if mode == "bf16" else 0]
+        c, m = qn.shape[0], self.matrix.shape[1]
         if self.buffer is None or self.buffer.shape[0] < c:
             self.buffer = None
             self.buffer = torch.empty((c, m), dtype=self.matrix.dtype)
         out = self.buffer[:c]
-        torch.matmul(qn.to(self.matrix.dtype), self.matrix if mode == "bf16" else self.matrix.T, out=out)
+        torch.matmul(qn.to(self.matrix.dtype), self.matrix, out=out)
         return out
 
     def blocked(self, qn: torch.Tensor, mode: str) -> torch.Tensor:
@@ -466,7 +463,7 @@ class _Screens:
             kt = self.side.get(mode)
             if kt is None:
                 kt = self.side[mode] = self._make(mode)
-        return qn.to(kt.dtype) @ (kt if mode == "bf16" else kt.T)
+        return qn.to(kt.dtype) @ kt
 
     def fp32_blocked(self, qn: torch.Tensor) -> torch.Tensor:
         """float32 scores (the rare fallback of a bf16 chunk)."""
