@@ -490,8 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("--quiet", action="store_true", help="no progress bars")
         sp.add_argument("--workers", type=_positive_int, default=None, metavar="N",
                         help="worker processes splitting the grid, one torch thread each (default: $"
-                             f"{WORKERS_ENV}, else one per core; 1 where a CUDA device is visible); 1 runs the trials "
-                             "in this process. Records are the same either way")
+                             f"{WORKERS_ENV}, else one per core; 1 where a CUDA device is visible); 1 (or a grid with "
+                             "one trial left to run) runs the trials in this process. Records are the same either way")
         sp.add_argument("--threads", type=_positive_int, default=None, metavar="N",
                         help="torch threads per trial (default 1, whatever --workers says, so that the worker count never "
                              "moves a number: a float32 product's last bits can follow the thread count on some CPUs; every "

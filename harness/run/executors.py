@@ -547,6 +547,19 @@ class WorkerPoolExecutor(_PoolExecutor):
                         "could not prepare %s before the trials (%s: %s); its trials will build it",
                         getattr(spec, "trial_id", spec), type(e).__name__, e)
 
+    def run(
+        self, specs: list, runs_dir: str, on_record: Callable[[dict], None], *, execute: Callable,
+        claim: Callable[[Any], bool] | None = None, lost: Callable | None = None,
+    ) -> list[dict]:
+        """The trials on the pool; a single trial runs in this process (:class:`LocalExecutor`, after the ``plugins``:
+        the same record, without a worker process that imports everything again while this one waits, and
+        visible to a profiler of this process)."""
+        if len(specs) <= 1:
+            _load_plugins(self.plugins)
+            return LocalExecutor(progress=self.progress, threads=self.threads).run(
+                specs, runs_dir, on_record, execute=execute, claim=claim, lost=lost)
+        return super().run(specs, runs_dir, on_record, execute=execute, claim=claim, lost=lost)
+
     def _slots(self, n_specs: int) -> list[tuple[str, ...]]:
         # the index tells the slots apart; the thread count is what the worker is pinned to
         return [("cpu", str(self.threads), str(i)) for i in range(min(self.workers, max(n_specs, 1)))]

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from harness.registry import PluginError
 from harness.run import records
 from harness.run.config import parse_experiment
 from harness.run.executors import ExecutorError, LocalExecutor, WorkerPoolExecutor
@@ -177,7 +178,22 @@ def test_a_worker_that_cannot_load_a_plugin_is_a_clear_error(tmp_path, importabl
     bad.write_text("import no_such_module_anywhere\n")
     ex = WorkerPoolExecutor(2, progress=False, plugins=[str(bad)])
     with pytest.raises(ExecutorError, match=r"--workers: worker \d could not start: .*no_such_module_anywhere"):
-        run_experiment(_fake_cfg(seeds=(1,)), tmp_path, executor=ex, progress=False, trial_fn=ok_execute)
+        run_experiment(_fake_cfg(seeds=(1, 2)), tmp_path, executor=ex, progress=False, trial_fn=ok_execute)
+    # one trial runs in this process: the plugin fails here, naming its file
+    with pytest.raises(PluginError, match=r"--plugin .*bad_plugin.py: .*no_such_module_anywhere"):
+        run_experiment(_fake_cfg(seeds=(1,)), tmp_path / "one", executor=ex, progress=False, trial_fn=ok_execute)
+
+
+def test_a_single_trial_runs_in_this_process_at_the_workers_thread_count(tmp_path, importable):
+    # no worker to start for one trial (it would import everything again while this process waits)
+    threads = torch.get_num_threads()
+    summary = run_experiment(_fake_cfg(seeds=(1,)), tmp_path, executor=WorkerPoolExecutor(2, progress=False),
+                             progress=False, trial_fn=ok_execute)
+    recs = list(records.iter_records(tmp_path / "exp"))
+    assert summary.ran == 1 and len(recs) == 1 and recs[0]["status"] == "ok"
+    assert recs[0]["environment"]["pid"] == os.getpid() and recs[0]["environment"]["torch_threads"] == 1
+    assert torch.get_num_threads() == threads  # restored
+    assert not list((tmp_path / "exp" / "claims").glob("*.claim"))
 
 
 def test_one_worker_per_core_by_default_and_one_on_a_gpu_machine(monkeypatch):
