@@ -24,8 +24,6 @@ ALL_SPECS = sorted((ROOT / "leaderboards" / "specs").glob("*.yaml"))
 # World specs whose experiments have not been run yet, and why: no records, so no committed table.
 PENDING: dict[str, str] = {
     # issue 28: the XLP tables on TLM-pretrained multilingual sources (the lead runs the 5-seed grids)
-    "xlp-table1": "harness/configs/xlp-table1.yaml on the TLM-pretrained sources has not been run yet",
-    "xlp-table2": "harness/configs/xlp-table2.yaml on the TLM-pretrained sources has not been run yet",
     "methods-x-encodings-new-downstream": "harness/configs/methods-x-encodings-new-downstream.yaml has not been run yet",
 }
 SPECS = [p for p in ALL_SPECS if p.stem not in PENDING]
